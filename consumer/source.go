@@ -1,0 +1,62 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// ErrClosed is returned by Source.Receive after Close.
+var ErrClosed = errors.New("consumer: source closed")
+
+// Delivery is one message received from a broker and not yet settled.
+//
+// Exactly one of Ack or Requeue is called, once, by the consumer runtime,
+// and only after the inbox transaction committed (rule 3). Implementations
+// must be safe to call from a goroutine other than the one that received.
+type Delivery interface {
+	// Message returns the received message. Adapters fill Headers, Body,
+	// Destination, BrokerMessageID, Redelivered and DeliveryCount; the
+	// runtime fills ID and CorrelationID.
+	Message() inboxkit.Message
+	// Ack settles the delivery: the broker forgets the message. It returns
+	// only after the broker accepted the acknowledgement when the protocol
+	// confirms it (a STOMP receipt), or after the frame was written.
+	Ack(ctx context.Context) error
+	// Requeue hands the message back for a later redelivery, after delay when
+	// the broker can delay. It must never route the message to the broker's
+	// own dead-letter queue: dead-lettering is the runtime's decision, made
+	// from the inbox's attempt count.
+	Requeue(ctx context.Context, delay time.Duration) error
+}
+
+// Source receives deliveries from one queue or subject.
+//
+// Receive blocks until a delivery arrives, ctx is done (it returns ctx.Err())
+// or the source is closed (ErrClosed). Receive may be called from several
+// goroutines at once. A Source reconnects on its own after a broken
+// connection; deliveries received on the broken connection can no longer be
+// settled (their Ack returns an error) and come again from the broker.
+// Close stops intake; deliveries not yet acknowledged are returned to the
+// broker by it.
+type Source interface {
+	Receive(ctx context.Context) (Delivery, error)
+	Close() error
+}
+
+// Features says what a broker can and cannot tell or do, so the runtime and
+// the broker conformance suite know what to expect.
+type Features struct {
+	// DeliveryCount: the broker reports a delivery count on every redelivery,
+	// including after a consumer crash.
+	DeliveryCount bool
+	// RedeliveredFlag: the broker marks redeliveries (true for all brokers here).
+	RedeliveredFlag bool
+	// DelayedRequeue: Requeue honours its delay.
+	DelayedRequeue bool
+	// NativeDLQ: the broker has a dead-letter queue of its own (the runtime
+	// still publishes its own envelope and never relies on it).
+	NativeDLQ bool
+}

@@ -1,0 +1,92 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// DeadLetter describes a message that was published to the dead-letter
+// destination.
+type DeadLetter struct {
+	Entry
+	// Class and Reason as in the Result that asked for the dead letter.
+	Class  inboxkit.Class
+	Reason string
+	// Err is the last error, if any; its text goes to LAST_ERROR.
+	Err error
+}
+
+// MarkDeadLettered records that the message was published to the
+// dead-letter destination: a TECHNICAL_FAILURE row becomes DEAD_LETTERED,
+// and a message that has no row yet (poison on its first delivery) gets one.
+// Call it only after the publish was confirmed (rule 3), then acknowledge.
+//
+// A message without a usable event id (MISSING_EVENT_ID, EVENT_ID_TOO_LONG)
+// has no row to mark; MarkDeadLettered returns "" and does nothing. When the
+// row is already terminal (a concurrent delivery finished the event), it
+// returns that status and changes nothing.
+func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.Status, error) {
+	e := dl.Entry
+	if e.EventID == "" || len(e.EventID) > MaxEventIDLength {
+		return "", nil
+	}
+	if len(e.CorrelationID) > MaxCorrelationIDLength {
+		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]
+	}
+	class := dl.Class
+	if class == "" {
+		class = inboxkit.ClassTechnical
+	}
+	var msg any
+	if dl.Err != nil {
+		msg = s.truncate(dl.Err.Error())
+	}
+	now := s.now()
+	res, err := s.db.ExecContext(ctx, s.q.deadFromFailure, nullString(dl.Reason), string(class), msg, s.t(now), s.t(now), e.EventID, e.ConsumerName)
+	if err != nil {
+		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return inboxkit.StatusDeadLettered, nil
+	}
+	attempts := 0
+	if class != inboxkit.ClassPoison {
+		attempts = 1
+	}
+	_, err = s.db.ExecContext(ctx, s.q.insertDead, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(dl.Reason), string(class), msg,
+		s.t(now), s.t(now), s.t(now), s.t(now), attempts, nullString(e.PayloadHash))
+	if err == nil {
+		return inboxkit.StatusDeadLettered, nil
+	}
+	if !s.d.IsDuplicate(err) {
+		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
+	}
+	st, _, ok, err := s.status(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("inbox: mark dead-lettered: event %q for %q: row vanished", e.EventID, e.ConsumerName)
+	}
+	if st == inboxkit.StatusTechnicalFailure {
+		// It became TECHNICAL_FAILURE between our two statements; try once more.
+		return s.MarkDeadLettered(ctx, dl)
+	}
+	return st, nil
+}
+
+// ResetForReplay prepares a DEAD_LETTERED row for a replay from the
+// dead-letter destination: it becomes TECHNICAL_FAILURE with ATTEMPTS 0, and
+// REPLAY_COUNT is raised as a trace. The replayed message (same event id) is
+// then processed once more; any other copy stays a duplicate once it is
+// processed. It reports false when the row is not DEAD_LETTERED (or absent).
+func (s *Store) ResetForReplay(ctx context.Context, eventID, consumerName string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q.resetForReplay, s.t(s.now()), eventID, consumerName)
+	if err != nil {
+		return false, fmt.Errorf("inbox: reset for replay: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}

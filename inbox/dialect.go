@@ -1,0 +1,165 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dialect is the SQL flavour of one database. Use the values Postgres,
+// MySQL, SQLite and Oracle; DialectByName finds one by name.
+type Dialect struct {
+	name string
+	// placeholder returns the n-th (1-based) bind placeholder.
+	placeholder func(n int) string
+	// isDuplicate reports a primary-key or unique violation.
+	isDuplicate func(error) bool
+	// purgeBatch deletes at most ?2 terminal rows older than ?1; the status
+	// list is appended by the caller as a fixed IN list.
+	purgeBatch string
+	// skipLocked is the clause that claims rows without waiting for rows
+	// locked by other workers; "" when the database has none.
+	skipLocked string
+	// limitClause formats "at most n rows" for a SELECT.
+	limit func(n string) (prefix, suffix string)
+	// timeArg converts a time for binding.
+	timeArg func(time.Time) any
+}
+
+// Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".
+func (d Dialect) Name() string { return d.name }
+
+// String returns Name.
+func (d Dialect) String() string { return d.name }
+
+// IsDuplicate reports whether err is the database's primary-key (or unique)
+// violation: PostgreSQL SQLSTATE 23505, MySQL/MariaDB 1062, SQLite
+// SQLITE_CONSTRAINT_PRIMARYKEY/UNIQUE, Oracle ORA-00001.
+func (d Dialect) IsDuplicate(err error) bool {
+	if err == nil || d.isDuplicate == nil {
+		return false
+	}
+	return d.isDuplicate(err)
+}
+
+// Rebind rewrites a statement written with '?' placeholders into the
+// dialect's placeholder style ($1 for PostgreSQL, :1 for Oracle). The
+// statements of this package contain no '?' inside string literals.
+func (d Dialect) Rebind(query string) string {
+	if d.placeholder == nil {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString(d.placeholder(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ErrUnknownDialect is returned by DialectByName.
+var ErrUnknownDialect = errors.New("inbox: unknown dialect")
+
+// DialectByName returns the dialect called name ("postgres", "mysql",
+// "sqlite", "oracle"; "mariadb", "pgx" and "sqlite3" are accepted too).
+func DialectByName(name string) (Dialect, error) {
+	switch strings.ToLower(name) {
+	case "postgres", "postgresql", "pgx":
+		return Postgres, nil
+	case "mysql", "mariadb":
+		return MySQL, nil
+	case "sqlite", "sqlite3":
+		return SQLite, nil
+	case "oracle", "godror":
+		return Oracle, nil
+	}
+	return Dialect{}, fmt.Errorf("%w %q: use postgres, mysql, sqlite or oracle", ErrUnknownDialect, name)
+}
+
+func questionMark(int) string { return "?" }
+
+func dollar(n int) string { return "$" + strconv.Itoa(n) }
+
+func colon(n int) string { return ":" + strconv.Itoa(n) }
+
+func utcTime(t time.Time) any { return t.UTC() }
+
+// DefaultTable is the table name of the seed schema.
+const DefaultTable = "INBOX_EVENT_PROCESSING"
+
+// The table name ends up in DDL and in index names (table + "_CORR"), so it
+// is a plain identifier short enough for Oracle's 30-character limit.
+var identRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,24}$`)
+
+// ErrBadTableName is returned for a table name that is not a plain identifier.
+var ErrBadTableName = errors.New("inbox: invalid table name")
+
+// ValidateTable checks that name is a plain SQL identifier: a letter, then
+// letters, digits or underscores, 25 characters at most. Configuration can
+// therefore never inject SQL through the table name.
+func ValidateTable(name string) error {
+	if !identRe.MatchString(name) {
+		return fmt.Errorf("%w %q: use a letter followed by letters, digits or '_' (at most 25 characters), e.g. %s", ErrBadTableName, name, DefaultTable)
+	}
+	return nil
+}
+
+// dbTime scans a timestamp column whatever the driver returns for it
+// (time.Time, or text in SQLite).
+type dbTime struct {
+	Time  time.Time
+	Valid bool
+}
+
+var timeLayouts = []string{
+	sqliteTimeLayout,
+	"2006-01-02 15:04:05.999999999-07:00",
+	"2006-01-02T15:04:05.999999999-07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02T15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05",
+}
+
+func (t *dbTime) Scan(v any) error {
+	switch x := v.(type) {
+	case nil:
+		t.Time, t.Valid = time.Time{}, false
+		return nil
+	case time.Time:
+		t.Time, t.Valid = x.UTC(), true
+		return nil
+	case []byte:
+		return t.parse(string(x))
+	case string:
+		return t.parse(x)
+	}
+	return fmt.Errorf("inbox: cannot scan %T into a timestamp", v)
+}
+
+func (t *dbTime) parse(s string) error {
+	for _, layout := range timeLayouts {
+		if p, err := time.Parse(layout, s); err == nil {
+			t.Time, t.Valid = p.UTC(), true
+			return nil
+		}
+	}
+	return fmt.Errorf("inbox: cannot parse timestamp %q", s)
+}
+
+func (t dbTime) ptr() *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time
+	return &v
+}

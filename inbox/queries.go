@@ -1,0 +1,68 @@
+package inbox
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// queries are the store's statements, built once per table and dialect.
+type queries struct {
+	insertProcessed  string
+	insertFailure    string
+	insertDead       string
+	updateFailure    string
+	countAttempt     string
+	processFromFail  string
+	reject           string
+	deadFromFailure  string
+	resetForReplay   string
+	selectStatus     string
+	selectAttempts   string
+	selectOne        string
+	selectByCorr     string
+	purgeBatch       string
+	countPurgeable   string
+	stuckFailures    string
+	hashCollisions   string
+	countByStatus    string
+	savepoint        string
+	rollbackSavepont string
+}
+
+const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, PROCESSED_AT, CREATED_AT, ATTEMPTS, ERROR_CLASS, LAST_ERROR, UPDATED_AT, FIRST_FAILED_AT, PAYLOAD_HASH, REPLAY_COUNT, LEASE_OWNER, LEASE_UNTIL, NEXT_ATTEMPT_AT`
+
+func terminalList() string {
+	return "'" + string(inboxkit.StatusProcessed) + "', '" + string(inboxkit.StatusRejected) + "', '" + string(inboxkit.StatusDeadLettered) + "'"
+}
+
+func buildQueries(d Dialect, table string) queries {
+	r := func(format string, args ...any) string {
+		return d.Rebind(fmt.Sprintf(strings.ReplaceAll(format, "{t}", table), args...))
+	}
+	const key = ` WHERE EVENT_ID = ? AND CONSUMER_NAME = ?`
+	_, lim := d.limit("?")
+	return queries{
+		insertProcessed:  r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH) VALUES (?, ?, 'PROCESSED', ?, ?, ?, ?, 1, ?)`),
+		insertFailure:    r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		insertDead:       r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH) VALUES (?, ?, 'DEAD_LETTERED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		updateFailure:    r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + ?, REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = ?, UPDATED_AT = ?, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		countAttempt:     r(`UPDATE {t} SET ATTEMPTS = CASE WHEN ATTEMPTS + 1 < ? THEN ? ELSE ATTEMPTS + 1 END, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		processFromFail:  r(`UPDATE {t} SET STATUS = 'PROCESSED', ATTEMPTS = ATTEMPTS + ?, REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		reject:           r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
+		deadFromFailure:  r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		resetForReplay:   r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
+		selectStatus:     r(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
+		selectAttempts:   r(`SELECT ATTEMPTS FROM {t}` + key),
+		selectOne:        r(`SELECT ` + recordColumns + ` FROM {t}` + key),
+		selectByCorr:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
+		purgeBatch:       d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
+		countPurgeable:   r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND PROCESSED_AT < ?`),
+		stuckFailures:    r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
+		hashCollisions:   r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),
+		countByStatus:    r(`SELECT STATUS, COUNT(*) FROM {t} GROUP BY STATUS ORDER BY STATUS`),
+		savepoint:        `SAVEPOINT inbox_handler`,
+		rollbackSavepont: `ROLLBACK TO SAVEPOINT inbox_handler`,
+	}
+}

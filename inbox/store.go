@@ -1,0 +1,158 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/schema"
+)
+
+// Config configures a Store. The zero value of every field means its default.
+type Config struct {
+	// Table is the inbox table name, validated as a plain identifier.
+	// Defaults to INBOX_EVENT_PROCESSING.
+	Table string
+	// MaxAttempts is the backout threshold: after this many attempts that
+	// failed technically (or that never came back, see Process), the message
+	// must be dead-lettered. Defaults to 5. Negative values are refused.
+	MaxAttempts int
+	// RedeliveryHorizon is how long after an event's terminal time the
+	// broker may still deliver it again (broker retention, producer resend
+	// windows, DLQ replays). Purge refuses a shorter window, because a row
+	// deleted too early lets a late duplicate be processed twice.
+	// Defaults to 7 days.
+	RedeliveryHorizon time.Duration
+	// MaxErrorLength truncates LAST_ERROR to this many bytes (at a rune
+	// boundary). Defaults to 1000, the column width.
+	MaxErrorLength int
+	// Clock is where time comes from. Defaults to inboxkit.SystemClock.
+	Clock inboxkit.Clock
+	// ClassifyFunc tells the class of a handler error. Defaults to
+	// inboxkit.DecisionOf: errors implementing inboxkit.Decider (the
+	// classify package's) decide; unknown errors are technical.
+	ClassifyFunc func(error) inboxkit.Decision
+}
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	if c.RedeliveryHorizon == 0 {
+		c.RedeliveryHorizon = 7 * 24 * time.Hour
+	}
+	if c.MaxErrorLength == 0 {
+		c.MaxErrorLength = 1000
+	}
+	if c.Clock == nil {
+		c.Clock = inboxkit.SystemClock{}
+	}
+	if c.ClassifyFunc == nil {
+		c.ClassifyFunc = inboxkit.DecisionOf
+	}
+}
+
+func (c *Config) validate() error {
+	if err := ValidateTable(c.Table); err != nil {
+		return fmt.Errorf("inbox: Config.Table: %w", err)
+	}
+	if c.MaxAttempts < 1 {
+		return fmt.Errorf("inbox: Config.MaxAttempts is %d: it must be at least 1 (leave it 0 for the default 5); a message is never retried forever", c.MaxAttempts)
+	}
+	if c.RedeliveryHorizon < 0 {
+		return fmt.Errorf("inbox: Config.RedeliveryHorizon is negative (%s)", c.RedeliveryHorizon)
+	}
+	if c.MaxErrorLength < 0 || c.MaxErrorLength > 1000 {
+		return fmt.Errorf("inbox: Config.MaxErrorLength is %d: it must be between 1 and 1000 (the LAST_ERROR column width)", c.MaxErrorLength)
+	}
+	return nil
+}
+
+// Store is the INBOX_EVENT_PROCESSING table of one database. It is safe for
+// concurrent use by many goroutines and many processes: every transition is
+// a primary-key INSERT or a conditional UPDATE, never a read followed by a
+// write.
+type Store struct {
+	db  *sql.DB
+	d   Dialect
+	cfg Config
+	q   queries
+}
+
+// New returns a Store on db, which must be opened with the driver of d.
+func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("inbox: New: db is nil")
+	}
+	if d.name == "" {
+		return nil, errors.New("inbox: New: dialect is empty; use inbox.Postgres, inbox.MySQL, inbox.SQLite or inbox.Oracle")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table)}, nil
+}
+
+// DB returns the store's database.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.d }
+
+// Config returns the store's configuration with defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// Migrate creates the inbox table and its indexes if they do not exist. It
+// applies the embedded file of package schema for the dialect, with the
+// configured table name; running it again changes nothing.
+func (s *Store) Migrate(ctx context.Context) error {
+	return Migrate(ctx, s.db, s.d, s.cfg.Table)
+}
+
+// Migrate applies the inbox DDL for dialect d to db with the given table
+// name ("" for the default). It is idempotent.
+func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := ValidateTable(table); err != nil {
+		return err
+	}
+	stmts, err := schema.Statements(d.name, table)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if _, err := db.ExecContext(ctx, st); err != nil {
+			return fmt.Errorf("inbox: migrate %s: %w\n\tstatement: %.120s", d.name, err, st)
+		}
+	}
+	return nil
+}
+
+func (s *Store) now() time.Time { return s.cfg.Clock.Now().UTC() }
+
+func (s *Store) t(t time.Time) any { return s.d.timeArg(t) }
+
+func (s *Store) truncate(msg string) string {
+	max := s.cfg.MaxErrorLength
+	if len(msg) <= max {
+		return msg
+	}
+	cut := max
+	for cut > 0 && !utf8RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

@@ -1,0 +1,234 @@
+// Package dbtest gives each test its own, empty database on the real servers
+// the project tests against: a fresh schema on PostgreSQL, a fresh database
+// on MariaDB, a fresh file for SQLite. A server that does not answer fails
+// the test with the command that starts it; nothing is skipped.
+//
+// Connection settings come from the environment, with the development
+// machine's defaults:
+//
+//	INBOXKIT_TEST_POSTGRES  postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	INBOXKIT_TEST_MYSQL     root@tcp(127.0.0.1:3306)/
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+)
+
+// Backend names, as used by the inbox dialects.
+const (
+	Postgres = "postgres"
+	MySQL    = "mysql"
+	SQLite   = "sqlite"
+)
+
+// All lists the backends every conformance test runs on.
+var All = []string{Postgres, MySQL, SQLite}
+
+const (
+	defaultPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	defaultMySQL    = "root@tcp(127.0.0.1:3306)/"
+
+	startPostgres = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+	startMySQL    = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
+)
+
+// DB is one isolated test database.
+type DB struct {
+	*sql.DB
+	// Backend is Postgres, MySQL or SQLite.
+	Backend string
+	// DSN opens another pool on the same database (a second "instance").
+	DSN string
+	// Driver is the database/sql driver name for DSN.
+	Driver string
+}
+
+// Open opens another *sql.DB on the same database, closed at test end.
+func (d *DB) Open(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(d.Driver, d.DSN)
+	if err != nil {
+		t.Fatalf("dbtest: open second pool: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func suffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// New returns a fresh, empty database of the given backend, dropped at test end.
+func New(t testing.TB, backend string) *DB {
+	t.Helper()
+	switch backend {
+	case Postgres:
+		return newPostgres(t)
+	case MySQL:
+		return newMySQL(t)
+	case SQLite:
+		return newSQLite(t)
+	}
+	t.Fatalf("dbtest: unknown backend %q", backend)
+	return nil
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func ping(t testing.TB, db *sql.DB, what, start string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("dbtest: %s does not answer: %v\n\tstart it with: %s\n\t(or run ./scripts/test, which starts it)", what, err, start)
+	}
+}
+
+// PostgresDSN is the server DSN used for PostgreSQL tests.
+func PostgresDSN() string { return env("INBOXKIT_TEST_POSTGRES", defaultPostgres) }
+
+// MySQLDSN is the server DSN used for MariaDB/MySQL tests (no database selected).
+func MySQLDSN() string { return env("INBOXKIT_TEST_MYSQL", defaultMySQL) }
+
+func newPostgres(t testing.TB) *DB {
+	base := PostgresDSN()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer admin.Close()
+	ping(t, admin, "PostgreSQL at "+redact(base), startPostgres)
+	schema := "t_" + suffix()
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("dbtest: create schema: %v", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("dbtest: parse %s: %v", redact(base), err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	dsn := u.String()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		if a, err := sql.Open("pgx", base); err == nil {
+			_, _ = a.Exec("DROP SCHEMA " + schema + " CASCADE")
+			a.Close()
+		}
+	})
+	return &DB{DB: db, Backend: Postgres, DSN: dsn, Driver: "pgx"}
+}
+
+func newMySQL(t testing.TB) *DB {
+	base := MySQLDSN()
+	admin, err := sql.Open("mysql", base)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer admin.Close()
+	ping(t, admin, "MariaDB at "+redact(base), startMySQL)
+	name := "t_" + suffix()
+	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatalf("dbtest: create database: %v", err)
+	}
+	dsn := MySQLDSNFor(base, name)
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		if a, err := sql.Open("mysql", base); err == nil {
+			_, _ = a.Exec("DROP DATABASE " + name)
+			a.Close()
+		}
+	})
+	return &DB{DB: db, Backend: MySQL, DSN: dsn, Driver: "mysql"}
+}
+
+// MySQLDSNFor returns the go-sql-driver DSN for database name on the server
+// of base, with the settings inbox needs: parseTime, UTC.
+func MySQLDSNFor(base, name string) string {
+	dsn := strings.TrimSuffix(base, "/") + "/" + name
+	if i := strings.Index(base, "?"); i >= 0 {
+		dsn = base[:i]
+		dsn = strings.TrimSuffix(dsn, "/") + "/" + name + base[i:] + "&"
+	} else {
+		dsn += "?"
+	}
+	return dsn + "parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
+}
+
+func newSQLite(t testing.TB) *DB {
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	dsn := SQLiteDSN(path)
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	ping(t, db, "SQLite", "(embedded; nothing to start)")
+	t.Cleanup(func() { db.Close() })
+	return &DB{DB: db, Backend: SQLite, DSN: dsn, Driver: "sqlite"}
+}
+
+// SQLiteDSN returns the modernc.org/sqlite DSN for a file with the settings
+// concurrent writers need: WAL, a busy timeout, and BEGIN IMMEDIATE so that
+// two writers never deadlock on a lock upgrade.
+func SQLiteDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+func redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			return u.String()
+		}
+	}
+	return dsn
+}
+
+// Run runs fn as a subtest on every backend in All, in parallel.
+func Run(t *testing.T, fn func(t *testing.T, db *DB)) {
+	t.Helper()
+	for _, b := range All {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			fn(t, New(t, b))
+		})
+	}
+}
+
+// Must fails the test on err.
+func Must(t testing.TB, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}

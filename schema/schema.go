@@ -1,0 +1,72 @@
+// Package schema holds the DDL of the INBOX_EVENT_PROCESSING table for each
+// supported database, embedded so that inbox.Migrate and `inboxctl migrate`
+// apply exactly the files a DBA reads.
+//
+// Every file is idempotent: applying it twice changes nothing. Statements are
+// separated by a semicolon at the end of a line; in oracle.sql, PL/SQL blocks
+// are separated by a line holding only "/".
+package schema
+
+import (
+	"embed"
+	"fmt"
+	"strings"
+)
+
+//go:embed *.sql
+var files embed.FS
+
+// TableName is the table name used in the files; Statements replaces it.
+const TableName = "INBOX_EVENT_PROCESSING"
+
+// File returns the raw DDL for a dialect: "postgres", "mysql", "sqlite" or "oracle".
+func File(dialect string) (string, error) {
+	b, err := files.ReadFile(dialect + ".sql")
+	if err != nil {
+		return "", fmt.Errorf("schema: no DDL for dialect %q (have postgres, mysql, sqlite, oracle)", dialect)
+	}
+	return string(b), nil
+}
+
+// Statements returns the DDL for dialect split into single statements, with
+// the table name replaced by table. The caller validates table as an
+// identifier before calling.
+func Statements(dialect, table string) ([]string, error) {
+	text, err := File(dialect)
+	if err != nil {
+		return nil, err
+	}
+	text = strings.ReplaceAll(text, TableName, table)
+	var out []string
+	var cur strings.Builder
+	flush := func() {
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
+			continue
+		}
+		if dialect == "oracle" {
+			if trimmed == "/" {
+				flush()
+				continue
+			}
+			cur.WriteString(line)
+			cur.WriteString("\n")
+			continue
+		}
+		if strings.HasSuffix(trimmed, ";") {
+			cur.WriteString(strings.TrimSuffix(trimmed, ";"))
+			flush()
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteString("\n")
+	}
+	flush()
+	return out, nil
+}
