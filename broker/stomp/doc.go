@@ -1,0 +1,79 @@
+// Package stomp is inboxkit's adapter for ActiveMQ Classic, written on a
+// small STOMP 1.2 client of its own (no third-party STOMP module).
+//
+// # What it does
+//
+// [Source] consumes one queue and implements consumer.Source;
+// [Publisher] sends persistent messages with a receipt and implements
+// dlq.Publisher; [Browse] lists a queue without consuming it (the CLI's
+// "dlq list"). Below them, [Conn] is a STOMP 1.2 connection (CONNECT with
+// heart-beat negotiation, SUBSCRIBE, ACK/NACK, SEND with receipt,
+// DISCONNECT with receipt) and [FrameReader] / [WriteFrame] are the frame
+// codec.
+//
+// # The contract
+//
+// A Source subscribes with ack:client-individual and activemq.prefetchSize
+// set to Config.Prefetch. Receive may be called from several goroutines.
+// Every delivery is settled exactly once, by Ack or Requeue, from any
+// goroutine:
+//
+//   - Ack sends ACK with a receipt and returns after the broker's RECEIPT.
+//   - Requeue never NACKs (a NACK on ActiveMQ goes straight to its own
+//     dead-letter queue unless the redeliveryPlugin is configured). It sends
+//     a persistent copy of the message (same headers and body) to the same
+//     queue, with header inboxkit-requeued incremented and, when delay >=
+//     1ms, ActiveMQ's AMQ_SCHEDULED_DELAY; after the copy's RECEIPT it ACKs
+//     the original. The copy arrives with Redelivered=true. If the ACK
+//     fails after the copy was stored, both exist: a duplicate, which the
+//     inbox absorbs by event id.
+//
+// When the connection breaks (read or write error, ERROR frame, or no data
+// and no heart-beat from the broker for three times the negotiated
+// interval), the Source reconnects with exponential backoff
+// (Config.ReconnectBackoff up to Config.MaxReconnectBackoff). Deliveries of
+// the broken connection can no longer be settled: Ack and Requeue return an
+// error wrapping [ErrConnClosed], and the broker delivers the message again
+// with redelivered:true. Close disconnects; unacknowledged messages go back
+// to the broker.
+//
+// Publish returns nil only after the broker's RECEIPT for the SEND; an ERROR
+// frame fails it with a [*BrokerError] carrying the broker's message.
+//
+// # Message mapping
+//
+// Every MESSAGE header goes into Message.Headers, unescaped (the first
+// occurrence when repeated). Destination is the destination header,
+// BrokerMessageID the message-id header (for logs only), Redelivered is
+// true for redelivered:true or a non-zero inboxkit-requeued header, and
+// DeliveryCount is always 0. The event id travels in an application header
+// of the producer's choice (e.g. eventId); JMS producers' JMSCorrelationID
+// arrives as correlation-id.
+//
+// # ActiveMQ facts
+//
+//   - The broker ignores a client-set message-id; ids arrive escaped per
+//     STOMP 1.2 (ID\cvm-...) and are unescaped here.
+//   - A consumer that dies without ACK gets its messages again with
+//     redelivered:true but without a delivery count, and the broker never
+//     dead-letters them: attempts must be counted in the inbox.
+//   - Delayed Requeue needs schedulerSupport="true" in the broker config
+//     (scripts/activemq sets it); without it the delay is ignored.
+//   - A SEND with content-length becomes a JMS BytesMessage for Java
+//     consumers; this package always sends content-length, so requeued and
+//     published messages are BytesMessages.
+//   - Browsing uses SUBSCRIBE browser:true; the broker ends the browse with a
+//     MESSAGE carrying browser:end.
+//   - Heart-beats: ActiveMQ sends its first heart-beat only after twice the
+//     interval, hence the three-interval tolerance.
+//
+// # Limits
+//
+// Frames from the broker are bounded by [Limits]: 4 MiB body, 1000 headers
+// and 64 KiB per line by default; a larger frame breaks the connection with
+// a clear error instead of growing memory. Transactions (BEGIN/COMMIT) and
+// topics are not used. A Subscription buffers up to Prefetch frames; the
+// reader waits when a subscriber does not keep up, which ActiveMQ's prefetch
+// limit makes rare. Tests need the broker started by "scripts/activemq
+// start".
+package stomp

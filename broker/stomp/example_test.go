@@ -1,0 +1,47 @@
+package stomp_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/stomp"
+)
+
+// Publish one message, receive it from a Source and acknowledge it. Needs
+// the broker started by `scripts/activemq start`.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg := stomp.Config{
+		Addr:  "127.0.0.1:61613",
+		Queue: fmt.Sprintf("inboxkit.example.%d", time.Now().UnixNano()),
+	}
+	pub, err := stomp.NewPublisher(ctx, cfg)
+	if err != nil {
+		fmt.Println("start the broker with scripts/activemq start:", err)
+		return
+	}
+	defer pub.Close()
+	if err := pub.Publish(ctx, cfg.Queue, map[string]string{"eventId": "inv-42"}, []byte(`{"amount":10}`)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	src, err := stomp.NewSource(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer src.Close()
+	d, err := src.Receive(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m := d.Message()
+	fmt.Println(m.Header("eventId"), string(m.Body), m.Redelivered)
+	if err := d.Ack(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output: inv-42 {"amount":10} false
+}

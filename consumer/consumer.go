@@ -1,0 +1,439 @@
+package consumer
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// Handler does the business work for one message inside the inbox
+// transaction. All its database writes go through tx; it must not commit or
+// roll back. Its error decides what happens to the message: wrap it with
+// classify.Reject (business rejection: recorded, acknowledged, never
+// retried), classify.Poison (dead-lettered at once) or return it plain
+// (technical: handed back for redelivery until the backout threshold).
+type Handler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
+
+// Action is what the runtime did with a delivery.
+type Action string
+
+// Actions.
+const (
+	ActionAck        Action = "ack"
+	ActionRequeue    Action = "requeue"
+	ActionReject     Action = "reject"      // acknowledged after a business rejection
+	ActionDeadLetter Action = "dead-letter" // published to the DLQ, then acknowledged
+)
+
+// Settled reports one settled delivery to Config.OnSettled.
+type Settled struct {
+	Message inboxkit.Message
+	Result  inbox.Result
+	Action  Action
+	// Delay is the requeue delay for ActionRequeue.
+	Delay time.Duration
+	// Err is an error of the runtime itself (inbox down, DLQ publish
+	// failed); the delivery was then handed back to the broker.
+	Err error
+}
+
+// Config configures a Consumer. Zero values mean the documented defaults.
+type Config struct {
+	// Name is the consumer name, stored in CONSUMER_NAME. Required.
+	Name string
+	// Source delivers the messages. Required.
+	Source Source
+	// Store is the inbox. Required.
+	Store *inbox.Store
+	// Handler does the work. Required.
+	Handler Handler
+	// DeadLetter publishes dead letters. Required: nothing is ever dropped.
+	DeadLetter dlq.Publisher
+	// DeadLetterQueue is the destination of dead letters. Required.
+	DeadLetterQueue string
+	// RejectQueue, if set, receives business rejections (with the same
+	// envelope headers) for people to clarify; published with Rejects
+	// (defaults to DeadLetter). Publishing is at least once: a rejection
+	// whose publish failed is published again when the broker redelivers.
+	RejectQueue string
+	// Rejects publishes to RejectQueue. Defaults to DeadLetter.
+	Rejects dlq.Publisher
+	// EventIDHeader is the header holding the event id. Defaults to "eventId".
+	EventIDHeader string
+	// CorrelationIDHeader is the header holding the correlation id. Defaults
+	// to "correlationId"; when it is absent the broker's own correlation id
+	// ("correlation-id", as JMS producers set JMSCorrelationID) is used.
+	CorrelationIDHeader string
+	// Concurrency is the number of deliveries handled at once. Defaults to 1.
+	// Set the broker's prefetch to at least this.
+	Concurrency int
+	// RequeueDelayFunc gives the redelivery delay after the n-th failed
+	// attempt. Defaults to 1s doubling per attempt, at most 1 minute; a
+	// handler error's RetryAfter wins.
+	RequeueDelayFunc func(attempts int) time.Duration
+	// PausedFunc, if set, is asked before each receive; while it returns
+	// true, intake pauses (e.g. while a circuit breaker is open:
+	// breaker.Open). Deliveries in hand are finished.
+	PausedFunc func() bool
+	// PollInterval is how often a paused consumer looks again, and how long
+	// it waits after a runtime error before receiving again. Defaults to 200ms.
+	PollInterval time.Duration
+	// Logger logs every settlement with event_id and correlation_id.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// Clock stamps dead letters. Defaults to the store's clock if it is set
+	// there, else the system clock.
+	Clock inboxkit.Clock
+	// OnSettled, if set, is called after each delivery was settled (for
+	// metrics, progress and tests). It must not block for long.
+	OnSettled func(Settled)
+}
+
+func (c *Config) setDefaults() {
+	if c.EventIDHeader == "" {
+		c.EventIDHeader = "eventId"
+	}
+	if c.CorrelationIDHeader == "" {
+		c.CorrelationIDHeader = "correlationId"
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.RequeueDelayFunc == nil {
+		c.RequeueDelayFunc = DefaultRequeueDelay
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rejects == nil {
+		c.Rejects = c.DeadLetter
+	}
+	if c.Clock == nil && c.Store != nil {
+		c.Clock = c.Store.Config().Clock
+	}
+	if c.Clock == nil {
+		c.Clock = inboxkit.SystemClock{}
+	}
+}
+
+func (c *Config) validate() error {
+	missing := func(field, hint string) error {
+		return fmt.Errorf("consumer: Config.%s is required: %s", field, hint)
+	}
+	switch {
+	case c.Name == "":
+		return missing("Name", "it is the CONSUMER_NAME of every inbox row, e.g. \"invoice-consumer\"")
+	case len(c.Name) > inbox.MaxConsumerNameLength:
+		return fmt.Errorf("consumer: Config.Name is %d bytes, at most %d fit CONSUMER_NAME", len(c.Name), inbox.MaxConsumerNameLength)
+	case c.Source == nil:
+		return missing("Source", "a broker adapter such as stomp.NewSource")
+	case c.Store == nil:
+		return missing("Store", "inbox.New(db, dialect, cfg)")
+	case c.Handler == nil:
+		return missing("Handler", "the business function")
+	case c.DeadLetter == nil:
+		return missing("DeadLetter", "a dlq.Publisher; without it poison messages would have nowhere to go")
+	case c.DeadLetterQueue == "":
+		return missing("DeadLetterQueue", "e.g. \"DLQ.invoices\"")
+	case c.Concurrency < 0:
+		return fmt.Errorf("consumer: Config.Concurrency is %d, it must be positive", c.Concurrency)
+	}
+	return nil
+}
+
+// DefaultRequeueDelay is 1s doubling per attempt, at most 1 minute.
+func DefaultRequeueDelay(attempts int) time.Duration {
+	d := time.Second
+	for i := 1; i < attempts && d < time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, time.Minute)
+}
+
+// Consumer runs the inbox around a handler for every delivery of a Source.
+type Consumer struct {
+	cfg Config
+}
+
+// New checks cfg and returns a Consumer.
+func New(cfg Config) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// Run receives and handles deliveries with Config.Concurrency goroutines
+// until ctx is done, then drains: it stops intake, lets the deliveries in
+// hand finish (their inbox transaction commits and they are acknowledged),
+// and closes the source. It returns nil after a drain caused by ctx, or the
+// source's error.
+func (c *Consumer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, c.cfg.Concurrency)
+	for i := 0; i < c.cfg.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.loop(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	cerr := c.cfg.Source.Close()
+	for err := range errs {
+		return err
+	}
+	if cerr != nil && !errors.Is(cerr, ErrClosed) {
+		return fmt.Errorf("consumer: close source: %w", cerr)
+	}
+	return nil
+}
+
+func (c *Consumer) loop(ctx context.Context) error {
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if c.cfg.PausedFunc != nil && c.cfg.PausedFunc() {
+			if !sleep(ctx, c.cfg.PollInterval) {
+				return nil
+			}
+			continue
+		}
+		d, err := c.cfg.Source.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
+		}
+		// A delivery in hand is finished even when ctx is cancelled now.
+		c.Handle(context.WithoutCancel(ctx), d)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Message returns the delivery's message with the event id and correlation
+// id filled from the configured headers.
+func (c *Consumer) Message(d Delivery) inboxkit.Message {
+	m := d.Message()
+	m.ID = m.Header(c.cfg.EventIDHeader)
+	m.CorrelationID = m.Header(c.cfg.CorrelationIDHeader)
+	if m.CorrelationID == "" {
+		m.CorrelationID = m.Header("correlation-id")
+	}
+	return m
+}
+
+// PayloadHash is the hex SHA-256 of a body, as stored in PAYLOAD_HASH.
+func PayloadHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
+}
+
+// Handle processes one delivery and settles it: exactly one of Ack or
+// Requeue is called on d. Run calls it; tests and custom loops may too.
+func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
+	m := c.Message(d)
+	entry := inbox.Entry{
+		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
+		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
+	}
+	res, err := c.cfg.Store.Process(ctx, entry, func(ctx context.Context, tx *sql.Tx) error {
+		return c.cfg.Handler(ctx, tx, m)
+	})
+	s := Settled{Message: m, Result: res}
+	if err != nil {
+		s.Err = err
+		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	}
+	switch res.Outcome {
+	case inboxkit.OutcomeProcessed:
+		return c.ack(ctx, d, s, ActionAck)
+	case inboxkit.OutcomeDuplicate:
+		if res.Status == inboxkit.StatusRejected && m.Redelivered && c.cfg.RejectQueue != "" {
+			// The first delivery may have died between commit and publish.
+			return c.reject(ctx, d, s, entry)
+		}
+		return c.ack(ctx, d, s, ActionAck)
+	case inboxkit.OutcomeRejected:
+		if c.cfg.RejectQueue != "" {
+			return c.reject(ctx, d, s, entry)
+		}
+		return c.ack(ctx, d, s, ActionReject)
+	case inboxkit.OutcomeRetry:
+		delay := res.RetryAfter
+		if delay == 0 {
+			delay = c.cfg.RequeueDelayFunc(max(res.Attempts, 1))
+		}
+		return c.requeue(ctx, d, s, delay)
+	case inboxkit.OutcomeDeadLetter:
+		return c.deadLetter(ctx, d, s, entry)
+	}
+	s.Err = fmt.Errorf("consumer: unknown outcome %q", res.Outcome)
+	return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+}
+
+func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox.Entry, res inbox.Result) dlq.Envelope {
+	e := dlq.Envelope{
+		Body: m.Body, Original: m.Headers, Reason: res.Reason, Class: string(res.Class), Attempts: res.Attempts,
+		Consumer: c.cfg.Name, OriginalDestination: m.Destination, EventID: m.ID, CorrelationID: m.CorrelationID,
+		DeadLetteredAt: c.cfg.Clock.Now(),
+	}
+	if res.Err != nil {
+		e.Error = res.Err.Error()
+	}
+	if entry.EventID != "" && len(entry.EventID) <= inbox.MaxEventIDLength {
+		if r, err := c.cfg.Store.Get(ctx, entry.EventID, c.cfg.Name); err == nil {
+			if r.FirstFailedAt != nil {
+				e.FirstFailure = *r.FirstFailedAt
+			}
+			if r.UpdatedAt != nil && r.Status == inboxkit.StatusTechnicalFailure {
+				e.LastFailure = *r.UpdatedAt
+			}
+			if e.Error == "" {
+				e.Error = r.LastError
+			}
+			if e.Reason == "" {
+				e.Reason = r.ReasonCode
+			}
+		}
+	}
+	if e.LastFailure.IsZero() {
+		e.LastFailure = e.DeadLetteredAt
+	}
+	if e.FirstFailure.IsZero() {
+		e.FirstFailure = e.LastFailure
+	}
+	return e
+}
+
+func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry inbox.Entry) Settled {
+	env := c.envelope(ctx, s.Message, entry, s.Result)
+	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
+		s.Err = fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
+		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	}
+	var resErr error
+	if s.Result.Err != nil {
+		resErr = s.Result.Err
+	} else if env.Error != "" {
+		resErr = errors.New(env.Error)
+	}
+	st, err := c.cfg.Store.MarkDeadLettered(ctx, inbox.DeadLetter{Entry: entry, Class: s.Result.Class, Reason: env.Reason, Err: resErr})
+	if err != nil {
+		// The copy is in the DLQ; the redelivery dead-letters again (a
+		// second copy there is better than a lost message).
+		s.Err = fmt.Errorf("consumer: mark dead-lettered: %w", err)
+		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	}
+	if st != "" {
+		s.Result.Status = st
+	}
+	return c.ack(ctx, d, s, ActionDeadLetter)
+}
+
+func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbox.Entry) Settled {
+	res := s.Result
+	if res.Outcome == inboxkit.OutcomeDuplicate {
+		if r, err := c.cfg.Store.Get(ctx, entry.EventID, c.cfg.Name); err == nil {
+			res.Reason, res.Class = r.ReasonCode, inboxkit.ClassBusiness
+			if r.LastError != "" {
+				res.Err = errors.New(r.LastError)
+			}
+		}
+	}
+	env := c.envelope(ctx, s.Message, entry, res)
+	env.FirstFailure, env.LastFailure = time.Time{}, time.Time{}
+	if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
+		s.Err = fmt.Errorf("consumer: publish rejection to %s: %w (message handed back to the broker)", c.cfg.RejectQueue, err)
+		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	}
+	return c.ack(ctx, d, s, ActionReject)
+}
+
+func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a Action) Settled {
+	s.Action = a
+	if err := d.Ack(ctx); err != nil {
+		// The broker will deliver again; the inbox makes that a duplicate.
+		s.Err = fmt.Errorf("consumer: ack: %w", err)
+	}
+	c.log(s)
+	return s
+}
+
+func (c *Consumer) requeue(ctx context.Context, d Delivery, s Settled, delay time.Duration) Settled {
+	s.Action, s.Delay = ActionRequeue, delay
+	if err := d.Requeue(ctx, delay); err != nil {
+		err = fmt.Errorf("consumer: requeue: %w", err)
+		s.Err = errors.Join(s.Err, err)
+	}
+	c.log(s)
+	return s
+}
+
+func (c *Consumer) log(s Settled) {
+	attrs := []any{
+		slog.String("consumer", c.cfg.Name),
+		slog.String("event_id", s.Message.ID),
+		slog.String("correlation_id", s.Message.CorrelationID),
+		slog.String("outcome", string(s.Result.Outcome)),
+		slog.String("action", string(s.Action)),
+	}
+	if s.Result.Status != "" {
+		attrs = append(attrs, slog.String("status", string(s.Result.Status)))
+	}
+	if s.Result.Reason != "" {
+		attrs = append(attrs, slog.String("reason", s.Result.Reason))
+	}
+	if s.Result.Attempts > 0 {
+		attrs = append(attrs, slog.Int("attempts", s.Result.Attempts))
+	}
+	if s.Action == ActionRequeue {
+		attrs = append(attrs, slog.Duration("delay", s.Delay))
+	}
+	level := slog.LevelInfo
+	if s.Result.Err != nil {
+		attrs = append(attrs, slog.String("error", s.Result.Err.Error()))
+	}
+	if s.Err != nil {
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
+	} else if s.Action == ActionDeadLetter || s.Action == ActionRequeue {
+		level = slog.LevelWarn
+	}
+	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
+	if c.cfg.OnSettled != nil {
+		c.cfg.OnSettled(s)
+	}
+}

@@ -1,0 +1,131 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// ReplayConfig configures Replay.
+type ReplayConfig struct {
+	// DLQ is a Source on the dead-letter queue. Required.
+	DLQ Source
+	// Publisher sends the replayed message to its original destination. Required.
+	Publisher dlq.Publisher
+	// Store is the inbox whose DEAD_LETTERED rows are reset so the replayed
+	// message is processed again. Required.
+	Store *inbox.Store
+	// EventID replays only the dead letters of this event id; empty replays
+	// all (with All set).
+	EventID string
+	// All must be set to replay every dead letter (a guard against an empty
+	// EventID by mistake).
+	All bool
+	// Destination overrides the envelope's original destination.
+	Destination string
+	// IdleTimeout ends the replay when the DLQ delivers nothing for this
+	// long. Defaults to 2s.
+	IdleTimeout time.Duration
+	// Clock stamps the replay header. Defaults to the system clock.
+	Clock inboxkit.Clock
+}
+
+// ReplayReport says what Replay did.
+type ReplayReport struct {
+	Replayed []string // event ids sent back to their destination
+	Skipped  []string // dead letters left in the DLQ, with the reason
+}
+
+// Replay moves dead letters back to their original destination, with the
+// same event id so that the inbox still deduplicates, and resets their
+// inbox rows (DEAD_LETTERED → TECHNICAL_FAILURE, ATTEMPTS 0, REPLAY_COUNT+1)
+// so that the replayed message is processed once more.
+//
+// For each dead letter, in this order: the row is reset, the message is
+// published to its destination (confirmed), and only then is the dead letter
+// acknowledged; a failure leaves it in the DLQ. Dead letters that are not
+// replayed (another event id, no event id, not an envelope) are handed back
+// to the DLQ. Replay stops when the DLQ is idle for IdleTimeout or when it
+// sees a dead letter for the second time.
+func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
+	var rep ReplayReport
+	switch {
+	case cfg.DLQ == nil || cfg.Publisher == nil || cfg.Store == nil:
+		return rep, errors.New("consumer: ReplayConfig needs DLQ, Publisher and Store")
+	case cfg.EventID == "" && !cfg.All:
+		return rep, errors.New("consumer: Replay: give an EventID, or set All to replay every dead letter")
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 2 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = inboxkit.SystemClock{}
+	}
+	seen := map[string]bool{}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, cfg.IdleTimeout)
+		d, err := cfg.DLQ.Receive(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed) {
+				return rep, nil
+			}
+			return rep, fmt.Errorf("consumer: replay: receive: %w", err)
+		}
+		m := d.Message()
+		env, perr := dlq.Parse(m.Headers, m.Body)
+		key := env.EventID + "|" + m.Header(dlq.HeaderDeadLetteredAt) + "|" + PayloadHash(m.Body)
+		if seen[key] {
+			// Came round again: everything left is not for us.
+			if err := d.Requeue(ctx, 0); err != nil {
+				return rep, fmt.Errorf("consumer: replay: hand back: %w", err)
+			}
+			return rep, nil
+		}
+		seen[key] = true
+		skip := ""
+		switch {
+		case perr != nil:
+			skip = "not a dead-letter envelope"
+		case cfg.EventID != "" && env.EventID != cfg.EventID:
+			skip = "-" // another event: not reported
+		case env.EventID == "":
+			skip = "no event id (" + env.Reason + "): fix the producer and resend"
+		case cfg.Destination == "" && env.OriginalDestination == "":
+			skip = "no original destination: give one"
+		}
+		if skip != "" {
+			if err := d.Requeue(ctx, 0); err != nil {
+				return rep, fmt.Errorf("consumer: replay: hand back: %w", err)
+			}
+			if skip != "-" {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %s", env.EventID, skip))
+			}
+			continue
+		}
+		dest := cfg.Destination
+		if dest == "" {
+			dest = env.OriginalDestination
+		}
+		if _, err := cfg.Store.ResetForReplay(ctx, env.EventID, env.Consumer); err != nil {
+			_ = d.Requeue(ctx, 0)
+			return rep, fmt.Errorf("consumer: replay %s: %w", env.EventID, err)
+		}
+		if err := cfg.Publisher.Publish(ctx, dest, env.ReplayHeaders(cfg.Clock.Now()), env.Body); err != nil {
+			_ = d.Requeue(ctx, 0)
+			return rep, fmt.Errorf("consumer: replay %s to %s: %w (left in the DLQ)", env.EventID, dest, err)
+		}
+		if err := d.Ack(ctx); err != nil {
+			return rep, fmt.Errorf("consumer: replay %s: ack dead letter: %w (replayed; the DLQ copy may come again)", env.EventID, err)
+		}
+		rep.Replayed = append(rep.Replayed, env.EventID)
+	}
+}
