@@ -1,0 +1,167 @@
+package classify
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"regexp"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/inboxkit/inboxkit"
+	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+)
+
+// Of returns the decision for err: the decision of the first error in err's
+// chain that implements [inboxkit.Decider] (as [inboxkit.DecisionOf] does);
+// when there is none, a technical decision whose reason is the detected
+// driver condition (DEADLOCK, CONNECTION, CONSTRAINT_VIOLATION, ...; see the
+// Reason* constants), or an empty reason for an unknown error. Of(nil) is the
+// zero Decision.
+//
+// Of has the signature of the inbox's ClassifyFunc and can be used as one.
+func Of(err error) inboxkit.Decision {
+	if err == nil {
+		return inboxkit.Decision{}
+	}
+	var d inboxkit.Decider
+	if errors.As(err, &d) {
+		return inboxkit.DecisionOf(err)
+	}
+	return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: driverReason(err)}
+}
+
+// IsTransient reports whether err is a transient technical failure worth
+// retrying soon: its decision (see [Of]) is technical, does not have
+// NoAttempt set (an open circuit breaker is not retried in process), and
+// carries a transient reason code. Errors wrapped with [Retry] or
+// [RetryAfter] are transient; so are the driver conditions listed at the
+// Reason* constants. Unknown errors and constraint violations are not.
+func IsTransient(err error) bool {
+	return transientDecision(Of(err))
+}
+
+func transientDecision(d inboxkit.Decision) bool {
+	return d.Class == inboxkit.ClassTechnical && !d.NoAttempt && IsTransientReason(d.Reason)
+}
+
+// PostgreSQL SQLSTATE codes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+var (
+	pgCodes = map[string]string{
+		"40001": ReasonSerializationFailure, // serialization_failure
+		"40P01": ReasonDeadlock,             // deadlock_detected
+		"55P03": ReasonLockTimeout,          // lock_not_available
+		"57P01": ReasonConnection,           // admin_shutdown
+		"57P02": ReasonConnection,           // crash_shutdown
+		"57P03": ReasonConnection,           // cannot_connect_now
+	}
+	pgClasses = map[string]string{
+		"08": ReasonConnection,            // connection exception
+		"53": ReasonInsufficientResources, // insufficient resources
+		"23": ReasonConstraintViolation,   // integrity constraint violation
+	}
+)
+
+// MySQL/MariaDB error numbers.
+var mysqlNumbers = map[uint16]string{
+	1205: ReasonLockTimeout,           // ER_LOCK_WAIT_TIMEOUT
+	1213: ReasonDeadlock,              // ER_LOCK_DEADLOCK
+	2006: ReasonConnection,            // CR_SERVER_GONE_ERROR
+	2013: ReasonConnection,            // CR_SERVER_LOST
+	1927: ReasonConnection,            // ER_CONNECTION_KILLED (MariaDB)
+	1040: ReasonInsufficientResources, // ER_CON_COUNT_ERROR (too many connections)
+	1048: ReasonConstraintViolation,   // ER_BAD_NULL_ERROR
+	1062: ReasonConstraintViolation,   // ER_DUP_ENTRY
+	1216: ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW
+	1217: ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED
+	1451: ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED_2
+	1452: ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW_2
+	3819: ReasonConstraintViolation,   // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
+	4025: ReasonConstraintViolation,   // ER_CONSTRAINT_FAILED (MariaDB)
+}
+
+// SQLite primary result codes (the low byte of an extended code).
+var sqliteCodes = map[int]string{
+	5:  ReasonDBBusy,              // SQLITE_BUSY
+	6:  ReasonDBBusy,              // SQLITE_LOCKED
+	19: ReasonConstraintViolation, // SQLITE_CONSTRAINT
+}
+
+// Oracle error codes, matched in the error text as ORA-nnnnn.
+var oracleCodes = map[string]string{
+	"00060": ReasonDeadlock,             // deadlock detected while waiting for resource
+	"08177": ReasonSerializationFailure, // can't serialize access for this transaction
+	"00054": ReasonLockTimeout,          // resource busy and acquire with NOWAIT specified or timeout expired
+	"03113": ReasonConnection,           // end-of-file on communication channel
+	"03114": ReasonConnection,           // not connected to ORACLE
+	"12541": ReasonConnection,           // TNS:no listener
+	"12170": ReasonConnection,           // TNS:Connect timeout occurred
+	"00001": ReasonConstraintViolation,  // unique constraint violated
+	"02291": ReasonConstraintViolation,  // integrity constraint violated - parent key not found
+	"02292": ReasonConstraintViolation,  // integrity constraint violated - child record found
+}
+
+var oraPattern = regexp.MustCompile(`ORA-(\d{5})`)
+
+// Connection-level errno values, matched with errors.Is.
+var connErrnos = []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE}
+
+// driverReason returns the reason code of the driver or network condition
+// found in err's chain, or "" when none is recognised. Database error codes
+// are checked first, so a PostgreSQL 40P01 reports DEADLOCK even when the
+// driver also wrapped a network error.
+func driverReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if r, ok := pgCodes[pgErr.Code]; ok {
+			return r
+		}
+		if len(pgErr.Code) == 5 {
+			if r, ok := pgClasses[pgErr.Code[:2]]; ok {
+				return r
+			}
+		}
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		if r, ok := mysqlNumbers[myErr.Number]; ok {
+			return r
+		}
+	}
+	var liteErr *sqlite.Error
+	if errors.As(err, &liteErr) {
+		if r, ok := sqliteCodes[liteErr.Code()&0xff]; ok {
+			return r
+		}
+	}
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
+		return ReasonConnection
+	}
+	for _, m := range oraPattern.FindAllStringSubmatch(err.Error(), -1) {
+		if r, ok := oracleCodes[m[1]]; ok {
+			return r
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ReasonTimeout
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return ReasonTimeout
+	}
+	for _, e := range connErrnos {
+		if errors.Is(err, e) {
+			return ReasonConnection
+		}
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return ReasonConnection
+	}
+	return ""
+}
