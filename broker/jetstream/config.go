@@ -1,0 +1,154 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures an Adapter. The zero value of every field selects its
+// documented default.
+type Config struct {
+	// URL is the NATS server URL (a comma-separated list is allowed). The
+	// password of a user:password URL never appears in errors or logs.
+	// Defaults to "nats://127.0.0.1:4222".
+	URL string
+	// Stream is the JetStream stream holding Subject. When it does not exist
+	// it is created with file storage and work-queue retention (see
+	// KeepAcked); when it exists and does not capture Subject, Subject is
+	// added to its subjects. Required when Subject is set.
+	Stream string
+	// Subject is the subject Receive consumes (the durable consumer's filter
+	// subject). Empty means a publisher-only Adapter: Receive returns
+	// ErrNoSubject. Defaults to "".
+	Subject string
+	// Durable is the name of the durable pull consumer. It is created or
+	// updated with explicit ack, AckWait, MaxAckPending and MaxDeliver -1
+	// (unlimited: dead-lettering is the inboxkit runtime's decision).
+	// Defaults to "inboxkit".
+	Durable string
+	// KeepAcked creates a missing Stream with limits retention, so that
+	// acknowledged messages stay for replay until the stream's limits remove
+	// them. By default a missing Stream is created with work-queue
+	// retention: the stream is a queue and forgets a message once it is
+	// acknowledged. It has no effect on an existing stream. Defaults to false.
+	KeepAcked bool
+	// AckWait is how long the server waits for an Ack or Requeue before it
+	// redelivers a delivery, also after a consumer crash. Defaults to 30s.
+	AckWait time.Duration
+	// MaxAckPending is the most deliveries the consumer has unacknowledged at
+	// once. Defaults to 1000.
+	MaxAckPending int
+	// PollWait is how long one pull request waits on the server for a message
+	// before Receive issues the next one. It bounds how long Receive takes to
+	// notice a reconnect. Defaults to 5s.
+	PollWait time.Duration
+	// ReconnectWait is the pause between reconnect attempts (nats.go
+	// reconnects forever). Defaults to 500ms.
+	ReconnectWait time.Duration
+	// ConnectTimeout bounds the first connect. Defaults to 5s.
+	ConnectTimeout time.Duration
+	// Name is the connection name shown by the server's monitoring.
+	// Defaults to "inboxkit".
+	Name string
+	// Logger receives disconnect and reconnect messages.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.URL == "" {
+		c.URL = "nats://127.0.0.1:4222"
+	}
+	if c.Durable == "" {
+		c.Durable = "inboxkit"
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 1000
+	}
+	if c.PollWait == 0 {
+		c.PollWait = 5 * time.Second
+	}
+	if c.ReconnectWait == 0 {
+		c.ReconnectWait = 500 * time.Millisecond
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 5 * time.Second
+	}
+	if c.Name == "" {
+		c.Name = "inboxkit"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	for _, u := range strings.Split(c.URL, ",") {
+		if _, err := url.Parse(strings.TrimSpace(u)); err != nil {
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // the full error quotes the URL
+			}
+			return fmt.Errorf("jetstream: Config.URL is invalid: %s", err)
+		}
+	}
+	if c.Subject != "" && c.Stream == "" {
+		return errors.New("jetstream: Config.Stream is required with Config.Subject")
+	}
+	if strings.ContainsAny(c.Stream, ".*> \t") {
+		return fmt.Errorf("jetstream: Config.Stream %q must not contain '.', '*', '>' or spaces", c.Stream)
+	}
+	if strings.ContainsAny(c.Durable, ".*> \t") {
+		return fmt.Errorf("jetstream: Config.Durable %q must not contain '.', '*', '>' or spaces", c.Durable)
+	}
+	if c.AckWait < 0 {
+		return errors.New("jetstream: Config.AckWait must not be negative")
+	}
+	if c.MaxAckPending < -1 {
+		return errors.New("jetstream: Config.MaxAckPending must be -1 (unlimited) or positive")
+	}
+	if c.PollWait < 0 || (c.PollWait > 0 && c.PollWait < 100*time.Millisecond) {
+		return errors.New("jetstream: Config.PollWait must be at least 100ms")
+	}
+	if c.ReconnectWait < 0 {
+		return errors.New("jetstream: Config.ReconnectWait must not be negative")
+	}
+	if c.ConnectTimeout < 0 {
+		return errors.New("jetstream: Config.ConnectTimeout must not be negative")
+	}
+	return nil
+}
+
+// redact returns the URL list with passwords replaced by "xxxxx".
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "<unparsable URL>"
+			continue
+		}
+		parts[i] = u.Redacted()
+	}
+	return strings.Join(parts, ",")
+}
+
+// hidePassword removes the passwords of urls from msg: nats.go errors may
+// quote the server URL.
+func hidePassword(urls, msg string) string {
+	for _, p := range strings.Split(urls, ",") {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+	}
+	return msg
+}

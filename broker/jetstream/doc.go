@@ -1,0 +1,74 @@
+// Package jetstream connects inboxkit to NATS JetStream
+// (github.com/nats-io/nats.go/jetstream). An [Adapter] is the
+// consumer.Source of one subject, read through a durable pull consumer, and
+// a dlq.Publisher. [StartEmbedded] runs a NATS server with JetStream inside
+// the process for the zero-setup demo and for tests.
+//
+//	a, err := jetstream.Open(ctx, jetstream.Config{Stream: "INVOICE", Subject: "invoice.events"})
+//	...
+//	defer a.Close()
+//	err = a.EnsureStream(ctx, "INVOICE_DLQ", "invoice.events.dlq")
+//	d, err := a.Receive(ctx) // consumer.Delivery
+//	err = a.Publish(ctx, "invoice.events.dlq", headers, body)
+//
+// # Stream and consumer
+//
+// Open makes sure Config.Stream captures Config.Subject. A missing stream is
+// created with file storage and work-queue retention: the stream is a queue,
+// and a message is removed once acknowledged (Config.KeepAcked chooses
+// limits retention instead). An existing stream keeps its settings; Subject
+// is added to its subjects if it does not capture it. The durable pull
+// consumer Config.Durable is created or updated with explicit ack,
+// Config.AckWait, Config.MaxAckPending and MaxDeliver -1 (unlimited):
+// dead-lettering is the inboxkit runtime's decision, made from the inbox's
+// own attempt count, so the server never gives up on a message.
+//
+// # Receiving
+//
+// Receive pulls one message per request, each waiting up to Config.PollWait
+// on the server. A delivery becomes an inboxkit.Message:
+//
+//   - Headers: the NATS headers, first value of each.
+//   - Destination: the subject.
+//   - BrokerMessageID: the stream sequence, in decimal.
+//   - DeliveryCount: the consumer's NumDelivered (1 for the first delivery),
+//     known also after a consumer crash.
+//   - Redelivered: NumDelivered > 1.
+//
+// # Settling
+//
+// Ack is a DoubleAck: it returns after the server confirmed the
+// acknowledgement. Requeue is a Nak, or NakWithDelay(delay) when delay > 0,
+// followed by a flush; the server redelivers after the delay. Term is never
+// used. A delivery not settled within AckWait is redelivered by the server,
+// which is how a crashed consumer's messages come back. Close naks the
+// deliveries it handed out and that are not settled yet, so they come back
+// at once.
+//
+// # Publishing
+//
+// Publish is a JetStream publish with headers and returns nil only after the
+// stream's PubAck. A subject that no stream captures is an error:
+// [Adapter.EnsureStream] creates (file storage, limits retention) or extends
+// a stream so the DLQ and reject subjects are stored.
+//
+// # Connection loss
+//
+// nats.go reconnects forever (Config.ReconnectWait between attempts).
+// Nothing is buffered while disconnected, so an Ack, Requeue or Publish that
+// returns an error was not sent. Receive issues a new pull request after a
+// lost one and so resumes after a reconnect, within Config.PollWait. A
+// delivery received before the connection broke can still be acknowledged
+// after the reconnect if the server still holds it as pending; otherwise
+// the server redelivers it after AckWait. The password of a URL never
+// appears in errors or logs.
+//
+// # Broker facts (NATS JetStream)
+//
+//   - The delivery count and redelivery are known for every delivery.
+//   - Delayed redelivery is native (NakWithDelay).
+//   - There is no dead-letter queue: a message past MaxDeliver is only
+//     announced by an advisory; inboxkit sets MaxDeliver -1 and publishes its
+//     own dead letters.
+//   - A work-queue stream allows only one consumer per subject.
+package jetstream

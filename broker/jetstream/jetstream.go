@@ -1,0 +1,325 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
+)
+
+// ErrNoSubject is returned by Receive on an Adapter opened without
+// Config.Subject (a publisher-only Adapter).
+var ErrNoSubject = errors.New("jetstream: no Config.Subject: publisher-only adapter")
+
+var (
+	_ consumer.Source = (*Adapter)(nil)
+	_ dlq.Publisher   = (*Adapter)(nil)
+)
+
+// Adapter is a NATS JetStream consumer.Source for one subject, read through
+// a durable pull consumer, and a dlq.Publisher. It holds one NATS
+// connection, which nats.go reconnects forever. All methods are safe for
+// concurrent use.
+type Adapter struct {
+	cfg  Config
+	url  string // redacted
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cons jetstream.Consumer // nil without Config.Subject
+
+	closedCtx context.Context // done after Close
+	close     context.CancelFunc
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	closing bool                   // set by Close, under mu
+	pending map[*delivery]struct{} // received, not settled
+}
+
+// Open connects to the server, makes sure Config.Stream captures
+// Config.Subject, creates or updates the durable pull consumer and returns
+// the Adapter. ctx bounds this setup.
+func Open(ctx context.Context, cfg Config) (*Adapter, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &Adapter{
+		cfg:     cfg,
+		url:     redact(cfg.URL),
+		pending: make(map[*delivery]struct{}),
+	}
+	log := cfg.Logger
+	nc, err := nats.Connect(cfg.URL,
+		nats.Name(cfg.Name),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(cfg.ReconnectWait),
+		// No buffering while disconnected: an Ack, Requeue or Publish that
+		// returns an error was not sent, and cannot take effect later.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("jetstream: disconnected", "url", a.url, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			log.Info("jetstream: reconnected", "url", a.url)
+		}),
+	)
+	if err != nil {
+		return nil, &redactedError{
+			msg: fmt.Sprintf("jetstream: connect to %s: %s", a.url, hidePassword(cfg.URL, err.Error())),
+			err: err,
+		}
+	}
+	a.nc = nc
+	if a.js, err = jetstream.New(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if cfg.Subject != "" {
+		retention := jetstream.WorkQueuePolicy
+		if cfg.KeepAcked {
+			retention = jetstream.LimitsPolicy
+		}
+		if err := a.ensureStream(ctx, cfg.Stream, retention, cfg.Subject); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		a.cons, err = a.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+			Durable:       cfg.Durable,
+			FilterSubject: cfg.Subject,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    -1,
+			MaxAckPending: cfg.MaxAckPending,
+		})
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("jetstream: create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+		}
+	}
+	a.closedCtx, a.close = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// Features reports what JetStream tells and does through this Adapter.
+func (a *Adapter) Features() consumer.Features {
+	return consumer.Features{
+		DeliveryCount:   true,
+		RedeliveredFlag: true,
+		DelayedRequeue:  true,
+		NativeDLQ:       false,
+	}
+}
+
+// Receive returns the next delivery of Config.Subject. It blocks until a
+// delivery arrives, ctx is done (ctx.Err()) or the Adapter is closed
+// (consumer.ErrClosed). It pulls one message per request, each request
+// waiting up to Config.PollWait on the server, so it keeps working across
+// reconnects: a request lost with a connection is replaced by the next.
+func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
+	if a.cons == nil {
+		return nil, ErrNoSubject
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(a.closedCtx, cancel)()
+	for {
+		if a.closedCtx.Err() != nil {
+			return nil, consumer.ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if dl, ok := rctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
+			<-rctx.Done() // too short for a pull request
+			continue
+		}
+		fctx, fcancel := context.WithTimeout(rctx, a.cfg.PollWait)
+		batch, err := a.cons.Fetch(1, jetstream.FetchContext(fctx))
+		if err == nil {
+			for msg := range batch.Messages() {
+				fcancel()
+				if d := a.track(msg); d != nil {
+					return d, nil
+				}
+				return nil, consumer.ErrClosed
+			}
+			err = batch.Error()
+		}
+		fcancel()
+		switch {
+		case a.closedCtx.Err() != nil:
+			return nil, consumer.ErrClosed
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err == nil, errors.Is(err, context.DeadlineExceeded):
+			// The pull request expired empty: ask again.
+		default:
+			a.cfg.Logger.Warn("jetstream: pull failed, retrying", "stream", a.cfg.Stream, "consumer", a.cfg.Durable, "err", err)
+			select {
+			case <-rctx.Done():
+			case <-time.After(a.cfg.ReconnectWait):
+			}
+		}
+	}
+}
+
+// Publish sends body with headers to subject and returns nil only after the
+// stream that captures subject acknowledged it (a JetStream PubAck). A
+// subject no stream captures is an error (jetstream.ErrNoStreamResponse);
+// EnsureStream makes a stream capture it. A "Nats-Msg-Id" header enables
+// the server's duplicate detection for retried publishes. Without a
+// deadline in ctx the wait for the PubAck is bounded by 5s.
+func (a *Adapter) Publish(ctx context.Context, subject string, headers map[string]string, body []byte) error {
+	if a.closedCtx.Err() != nil {
+		return fmt.Errorf("jetstream: publish to %s: %w", subject, consumer.ErrClosed)
+	}
+	msg := &nats.Msg{Subject: subject, Data: body, Header: make(nats.Header, len(headers))}
+	for k, v := range headers {
+		msg.Header[k] = []string{v} // as given: nats.Header.Set would canonicalize
+	}
+	if _, err := a.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("jetstream: publish to %s: %w", subject, err)
+	}
+	return nil
+}
+
+// EnsureStream makes sure stream name exists and captures subjects, so that
+// Publish to them is stored (DLQ and reject subjects). A missing stream is
+// created with file storage and limits retention: dead letters stay until
+// they are replayed or purged. An existing stream keeps its settings; the
+// subjects it does not capture yet are added to it.
+func (a *Adapter) EnsureStream(ctx context.Context, name string, subjects ...string) error {
+	return a.ensureStream(ctx, name, jetstream.LimitsPolicy, subjects...)
+}
+
+func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetstream.RetentionPolicy, subjects ...string) error {
+	if len(subjects) == 0 {
+		return fmt.Errorf("jetstream: ensure stream %s: no subjects", name)
+	}
+	for range 3 { // a concurrent creator may win the race
+		s, err := a.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = a.js.CreateStream(ctx, jetstream.StreamConfig{
+				Name:      name,
+				Subjects:  subjects,
+				Storage:   jetstream.FileStorage,
+				Retention: retention,
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("jetstream: create stream %s: %w", name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("jetstream: look up stream %s: %w", name, err)
+		}
+		cfg := s.CachedInfo().Config
+		added := false
+		for _, subj := range subjects {
+			if !slices.ContainsFunc(cfg.Subjects, func(p string) bool { return subjectMatches(p, subj) }) {
+				cfg.Subjects = append(cfg.Subjects, subj)
+				added = true
+			}
+		}
+		if !added {
+			return nil
+		}
+		if _, err := a.js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("jetstream: add subjects %v to stream %s: %w", subjects, name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("jetstream: ensure stream %s: %w", name, jetstream.ErrStreamNameAlreadyInUse)
+}
+
+// Close stops intake, returns every delivery not yet settled to the server
+// with a Nak (so it is redelivered at once, not after AckWait), and closes
+// the connection. Receive and Publish return consumer.ErrClosed afterwards.
+// Close is safe to call more than once.
+func (a *Adapter) Close() error {
+	a.closeOnce.Do(func() {
+		a.close()
+		a.mu.Lock()
+		a.closing = true
+		pending := a.pending
+		a.pending = make(map[*delivery]struct{})
+		a.mu.Unlock()
+		for d := range pending {
+			if d.settled.CompareAndSwap(false, true) {
+				_ = d.msg.Nak()
+			}
+		}
+		_ = a.nc.FlushTimeout(2 * time.Second)
+		a.nc.Close()
+	})
+	return nil
+}
+
+// track registers a received message, or naks it and returns nil when the
+// Adapter is closing.
+func (a *Adapter) track(msg jetstream.Msg) *delivery {
+	d := newDelivery(a, msg)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closing {
+		_ = msg.Nak()
+		return nil
+	}
+	a.pending[d] = struct{}{}
+	return d
+}
+
+func (a *Adapter) forget(d *delivery) {
+	a.mu.Lock()
+	delete(a.pending, d)
+	a.mu.Unlock()
+}
+
+// subjectMatches reports whether subject is captured by pattern, a subject
+// with optional '*' (one token) and '>' (one or more tokens) wildcards. A
+// wildcard subject is captured only by a pattern covering it.
+func subjectMatches(pattern, subject string) bool {
+	pt := strings.Split(pattern, ".")
+	st := strings.Split(subject, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) {
+			return false
+		}
+		if p != "*" && p != st[i] {
+			return false
+		}
+		if p == "*" && st[i] == ">" {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+// redactedError carries an error whose text had a password removed.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,125 @@
+package rabbitmq
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Config configures an Adapter. The zero value of every field selects its
+// documented default.
+type Config struct {
+	// URL is the AMQP 0-9-1 URL, with credentials and vhost, for example
+	// amqp://guest:guest@127.0.0.1:5672/. The password never appears in
+	// errors or logs. Defaults to "amqp://guest:guest@127.0.0.1:5672/".
+	URL string
+	// Queue is the queue Receive consumes from. It is declared durable (as a
+	// quorum queue when Quorum is set) when the Adapter opens. Empty means a
+	// publisher-only Adapter: Receive returns an error. Defaults to "".
+	Queue string
+	// Prefetch is the channel QoS: the most unacknowledged deliveries the
+	// broker hands this Adapter at once. A delivery held back by a delayed
+	// Requeue keeps its slot until it is requeued. Defaults to 10.
+	Prefetch int
+	// Quorum declares Queue and the destination queues of Publish as quorum
+	// queues. Quorum queues report x-delivery-count, so Message.DeliveryCount
+	// is known, also after a consumer crash. No x-delivery-limit is set, so
+	// the broker never dead-letters on its own. Defaults to false (classic
+	// durable queues, DeliveryCount 0 = unknown).
+	Quorum bool
+	// ReconnectBackoff is the first pause before reconnecting after a broken
+	// connection or channel; it doubles after each failed attempt.
+	// Defaults to 500ms.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
+	// Defaults to 30s.
+	MaxReconnectBackoff time.Duration
+	// DialTimeout bounds one TCP connect plus AMQP handshake. Defaults to 10s.
+	DialTimeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval proposed to the broker.
+	// Defaults to 10s.
+	Heartbeat time.Duration
+	// ConnectionName is shown in the management UI (client property
+	// connection_name). Defaults to "inboxkit".
+	ConnectionName string
+	// Logger receives reconnect messages. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.URL == "" {
+		c.URL = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.ReconnectBackoff == 0 {
+		c.ReconnectBackoff = 500 * time.Millisecond
+	}
+	if c.MaxReconnectBackoff == 0 {
+		c.MaxReconnectBackoff = 30 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 10 * time.Second
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = "inboxkit"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	// Parse errors quote the URL, so their text never reaches the caller
+	// unredacted.
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("rabbitmq: Config.URL is invalid: %s", err)
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		msg := err.Error()
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+		return fmt.Errorf("rabbitmq: Config.URL %s is invalid: %s", u.Redacted(), msg)
+	}
+	if c.Prefetch < 0 {
+		return errors.New("rabbitmq: Config.Prefetch must not be negative")
+	}
+	if c.ReconnectBackoff < 0 {
+		return errors.New("rabbitmq: Config.ReconnectBackoff must not be negative")
+	}
+	if c.MaxReconnectBackoff < c.ReconnectBackoff {
+		return errors.New("rabbitmq: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
+	}
+	if c.DialTimeout < 0 {
+		return errors.New("rabbitmq: Config.DialTimeout must not be negative")
+	}
+	if c.Heartbeat < 0 {
+		return errors.New("rabbitmq: Config.Heartbeat must not be negative")
+	}
+	return nil
+}
+
+// redact returns rawURL with its password replaced by "xxxxx". A URL that
+// does not parse is replaced entirely, since it may hold a password.
+func redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}

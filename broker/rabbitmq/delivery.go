@@ -1,0 +1,138 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// HeaderCorrelationID is the message header that carries the AMQP
+// correlation_id property, in both directions.
+const HeaderCorrelationID = "correlation-id"
+
+// headerDeliveryCount is set by quorum queues on redeliveries: the number of
+// earlier deliveries.
+const headerDeliveryCount = "x-delivery-count"
+
+// ErrSettled is returned by Ack or Requeue on a delivery already settled.
+var ErrSettled = errors.New("rabbitmq: delivery already settled")
+
+type delivery struct {
+	d       amqp.Delivery
+	msg     inboxkit.Message
+	settled atomic.Bool
+}
+
+func newDelivery(queue string, quorum bool, d amqp.Delivery) *delivery {
+	headers := make(map[string]string, len(d.Headers)+1)
+	for k, v := range d.Headers {
+		headers[k] = headerString(v)
+	}
+	if d.CorrelationId != "" {
+		headers[HeaderCorrelationID] = d.CorrelationId
+	}
+	count := 0
+	if n, ok := deliveryCount(d.Headers[headerDeliveryCount]); ok {
+		count = n + 1
+	} else if quorum {
+		count = 1
+	}
+	return &delivery{
+		d: d,
+		msg: inboxkit.Message{
+			Headers:         headers,
+			Body:            d.Body,
+			Destination:     queue,
+			BrokerMessageID: d.MessageId,
+			Redelivered:     d.Redelivered || count > 1,
+			DeliveryCount:   count,
+		},
+	}
+}
+
+func (d *delivery) Message() inboxkit.Message { return d.msg }
+
+// Ack acknowledges the delivery on the channel it came from. AMQP does not
+// confirm acknowledgements: nil means the frame was written. A delivery from
+// a channel that has since closed returns an error (the broker redelivers
+// it).
+func (d *delivery) Ack(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrSettled
+	}
+	if err := d.d.Ack(false); err != nil {
+		return fmt.Errorf("rabbitmq: ack delivery of %s: %w", d.msg.Destination, err)
+	}
+	return nil
+}
+
+// Requeue returns the delivery to its queue with basic.nack requeue=true,
+// which never dead-letters (no x-delivery-limit is declared). With delay > 0
+// the delivery is held unacknowledged for delay, keeping its prefetch slot,
+// and nacked then; Requeue returns at once. Should the channel close in the
+// meantime, the broker requeues the message itself. Keep delay well below
+// the broker's consumer_timeout (30 minutes by default), which closes a
+// channel holding a delivery longer.
+func (d *delivery) Requeue(_ context.Context, delay time.Duration) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return ErrSettled
+	}
+	if delay > 0 {
+		time.AfterFunc(delay, func() { _ = d.d.Nack(false, true) })
+		return nil
+	}
+	if err := d.d.Nack(false, true); err != nil {
+		return fmt.Errorf("rabbitmq: requeue delivery of %s: %w", d.msg.Destination, err)
+	}
+	return nil
+}
+
+func deliveryCount(v any) (int, bool) {
+	switch n := v.(type) {
+	case int:
+		return n, true
+	case int8:
+		return int(n), true
+	case int16:
+		return int(n), true
+	case int32:
+		return int(n), true
+	case int64:
+		return int(n), true
+	case uint8:
+		return int(n), true
+	case uint16:
+		return int(n), true
+	case uint32:
+		return int(n), true
+	case uint64:
+		return int(n), true
+	case string:
+		i, err := strconv.Atoi(n)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// headerString renders an AMQP table value as a string.
+func headerString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	default:
+		return fmt.Sprint(x)
+	}
+}

@@ -1,0 +1,473 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
+)
+
+var (
+	// ErrNoQueue is returned by Receive on an Adapter opened without
+	// Config.Queue (a publisher-only Adapter).
+	ErrNoQueue = errors.New("rabbitmq: no Config.Queue: publisher-only adapter")
+	// ErrUnroutable is returned by Publish when the broker returned the
+	// mandatory message because no queue is bound to its destination.
+	ErrUnroutable = errors.New("rabbitmq: message returned unroutable")
+	// ErrNacked is returned by Publish when the broker did not confirm the
+	// message: it nacked it, or the channel closed before the confirm.
+	ErrNacked = errors.New("rabbitmq: publish not confirmed")
+)
+
+var (
+	_ consumer.Source = (*Adapter)(nil)
+	_ dlq.Publisher   = (*Adapter)(nil)
+)
+
+// Adapter is a RabbitMQ consumer.Source for one queue and a dlq.Publisher.
+// It holds one AMQP connection with a consuming channel and a publishing
+// channel in confirm mode, and replaces all of them after the connection or
+// either channel breaks. All methods are safe for concurrent use.
+type Adapter struct {
+	cfg Config
+	url string // redacted, for logs and errors
+
+	mu    sync.Mutex
+	sess  *session      // nil while disconnected
+	ready chan struct{} // closed when sess is set
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	done      chan struct{} // supervisor exited
+}
+
+// session is one connection with its channels. It is never reused after it
+// died; the supervisor opens a new one.
+type session struct {
+	conn    *amqp.Connection
+	netConn net.Conn // the raw socket, so tests can break it
+
+	deliveries <-chan amqp.Delivery // nil without Config.Queue
+
+	pubMu   sync.Mutex // one publish in flight, so a return matches its publish
+	pubCh   *amqp.Channel
+	returns chan amqp.Return
+
+	declMu   sync.Mutex
+	declared map[string]bool
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	err      error // why it died; written before dead is closed
+}
+
+// Open connects to the broker, declares Config.Queue (when set), starts
+// consuming from it and returns the Adapter. It fails when the first
+// connection or the declaration fails; later connection losses are repaired
+// in the background. ctx bounds only this first connect.
+func Open(ctx context.Context, cfg Config) (*Adapter, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &Adapter{
+		cfg:    cfg,
+		url:    redact(cfg.URL),
+		ready:  make(chan struct{}),
+		closed: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	type result struct {
+		s   *session
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		s, err := a.connect()
+		ch <- result{s, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		go func() { // do not leak a connection that completes late
+			if r := <-ch; r.s != nil {
+				r.s.close()
+			}
+		}()
+		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", a.url, ctx.Err())
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	a.install(r.s)
+	go a.supervise(r.s)
+	return a, nil
+}
+
+// Features reports what RabbitMQ tells and does through this Adapter.
+// DeliveryCount is known only for quorum queues (Config.Quorum).
+func (a *Adapter) Features() consumer.Features {
+	return consumer.Features{
+		DeliveryCount:   a.cfg.Quorum,
+		RedeliveredFlag: true,
+		DelayedRequeue:  true,
+		NativeDLQ:       true,
+	}
+}
+
+// Receive returns the next delivery from Config.Queue. It blocks until a
+// delivery arrives, ctx is done (ctx.Err()) or the Adapter is closed
+// (consumer.ErrClosed); while the connection is being repaired it waits.
+func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
+	if a.cfg.Queue == "" {
+		return nil, ErrNoQueue
+	}
+	for {
+		s, err := a.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case d, ok := <-s.deliveries:
+			if !ok {
+				// The consumer ended with its channel; the session is dying.
+				select {
+				case <-s.dead:
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-a.closed:
+					return nil, consumer.ErrClosed
+				}
+			}
+			return newDelivery(a.cfg.Queue, a.cfg.Quorum, d), nil
+		case <-s.dead:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-a.closed:
+			return nil, consumer.ErrClosed
+		}
+	}
+}
+
+// Publish sends body with headers to the queue named destination through
+// the default exchange, persistent and mandatory, and returns nil only after
+// the broker confirmed it. The destination queue is declared durable first
+// (idempotently; an existing queue is used as it is). Header
+// "correlation-id" becomes the AMQP correlation_id property, the others
+// become table headers; message_id is a fresh random id. A nack, a closed
+// channel before the confirm (ErrNacked) or a returned message
+// (ErrUnroutable) is an error. While the connection is being repaired
+// Publish waits, bounded by ctx.
+func (a *Adapter) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
+	return a.publish(ctx, destination, headers, body, true)
+}
+
+func (a *Adapter) publish(ctx context.Context, destination string, headers map[string]string, body []byte, declare bool) error {
+	if destination == "" {
+		return errors.New("rabbitmq: publish: empty destination")
+	}
+	s, err := a.current(ctx)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
+	}
+	if declare {
+		if err := s.declare(destination, a.cfg.Quorum); err != nil {
+			return err
+		}
+	}
+	msg := amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    newID(),
+		Timestamp:    time.Now().UTC(),
+		Body:         body,
+	}
+	if len(headers) > 0 {
+		msg.Headers = make(amqp.Table, len(headers))
+		for k, v := range headers {
+			if k == HeaderCorrelationID {
+				msg.CorrelationId = v
+				continue
+			}
+			msg.Headers[k] = v
+		}
+	}
+
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.drainReturns("") // stale returns of abandoned publishes
+	dc, err := s.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", destination, true, false, msg)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
+	}
+	select {
+	case <-dc.Done():
+	case <-s.dead:
+		return fmt.Errorf("rabbitmq: publish to %s: connection lost before confirm: %w", destination, ErrNacked)
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
+	}
+	if !dc.Acked() {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, ErrNacked)
+	}
+	// The broker sends basic.return before the basic.ack of the same
+	// message, and the client hands it to s.returns before it completes the
+	// confirm, so a return of this message is already buffered.
+	if r, ok := s.drainReturns(msg.MessageId); ok {
+		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
+	}
+	return nil
+}
+
+// Close stops intake and closes the connection; the broker requeues every
+// delivery not yet acknowledged, and their Ack returns an error. Receive and
+// Publish return consumer.ErrClosed afterwards. Close waits for the
+// background reconnect loop to end and is safe to call more than once.
+func (a *Adapter) Close() error {
+	a.closeOnce.Do(func() { close(a.closed) })
+	<-a.done
+	return nil
+}
+
+// current returns the live session, waiting while the connection is being
+// repaired.
+func (a *Adapter) current(ctx context.Context) (*session, error) {
+	for {
+		select {
+		case <-a.closed:
+			return nil, consumer.ErrClosed
+		default:
+		}
+		a.mu.Lock()
+		s, ready := a.sess, a.ready
+		a.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-a.closed:
+			return nil, consumer.ErrClosed
+		}
+	}
+}
+
+func (a *Adapter) install(s *session) {
+	a.mu.Lock()
+	a.sess = s
+	close(a.ready)
+	a.mu.Unlock()
+}
+
+// lost marks s dead and makes current wait for its successor.
+func (a *Adapter) lost(s *session, err error) {
+	s.deadOnce.Do(func() {
+		a.mu.Lock()
+		if a.sess == s {
+			a.sess = nil
+			a.ready = make(chan struct{})
+		}
+		a.mu.Unlock()
+		s.err = err
+		close(s.dead)
+	})
+}
+
+// supervise replaces the session whenever it dies, until Close.
+func (a *Adapter) supervise(s *session) {
+	defer close(a.done)
+	for {
+		select {
+		case <-s.dead:
+		case <-a.closed:
+			s.close()
+			return
+		}
+		s.close()
+		a.cfg.Logger.Warn("rabbitmq: connection lost, reconnecting", "url", a.url, "queue", a.cfg.Queue, "err", s.err)
+		backoff := a.cfg.ReconnectBackoff
+		for {
+			select {
+			case <-a.closed:
+				return
+			case <-time.After(backoff):
+			}
+			var err error
+			if s, err = a.connect(); err == nil {
+				break
+			}
+			a.cfg.Logger.Warn("rabbitmq: reconnect failed", "url", a.url, "err", err, "retry_in", backoff)
+			backoff = min(2*backoff, a.cfg.MaxReconnectBackoff)
+		}
+		a.install(s)
+		a.cfg.Logger.Info("rabbitmq: reconnected", "url", a.url, "queue", a.cfg.Queue)
+	}
+}
+
+// connect opens a connection, the publishing channel in confirm mode and,
+// with Config.Queue, the consuming channel.
+func (a *Adapter) connect() (*session, error) {
+	s := &session{
+		declared: make(map[string]bool),
+		dead:     make(chan struct{}),
+	}
+	dial := amqp.DefaultDial(a.cfg.DialTimeout)
+	conn, err := amqp.DialConfig(a.cfg.URL, amqp.Config{
+		Heartbeat:  a.cfg.Heartbeat,
+		Locale:     "en_US",
+		Properties: amqp.Table{"connection_name": a.cfg.ConnectionName},
+		Dial: func(network, addr string) (net.Conn, error) {
+			c, err := dial(network, addr)
+			s.netConn = c
+			return c, err
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", a.url, err)
+	}
+	s.conn = conn
+	fail := func(what string, err error) (*session, error) {
+		_ = conn.Close()
+		return nil, fmt.Errorf("rabbitmq: %s on %s: %w", what, a.url, err)
+	}
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+
+	if s.pubCh, err = conn.Channel(); err != nil {
+		return fail("open publish channel", err)
+	}
+	if err = s.pubCh.Confirm(false); err != nil {
+		return fail("enable publisher confirms", err)
+	}
+	pubClosed := s.pubCh.NotifyClose(make(chan *amqp.Error, 1))
+	s.returns = s.pubCh.NotifyReturn(make(chan amqp.Return, 16))
+
+	var consClosed chan *amqp.Error
+	var cancelled chan string
+	if a.cfg.Queue != "" {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fail("open consume channel", err)
+		}
+		consClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
+		cancelled = ch.NotifyCancel(make(chan string, 1))
+		if err = ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
+			return fail("set prefetch", err)
+		}
+		if _, err = ch.QueueDeclare(a.cfg.Queue, true, false, false, false, queueArgs(a.cfg.Quorum)); err != nil {
+			return fail("declare queue "+a.cfg.Queue, err)
+		}
+		if s.deliveries, err = ch.Consume(a.cfg.Queue, "", false, false, false, false, nil); err != nil {
+			return fail("consume from "+a.cfg.Queue, err)
+		}
+	}
+
+	go func() {
+		var err error
+		select {
+		case e, ok := <-connClosed:
+			err = closeErr("connection", e, ok)
+		case e, ok := <-pubClosed:
+			err = closeErr("publish channel", e, ok)
+		case e, ok := <-consClosed:
+			err = closeErr("consume channel", e, ok)
+		case tag := <-cancelled:
+			err = fmt.Errorf("consumer %s cancelled by the broker", tag)
+		}
+		a.lost(s, err)
+	}()
+	return s, nil
+}
+
+func closeErr(what string, e *amqp.Error, ok bool) error {
+	if !ok || e == nil {
+		return fmt.Errorf("%s closed", what)
+	}
+	return fmt.Errorf("%s closed: %w", what, e)
+}
+
+func queueArgs(quorum bool) amqp.Table {
+	if quorum {
+		return amqp.Table{"x-queue-type": "quorum"}
+	}
+	return nil
+}
+
+// close closes the connection (and so its channels); the broker requeues
+// what was delivered and not acknowledged.
+func (s *session) close() {
+	_ = s.conn.Close()
+}
+
+// declare makes sure queue name exists, once per session. An existing queue
+// is used as it is, whatever its type; a missing one is declared durable.
+// Declarations use a throw-away channel, so a failure cannot close the
+// publishing or consuming channel.
+func (s *session) declare(name string, quorum bool) error {
+	s.declMu.Lock()
+	defer s.declMu.Unlock()
+	if s.declared[name] {
+		return nil
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+	}
+	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err == nil {
+		_ = ch.Close()
+		s.declared[name] = true
+		return nil
+	}
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.NotFound {
+		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+	}
+	// The failed passive declare closed that channel.
+	if ch, err = s.conn.Channel(); err != nil {
+		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+	}
+	defer ch.Close()
+	if _, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(quorum)); err != nil {
+		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+	}
+	s.declared[name] = true
+	return nil
+}
+
+// drainReturns empties the buffered returns and reports the one whose
+// message id is id.
+func (s *session) drainReturns(id string) (amqp.Return, bool) {
+	var found amqp.Return
+	ok := false
+	for {
+		select {
+		case r, open := <-s.returns:
+			if !open {
+				return found, ok
+			}
+			if id != "" && r.MessageId == id {
+				found, ok = r, true
+			}
+		default:
+			return found, ok
+		}
+	}
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
