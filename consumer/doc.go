@@ -1,0 +1,43 @@
+// Package consumer is the runtime of an idempotent consumer: it receives
+// deliveries from a broker [Source], runs the inbox transaction around the
+// [Handler], and settles every delivery according to the result.
+//
+// # Per delivery
+//
+//  1. The event id is read from a header (Config.EventIDHeader, default
+//     "eventId") — never the broker's message id, which changes on a resend.
+//     The correlation id comes from "correlationId", else the broker's own
+//     "correlation-id" (JMSCorrelationID).
+//  2. [inbox.Store.Process] runs the handler in one transaction with the
+//     inbox row.
+//  3. The delivery is settled, only after the commit:
+//
+//	processed, duplicate      Ack
+//	business rejection        publish to Config.RejectQueue (if set), then Ack
+//	technical failure         Requeue with a delay (RequeueDelayFunc / RetryAfter)
+//	poison, backout reached   publish the envelope to the DLQ, mark the row
+//	                          DEAD_LETTERED, then Ack
+//	inbox unreachable,        Requeue: nothing is acknowledged that is not
+//	DLQ publish failed        recorded, nothing is lost
+//
+// # Concurrency and shutdown
+//
+// [Consumer.Run] uses Config.Concurrency goroutines. When its context is
+// cancelled it stops receiving, finishes the deliveries in hand (they
+// commit and are acknowledged), and closes the source. Messages not yet
+// received stay on the broker.
+//
+// While Config.PausedFunc returns true (for example a circuit breaker's
+// Open), no new delivery is taken.
+//
+// # Replay
+//
+// [Replay] moves dead letters back to their original destination with the
+// same event id, resetting their inbox rows so they are processed once more.
+//
+// # Writing an adapter
+//
+// A broker adapter implements [Source] and [Delivery] (and dlq.Publisher).
+// The contract is on the interfaces; the conformance suite in
+// consumer/consumertest checks it against a real broker.
+package consumer

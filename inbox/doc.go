@@ -1,0 +1,74 @@
+// Package inbox is the INBOX_EVENT_PROCESSING table: an idempotent consumer's
+// memory of which events it has processed, written in the same transaction
+// as the business change.
+//
+// Brokers deliver at least once. A consumer that crashes after its database
+// commit and before its acknowledgement gets the same message again; a
+// producer that resends after a timeout sends the same event twice. The
+// inbox makes the second delivery harmless: the primary key (EVENT_ID,
+// CONSUMER_NAME) rejects the second row, so the business change runs once.
+//
+// # Processing one message
+//
+// [Store.Process] takes an [Entry] (event id, consumer name, correlation id,
+// payload hash, the broker's redelivery flag and count) and a [Handler]. In
+// one transaction it inserts the row as PROCESSED and runs the handler; both
+// commit or neither does. What happened comes back as a [Result]:
+//
+//	PROCESSED      the handler committed with the row          acknowledge
+//	DUPLICATE      the key existed; the status found is given  acknowledge
+//	REJECTED       business rejection: handler writes rolled    acknowledge, never retry
+//	               back (savepoint), row committed REJECTED
+//	RETRY          technical failure: rolled back, then         hand back to the broker
+//	               TECHNICAL_FAILURE recorded in its own tx
+//	DEAD_LETTER    poison, or MaxAttempts reached               publish to the DLQ,
+//	                                                            MarkDeadLettered, acknowledge
+//
+// The class of a handler error is read with Config.ClassifyFunc
+// (inboxkit.DecisionOf by default; classify.Of adds driver-error detection).
+//
+// # Rules the store keeps
+//
+//   - Duplicates are detected by the primary key (PostgreSQL 23505,
+//     MySQL/MariaDB 1062, SQLite SQLITE_CONSTRAINT_PRIMARYKEY, Oracle
+//     ORA-00001), never by a SELECT first.
+//   - Every transition is one INSERT or one conditional UPDATE (WHERE STATUS =
+//     expected). A row is read only to report or route after such a
+//     statement decided.
+//   - A technical failure is recorded in its own transaction, so the
+//     handler's rollback cannot erase it.
+//   - A delivery the broker flags as redelivered is counted in the database
+//     before the handler runs. A message that kills the process therefore
+//     reaches the backout threshold even when the broker never counts
+//     (ActiveMQ over STOMP after a crash): after MaxAttempts deliveries the
+//     result is DEAD_LETTER without running the handler again.
+//   - Failures whose decision says NoAttempt (an open circuit breaker) do
+//     not raise ATTEMPTS: an outage downstream does not dead-letter the queue.
+//   - A message without an event id, or with one longer than the column, is
+//     never processed: DEAD_LETTER with MISSING_EVENT_ID or EVENT_ID_TOO_LONG.
+//
+// # Retention
+//
+// [Store.Purge] deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED)
+// older than a window, in bounded batches of short transactions. It refuses
+// a window shorter than Config.RedeliveryHorizon (default 7 days), and never
+// deletes TECHNICAL_FAILURE rows: their message is still expected.
+//
+// # Audit and replay
+//
+// [Store.ByCorrelation] lists every row of a correlation id, oldest first;
+// [Store.Get] reads one. [Store.ResetForReplay] prepares a dead-lettered row
+// for a replay from the DLQ (REPLAY_COUNT keeps the trace).
+//
+// # Databases
+//
+// Dialects: [Postgres] (pgx stdlib), [MySQL] (MariaDB 10.6+ and MySQL 8,
+// go-sql-driver/mysql with parseTime=true&loc=UTC&time_zone='+00:00'),
+// [SQLite] (modernc.org/sqlite, pure Go; open with WAL, a busy timeout and
+// _txlock=immediate), and [Oracle] (statements and error mapping only; bring
+// your own godror connection; no Oracle server is available to test it).
+// The DDL lives in package schema and is applied by [Store.Migrate].
+//
+// Note for MariaDB/MySQL: any DDL statement commits the open transaction
+// implicitly, the inbox row with it. A handler must never run DDL.
+package inbox
