@@ -10,7 +10,9 @@
 //     "correlation-id" (JMSCorrelationID).
 //  2. [inbox.Store.Process] runs the handler in one transaction with the
 //     inbox row.
-//  3. The delivery is settled, only after the commit:
+//  3. The delivery is settled, only after the commit, as follows.
+//
+// Settlement:
 //
 //	processed, duplicate      Ack
 //	business rejection        publish to Config.RejectQueue (if set), then Ack
