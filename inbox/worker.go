@@ -1,0 +1,550 @@
+package inbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// ErrLeaseLost is returned by Worker.Process when the worker no longer holds
+// the lease of the entry when it wants to record the outcome: the lease
+// expired and another worker claimed the entry. Everything the handler wrote
+// was rolled back; the other worker's processing counts.
+var ErrLeaseLost = errors.New("inbox: lease lost")
+
+// ReasonMalformedHeaders is the poison reason for a stored entry whose
+// HEADERS column is not a JSON object of strings.
+const ReasonMalformedHeaders = "MALFORMED_HEADERS"
+
+// MessageHandler runs the business change of one stored message inside the
+// worker's transaction. It must do all its database writes through tx and
+// must not commit or roll it back. Its error decides what happens, as for
+// Handler: a business rejection records REJECTED (its writes rolled back),
+// poison is dead-lettered, anything else is a technical failure retried
+// after a backoff.
+type MessageHandler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
+
+// DeadLetterFunc publishes a message to the dead-letter destination. It is
+// called with the entry still leased and its DEAD_LETTERED transition not
+// yet committed; the transition commits only when it returns nil. When it
+// returns an error the entry is kept as TECHNICAL_FAILURE and dead-lettered
+// on a later claim: nothing is lost. A crash between a successful publish
+// and the commit publishes the message again later (at least once).
+type DeadLetterFunc func(ctx context.Context, c Claimed, class inboxkit.Class, reason string, cause error) error
+
+// Claimed is an entry a Worker holds under lease.
+type Claimed struct {
+	// Message is rebuilt from the stored row: ID, CorrelationID, Headers,
+	// Body. Redelivered is true and DeliveryCount is Attempts from the
+	// second claim on. Destination and BrokerMessageID are not stored.
+	Message inboxkit.Message
+	// ConsumerName is the consumer the entry belongs to.
+	ConsumerName string
+	// Attempts is the ATTEMPTS column after this claim (1 for the first).
+	Attempts int
+	// ReceivedAt is when Receive stored the entry (CREATED_AT).
+	ReceivedAt time.Time
+	// LeaseUntil is when the lease of this claim expires.
+	LeaseUntil time.Time
+	// Owner is the lease owner (the worker's Owner).
+	Owner string
+	// LastError, ErrorClass and ReasonCode describe the previous failed
+	// attempt, if any.
+	LastError  string
+	ErrorClass inboxkit.Class
+	ReasonCode string
+
+	headerErr error
+}
+
+// WorkerConfig configures a Worker. The zero value of every optional field
+// means its default.
+type WorkerConfig struct {
+	// ConsumerName selects the entries this worker processes. Required.
+	ConsumerName string
+	// HandleFunc is the business handler. Required.
+	HandleFunc MessageHandler
+	// DeadLetterFunc publishes poison messages and messages past the
+	// backout threshold (the store's Config.MaxAttempts). Required.
+	DeadLetterFunc DeadLetterFunc
+	// Owner names this worker in LEASE_OWNER; it must be unique among the
+	// running workers. Defaults to hostname-pid-random, at most 80 bytes.
+	Owner string
+	// LeaseDuration is how long a claim is exclusive. A worker that takes
+	// longer (or dies) loses the entry to the next claim after it expires,
+	// and its late commit is refused with ErrLeaseLost. Keep it well above
+	// the slowest handler. Defaults to 30s.
+	LeaseDuration time.Duration
+	// PollInterval is how long Run sleeps when it found nothing to claim.
+	// Defaults to 1s.
+	PollInterval time.Duration
+	// BatchSize is how many entries Run claims at a time. Every entry of a
+	// batch must be processed within LeaseDuration of the claim. Defaults
+	// to 10.
+	BatchSize int
+	// BackoffFunc returns the delay before the next attempt after the given
+	// failed attempt (1 for the first). A handler error with a RetryAfter
+	// hint overrides it. Defaults to 1s doubled per attempt, at most 5m.
+	BackoffFunc func(attempt int) time.Duration
+	// Logger receives Run's errors. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *WorkerConfig) setDefaults() {
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 10
+	}
+	if c.BackoffFunc == nil {
+		c.BackoffFunc = DefaultBackoff
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *WorkerConfig) validate() error {
+	switch {
+	case c.ConsumerName == "" || len(c.ConsumerName) > MaxConsumerNameLength:
+		return fmt.Errorf("inbox: WorkerConfig.ConsumerName %q must be 1 to %d bytes", c.ConsumerName, MaxConsumerNameLength)
+	case c.HandleFunc == nil:
+		return errors.New("inbox: WorkerConfig.HandleFunc is nil")
+	case c.DeadLetterFunc == nil:
+		return errors.New("inbox: WorkerConfig.DeadLetterFunc is nil: a worker must be able to dead-letter")
+	case len(c.Owner) > 80:
+		return fmt.Errorf("inbox: WorkerConfig.Owner is %d bytes: at most 80 (the LEASE_OWNER column)", len(c.Owner))
+	case c.LeaseDuration < 0:
+		return fmt.Errorf("inbox: WorkerConfig.LeaseDuration is negative (%s)", c.LeaseDuration)
+	case c.PollInterval < 0:
+		return fmt.Errorf("inbox: WorkerConfig.PollInterval is negative (%s)", c.PollInterval)
+	case c.BatchSize < 0 || c.BatchSize > 1000:
+		return fmt.Errorf("inbox: WorkerConfig.BatchSize is %d: it must be between 1 and 1000", c.BatchSize)
+	}
+	return nil
+}
+
+// DefaultBackoff is the default WorkerConfig.BackoffFunc: 1s after the first
+// failed attempt, doubled per attempt, at most 5 minutes.
+func DefaultBackoff(attempt int) time.Duration {
+	const maxDelay = 5 * time.Minute
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt > 10 {
+		return maxDelay
+	}
+	return min(time.Second<<(attempt-1), maxDelay)
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	if len(host) > 50 {
+		host = host[:50]
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b)
+}
+
+// Worker processes the entries Receive stored, for one consumer: it claims
+// them under a lease, runs the handler in a transaction that also records
+// the outcome, and retries technical failures after a backoff until the
+// store's MaxAttempts, then dead-letters them.
+//
+// A Worker is one sequence of claims: Run processes one entry at a time. For
+// concurrency start several Workers, in one process or many; they share the
+// table safely. Claim and Process may be called directly instead of Run.
+type Worker struct {
+	s   *Store
+	cfg WorkerConfig
+	q   *queueQueries
+}
+
+// NewWorker returns a Worker on the store's table.
+func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{s: s, cfg: cfg, q: s.queue()}, nil
+}
+
+// Owner returns the worker's lease owner name.
+func (w *Worker) Owner() string { return w.cfg.Owner }
+
+// Claim takes up to n entries (n <= 0: BatchSize) of the worker's consumer
+// that are RECEIVED, TECHNICAL_FAILURE with NEXT_ATTEMPT_AT passed, or
+// IN_PROGRESS with an expired lease, and makes them IN_PROGRESS under this
+// worker's lease, raising ATTEMPTS, in one transaction.
+//
+// PostgreSQL and MariaDB select the entries with FOR UPDATE SKIP LOCKED, so
+// concurrent claims take different entries without waiting for each other.
+// SQLite claims with one UPDATE ... RETURNING; its writers are serialized.
+// Each claim must be passed to Process (or Release) within LeaseDuration.
+func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
+	if n <= 0 {
+		n = w.cfg.BatchSize
+	}
+	s := w.s
+	now := s.now()
+	until := now.Add(w.cfg.LeaseDuration)
+	var opts *sql.TxOptions
+	if s.d.name == "mysql" {
+		// READ COMMITTED: no gap locks, and rows read but not matching are
+		// unlocked at once, so claims and receives do not block each other.
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+
+	var out []Claimed
+	if w.q.claimReturning != "" {
+		out, err = w.scanClaims(tx.QueryContext(ctx, w.q.claimReturning, w.cfg.Owner, s.t(until), s.t(now), w.cfg.ConsumerName, s.t(now), s.t(now), n))
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		out, err = w.scanClaims(tx.QueryContext(ctx, w.q.claimSelect, w.cfg.ConsumerName, s.t(now), s.t(now), n))
+		if err != nil {
+			return nil, err
+		}
+		if len(out) == 0 {
+			return nil, nil
+		}
+		args := []any{w.cfg.Owner, s.t(until), s.t(now), w.cfg.ConsumerName}
+		for i := range out {
+			out[i].Attempts++ // the SELECT read the value before the claim
+			args = append(args, out[i].Message.ID)
+		}
+		q := s.d.Rebind(w.q.claimUpdate + strings.TrimSuffix(strings.Repeat("?, ", len(out)), ", ") + ")")
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: claim: %w", err)
+		}
+		if k, err := res.RowsAffected(); err != nil || int(k) != len(out) {
+			return nil, fmt.Errorf("inbox: claim: updated %d of %d locked rows (%v)", k, len(out), err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("inbox: claim: commit: %w", err)
+	}
+	for i := range out {
+		out[i].ConsumerName = w.cfg.ConsumerName
+		out[i].LeaseUntil = until
+		out[i].Owner = w.cfg.Owner
+		out[i].Message.Redelivered = out[i].Attempts > 1
+		if out[i].Attempts > 1 {
+			out[i].Message.DeliveryCount = out[i].Attempts
+		}
+	}
+	return out, nil
+}
+
+func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
+	if err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var c Claimed
+		var corr, headers, class, reason, lastErr sql.NullString
+		var created dbTime
+		if err := rows.Scan(&c.Message.ID, &corr, &headers, &c.Message.Body, &c.Attempts, &created, &class, &reason, &lastErr); err != nil {
+			return nil, fmt.Errorf("inbox: claim: scan: %w", err)
+		}
+		c.Message.CorrelationID = corr.String
+		if headers.Valid {
+			if err := json.Unmarshal([]byte(headers.String), &c.Message.Headers); err != nil {
+				c.headerErr = fmt.Errorf("inbox: stored headers of event %q: %w", c.Message.ID, err)
+			}
+		}
+		c.ReceivedAt = created.Time
+		c.ErrorClass, c.ReasonCode, c.LastError = inboxkit.Class(class.String), reason.String, lastErr.String
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return out, nil
+}
+
+// Process runs the handler for one claimed entry and records the outcome,
+// conditional on still holding the claim's lease:
+//
+//   - handler ok: the row becomes PROCESSED in the handler's transaction.
+//   - business rejection: the handler's writes are rolled back (savepoint)
+//     and the row becomes REJECTED in the same transaction; never retried.
+//   - technical failure: rolled back; in its own transaction the row becomes
+//     TECHNICAL_FAILURE with LAST_ERROR and NEXT_ATTEMPT_AT = now + backoff,
+//     lease cleared. At the backout threshold (ATTEMPTS >= MaxAttempts) the
+//     entry is dead-lettered instead.
+//   - poison (or a claim past the threshold, or undecodable stored
+//     headers): DeadLetterFunc is called, then the row becomes DEAD_LETTERED.
+//
+// When the lease was lost (another worker claimed the entry after it
+// expired) nothing is recorded, the handler's writes are rolled back and the
+// error wraps ErrLeaseLost. Any other error means the database could not
+// record the outcome: the entry stays IN_PROGRESS and is claimed again when
+// its lease expires.
+func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
+	if c.Attempts > w.s.cfg.MaxAttempts {
+		// Earlier claims never recorded an outcome (the worker died), or
+		// a dead-letter publish failed: do not run the handler again.
+		cause := errors.New("attempts exceeded without a recorded outcome")
+		if c.LastError != "" {
+			cause = errors.New(c.LastError)
+		}
+		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, ReasonMaxAttemptsExceeded, cause)
+	}
+	if c.headerErr != nil {
+		return w.deadLetter(ctx, c, inboxkit.ClassPoison, ReasonMalformedHeaders, c.headerErr)
+	}
+	s := w.s
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("inbox: process: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
+		return Result{}, fmt.Errorf("inbox: process: savepoint: %w", err)
+	}
+	key := []any{c.Message.ID, c.ConsumerName, c.Owner, c.Attempts}
+
+	herr := w.cfg.HandleFunc(ctx, tx, c.Message)
+	now := s.now()
+	if herr == nil {
+		if err := w.complete(ctx, tx, w.q.processed, append([]any{s.t(now), s.t(now)}, key...)); err != nil {
+			return Result{}, err
+		}
+		return Result{Outcome: inboxkit.OutcomeProcessed, Status: inboxkit.StatusProcessed, Attempts: c.Attempts}, nil
+	}
+
+	dec := s.cfg.ClassifyFunc(herr)
+	switch dec.Class {
+	case inboxkit.ClassBusiness:
+		reason := dec.Reason
+		if reason == "" {
+			reason = "BUSINESS_REJECTED"
+		}
+		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
+			_ = tx.Rollback()
+			return w.fail(ctx, c, inboxkit.Decision{Class: inboxkit.ClassTechnical}, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
+		}
+		err := w.complete(ctx, tx, w.q.rejected, append([]any{reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now)}, key...))
+		if errors.Is(err, ErrLeaseLost) {
+			return Result{}, err
+		}
+		if err != nil {
+			return w.fail(ctx, c, inboxkit.Decision{Class: inboxkit.ClassTechnical}, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
+		}
+		return Result{Outcome: inboxkit.OutcomeRejected, Status: inboxkit.StatusRejected, Class: inboxkit.ClassBusiness,
+			Reason: reason, Attempts: c.Attempts, Err: herr}, nil
+	case inboxkit.ClassPoison:
+		_ = tx.Rollback()
+		return w.deadLetter(ctx, c, inboxkit.ClassPoison, dec.Reason, herr)
+	default:
+		_ = tx.Rollback()
+		return w.fail(ctx, c, dec, herr)
+	}
+}
+
+// complete runs the conditional UPDATE that records the outcome, then
+// commits; zero rows matched means the lease is lost. On any error the
+// transaction is rolled back before complete returns. Every
+// outcome UPDATE changes STATUS from IN_PROGRESS, so MySQL's changed-rows
+// count equals the matched-rows count.
+func (w *Worker) complete(ctx context.Context, tx *sql.Tx, q string, args []any) error {
+	res, err := tx.ExecContext(ctx, q, args...)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("inbox: process: record outcome: %w", err)
+	}
+	if n == 0 {
+		_ = tx.Rollback()
+		return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, args[len(args)-4], args[len(args)-3], args[len(args)-2], args[len(args)-1])
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("inbox: process: commit: %w", err)
+	}
+	return nil
+}
+
+// fail records a technical failure in its own transaction (the handler's
+// rollback cannot erase it), or dead-letters at the threshold.
+func (w *Worker) fail(ctx context.Context, c Claimed, dec inboxkit.Decision, herr error) (Result, error) {
+	if c.Attempts >= w.s.cfg.MaxAttempts && !dec.NoAttempt {
+		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, ReasonMaxAttemptsExceeded, herr)
+	}
+	return w.retryLater(ctx, c, inboxkit.ClassTechnical, dec.Reason, dec.RetryAfter, dec.NoAttempt, herr)
+}
+
+func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class, reason string, delay time.Duration, noAttempt bool, cause error) (Result, error) {
+	s := w.s
+	if delay <= 0 {
+		delay = w.cfg.BackoffFunc(c.Attempts)
+	}
+	uncount, attempts := 0, c.Attempts
+	if noAttempt {
+		uncount, attempts = 1, c.Attempts-1
+	}
+	now := s.now()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("inbox: record failure: begin: %w (handler error: %v)", err, cause)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	err = w.complete(ctx, tx, w.q.failed, []any{nullString(reason), string(class), nullString(s.truncate(cause.Error())), s.t(now.Add(delay)),
+		s.t(now), s.t(now), uncount, c.Message.ID, c.ConsumerName, c.Owner, c.Attempts})
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Outcome: inboxkit.OutcomeRetry, Status: inboxkit.StatusTechnicalFailure, Class: class, Reason: reason,
+		Attempts: attempts, Err: cause, RetryAfter: delay}, nil
+}
+
+// deadLetter moves the row to DEAD_LETTERED, calls DeadLetterFunc while the
+// row is locked by that uncommitted UPDATE, and commits only after the
+// publish succeeded.
+func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class, reason string, cause error) (Result, error) {
+	s := w.s
+	now := s.now()
+	var msg any
+	if cause != nil {
+		msg = s.truncate(cause.Error())
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("inbox: dead-letter: begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	res, err := tx.ExecContext(ctx, w.q.deadLettered, nullString(reason), string(class), msg, s.t(now), s.t(now), s.t(now),
+		c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+	if err != nil {
+		return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		if err != nil {
+			return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
+		}
+		return Result{}, fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+	}
+	if perr := w.cfg.DeadLetterFunc(ctx, c, class, reason, cause); perr != nil {
+		_ = tx.Rollback()
+		// Keep the entry: the next claim (past the threshold, or poison
+		// again) tries the dead letter again after a backoff.
+		res, err := w.retryLater(ctx, c, class, reason, 0, false, fmt.Errorf("dead-letter publish failed: %w (cause: %v)", perr, cause))
+		if err != nil {
+			return Result{}, err
+		}
+		res.Err = perr
+		return res, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return Result{}, fmt.Errorf("inbox: dead-letter: commit after publish: %w", err)
+	}
+	return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: inboxkit.StatusDeadLettered, Class: class, Reason: reason,
+		Attempts: c.Attempts, Err: cause}, nil
+}
+
+// Release hands a claimed entry back without processing it: its lease ends
+// now, so the next Claim of any worker takes it. The claim stays counted in
+// ATTEMPTS (as if the worker had died), because owner and attempt number
+// identify a claim and must never repeat. It reports ErrLeaseLost when the
+// claim had already been taken over.
+func (w *Worker) Release(ctx context.Context, c Claimed) error {
+	s := w.s
+	now := s.now()
+	res, err := s.db.ExecContext(ctx, w.q.release, s.t(now), s.t(now), c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+	if err != nil {
+		return fmt.Errorf("inbox: release: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: event %q for %q", ErrLeaseLost, c.Message.ID, c.ConsumerName)
+	}
+	return nil
+}
+
+// RunOnce claims one batch and processes it, returning how many entries it
+// claimed. When ctx is cancelled it finishes the entry in hand and releases
+// the rest of the batch. Errors of single entries are logged; the returned
+// error is the claim's.
+func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	batch, err := w.Claim(ctx, w.cfg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	work := context.WithoutCancel(ctx)
+	for i, c := range batch {
+		if ctx.Err() != nil {
+			for _, r := range batch[i:] {
+				if err := w.Release(work, r); err != nil {
+					w.cfg.Logger.Warn("inbox worker: release", "owner", w.cfg.Owner, "event_id", r.Message.ID, "error", err)
+				}
+			}
+			return len(batch), nil
+		}
+		res, err := w.Process(work, c)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			w.cfg.Logger.Warn("inbox worker: lease lost; the handler's writes were rolled back", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
+		case err != nil:
+			w.cfg.Logger.Error("inbox worker: outcome not recorded; the entry is retried after its lease", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
+		case res.Outcome != inboxkit.OutcomeProcessed:
+			w.cfg.Logger.Info("inbox worker", "owner", w.cfg.Owner, "event_id", c.Message.ID, "correlation_id", c.Message.CorrelationID,
+				"outcome", string(res.Outcome), "status", string(res.Status), "reason", res.Reason, "attempts", res.Attempts, "error", res.Err)
+		}
+	}
+	return len(batch), nil
+}
+
+// Run claims and processes entries until ctx is cancelled, sleeping
+// PollInterval whenever there is nothing to claim (or the claim failed).
+// On cancellation it finishes the entry in hand (its handler's ctx is not
+// cancelled), releases the rest of its batch and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for ctx.Err() == nil {
+		n, err := w.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("inbox worker: claim", "owner", w.cfg.Owner, "error", err)
+		}
+		if n > 0 && err == nil {
+			continue
+		}
+		timer.Reset(w.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+	}
+	return nil
+}
