@@ -110,4 +110,7 @@ const (
 	// (poison, or the backout threshold was reached). Publish it, mark the
 	// row, then acknowledge.
 	OutcomeDeadLetter Outcome = "DEAD_LETTER"
+	// OutcomeStored: the store-then-process receiver stored the message as
+	// RECEIVED. Acknowledge; a worker processes it.
+	OutcomeStored Outcome = "STORED"
 )

@@ -47,6 +47,19 @@ type Settled struct {
 	Err error
 }
 
+// Mode chooses the inbox variant of a consumer.
+type Mode string
+
+// Modes.
+const (
+	// ModeTransactional runs the handler in the inbox transaction while the
+	// delivery is unacknowledged, and acknowledges after the commit.
+	ModeTransactional Mode = "transactional"
+	// ModeStoreThenProcess stores the message as RECEIVED and acknowledges
+	// at once; Config.Concurrency leased workers process the stored entries.
+	ModeStoreThenProcess Mode = "store-then-process"
+)
+
 // Config configures a Consumer. Zero values mean the documented defaults.
 type Config struct {
 	// Name is the consumer name, stored in CONSUMER_NAME. Required.
@@ -74,9 +87,18 @@ type Config struct {
 	// to "correlationId"; when it is absent the broker's own correlation id
 	// ("correlation-id", as JMS producers set JMSCorrelationID) is used.
 	CorrelationIDHeader string
-	// Concurrency is the number of deliveries handled at once. Defaults to 1.
-	// Set the broker's prefetch to at least this.
+	// Mode is the inbox variant. Defaults to ModeTransactional.
+	Mode Mode
+	// Concurrency is the number of deliveries handled at once (in
+	// ModeStoreThenProcess: the number of receivers, and of workers).
+	// Defaults to 1. Set the broker's prefetch to at least this.
 	Concurrency int
+	// LeaseDuration is the workers' lease in ModeStoreThenProcess (see
+	// inbox.WorkerConfig). Defaults to 30s.
+	LeaseDuration time.Duration
+	// WorkerPollInterval is how long an idle worker waits before it looks
+	// for stored entries again, in ModeStoreThenProcess. Defaults to 200ms.
+	WorkerPollInterval time.Duration
 	// RequeueDelayFunc gives the redelivery delay after the n-th failed
 	// attempt. Defaults to 1s doubling per attempt, at most 1 minute; a
 	// handler error's RetryAfter wins.
@@ -108,6 +130,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
+	}
+	if c.Mode == "" {
+		c.Mode = ModeTransactional
+	}
+	if c.WorkerPollInterval == 0 {
+		c.WorkerPollInterval = 200 * time.Millisecond
 	}
 	if c.RequeueDelayFunc == nil {
 		c.RequeueDelayFunc = DefaultRequeueDelay
@@ -150,6 +178,8 @@ func (c *Config) validate() error {
 		return missing("DeadLetterQueue", "e.g. \"DLQ.invoices\"")
 	case c.Concurrency < 0:
 		return fmt.Errorf("consumer: Config.Concurrency is %d, it must be positive", c.Concurrency)
+	case c.Mode != ModeTransactional && c.Mode != ModeStoreThenProcess:
+		return fmt.Errorf("consumer: Config.Mode %q is unknown: use %q or %q", c.Mode, ModeTransactional, ModeStoreThenProcess)
 	}
 	return nil
 }
@@ -165,7 +195,8 @@ func DefaultRequeueDelay(attempts int) time.Duration {
 
 // Consumer runs the inbox around a handler for every delivery of a Source.
 type Consumer struct {
-	cfg Config
+	cfg     Config
+	workers []*inbox.Worker
 }
 
 // New checks cfg and returns a Consumer.
@@ -174,8 +205,29 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg}, nil
+	c := &Consumer{cfg: cfg}
+	if cfg.Mode == ModeStoreThenProcess {
+		for i := 0; i < cfg.Concurrency; i++ {
+			w, err := cfg.Store.NewWorker(inbox.WorkerConfig{
+				ConsumerName:   cfg.Name,
+				HandleFunc:     inbox.MessageHandler(cfg.Handler),
+				DeadLetterFunc: c.deadLetterStored,
+				LeaseDuration:  cfg.LeaseDuration,
+				PollInterval:   cfg.WorkerPollInterval,
+				Logger:         cfg.Logger,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("consumer: %w", err)
+			}
+			c.workers = append(c.workers, w)
+		}
+	}
+	return c, nil
 }
+
+// Workers returns the leased workers of ModeStoreThenProcess (nil in
+// ModeTransactional). Run runs them; tests may drive them directly.
+func (c *Consumer) Workers() []*inbox.Worker { return c.workers }
 
 // Run receives and handles deliveries with Config.Concurrency goroutines
 // until ctx is done, then drains: it stops intake, lets the deliveries in
@@ -185,6 +237,13 @@ func New(cfg Config) (*Consumer, error) {
 func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, c.cfg.Concurrency)
+	for _, w := range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.Run(ctx) // returns when ctx is done, after the entry in hand
+		}()
+	}
 	for i := 0; i < c.cfg.Concurrency; i++ {
 		wg.Add(1)
 		go func() {
@@ -268,6 +327,9 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
 	entry := inbox.Entry{
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
+	}
+	if c.cfg.Mode == ModeStoreThenProcess {
+		return c.store(ctx, d, m, entry)
 	}
 	res, err := c.cfg.Store.Process(ctx, entry, func(ctx context.Context, tx *sql.Tx) error {
 		return c.cfg.Handler(ctx, tx, m)
@@ -436,4 +498,43 @@ func (c *Consumer) log(s Settled) {
 	if c.cfg.OnSettled != nil {
 		c.cfg.OnSettled(s)
 	}
+}
+
+// store is Handle in ModeStoreThenProcess: store as RECEIVED, then
+// acknowledge. A message that cannot be stored (no event id) is
+// dead-lettered; a database error hands it back.
+func (c *Consumer) store(ctx context.Context, d Delivery, m inboxkit.Message, entry inbox.Entry) Settled {
+	s := Settled{Message: m}
+	inserted, st, err := c.cfg.Store.Receive(ctx, entry, m.Headers, m.Body)
+	var rerr *inbox.ReceiveError
+	switch {
+	case errors.As(err, &rerr):
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: rerr.Reason, Err: err}
+		return c.deadLetter(ctx, d, s, entry)
+	case err != nil:
+		s.Err = err
+		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	case inserted:
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeStored, Status: st}
+	default:
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st}
+	}
+	return c.ack(ctx, d, s, ActionAck)
+}
+
+// deadLetterStored publishes a stored entry that a worker gave up on.
+func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class inboxkit.Class, reason string, cause error) error {
+	m := cl.Message
+	if m.Destination == "" {
+		m.Destination = m.Header("destination")
+	}
+	res := inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Class: class, Reason: reason, Attempts: cl.Attempts, Err: cause}
+	env := c.envelope(ctx, m, inbox.Entry{EventID: m.ID, ConsumerName: c.cfg.Name}, res)
+	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
+		return fmt.Errorf("consumer: publish to dead-letter queue %s: %w", c.cfg.DeadLetterQueue, err)
+	}
+	s := Settled{Message: m, Result: res, Action: ActionDeadLetter}
+	s.Result.Status = inboxkit.StatusDeadLettered
+	c.log(s)
+	return nil
 }
