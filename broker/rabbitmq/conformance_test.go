@@ -1,0 +1,72 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/consumer/consumertest"
+	"github.com/inboxkit/inboxkit/dlq"
+)
+
+const conformanceURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// TestConformance runs the broker conformance suite against the machine's
+// RabbitMQ with quorum queues (x-delivery-count known).
+func TestConformance(t *testing.T) {
+	conn, err := amqp.Dial(conformanceURL)
+	if err != nil {
+		t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 (guest/guest); start it with: rabbitmq-server -detached: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	cfg := rabbitmq.Config{URL: conformanceURL, Quorum: true, ReconnectBackoff: 50 * time.Millisecond}
+	open := func(t testing.TB, queue string) *rabbitmq.Adapter {
+		t.Helper()
+		c := cfg
+		c.Queue = queue
+		c.Prefetch = 4
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, err := rabbitmq.Open(ctx, c)
+		if err != nil {
+			t.Fatalf("rabbitmq open %q: %v", queue, err)
+		}
+		return a
+	}
+	probe := open(t, "")
+	features := probe.Features()
+	probe.Close()
+	consumertest.Run(t, consumertest.Broker{
+		Name:     "rabbitmq",
+		Features: features,
+		NewSource: func(t testing.TB, queue string) consumer.Source {
+			a := open(t, queue)
+			t.Cleanup(func() { a.Close() })
+			return a
+		},
+		NewPublisher: func(t testing.TB) dlq.Publisher { return open(t, "") },
+		Declare: func(t testing.TB, queues ...string) {
+			// Declare the queues before anything is published: RabbitMQ
+			// 3.10 fails (541 INTERNAL_ERROR) when two connections declare
+			// the same quorum queue at once. Delete them at the end.
+			for _, q := range queues {
+				open(t, q).Close()
+			}
+			t.Cleanup(func() {
+				ch, err := conn.Channel()
+				if err != nil {
+					t.Logf("cleanup: channel: %v", err)
+					return
+				}
+				defer ch.Close()
+				for _, q := range queues {
+					_, _ = ch.QueueDelete(q, false, false, false)
+				}
+			})
+		},
+	})
+}

@@ -1,0 +1,46 @@
+package stomp_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/stomp"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/consumer/consumertest"
+	"github.com/inboxkit/inboxkit/dlq"
+)
+
+// TestConformance runs the broker conformance suite against ActiveMQ
+// Classic over STOMP (start it with `scripts/activemq start`).
+func TestConformance(t *testing.T) {
+	base := brokerConfig(t) // fails loudly, naming scripts/activemq start
+	consumertest.Run(t, consumertest.Broker{
+		Name:     "activemq",
+		Features: stomp.Features(),
+		NewSource: func(t testing.TB, queue string) consumer.Source {
+			t.Helper()
+			cfg := base
+			cfg.Queue = queue
+			cfg.Prefetch = 4
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := stomp.NewSource(ctx, cfg)
+			if err != nil {
+				t.Fatalf("stomp source on %s: %v", queue, err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		NewPublisher: func(t testing.TB) dlq.Publisher {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p, err := stomp.NewPublisher(ctx, base)
+			if err != nil {
+				t.Fatalf("stomp publisher: %v", err)
+			}
+			return p
+		},
+	})
+}

@@ -1,0 +1,585 @@
+package consumertest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// Broker describes one broker (and adapter) for the suite.
+type Broker struct {
+	// Name names the broker in messages. Required.
+	Name string
+	// Features says what the broker tells and does; bodies that depend on a
+	// feature read it.
+	Features consumer.Features
+	// NewSource returns a Source consuming queue, connected. The suite
+	// closes it (sometimes early, to simulate a crash: Close must be
+	// idempotent, and deliveries received before Close must fail to settle
+	// and come again); NewSource should also register a t.Cleanup closing
+	// it. Required.
+	NewSource func(t testing.TB, queue string) consumer.Source
+	// NewPublisher returns a connected Publisher that can send to any
+	// queue. When it is an io.Closer the suite closes it at test end.
+	// Required.
+	NewPublisher func(t testing.TB) dlq.Publisher
+	// Declare, if set, is called with every queue of a test before anything
+	// is published, for brokers that store a published message only on a
+	// declared destination (JetStream streams). Default: nothing.
+	Declare func(t testing.TB, queues ...string)
+	// BreakPublisher makes p fail every later Publish, as a closed
+	// connection does. Defaults to closing p (it must be an io.Closer).
+	BreakPublisher func(t testing.TB, p dlq.Publisher)
+	// Events is the number of distinct events of the duplicates body.
+	// Defaults to 1000.
+	Events int
+	// Databases are the dbtest backends every body runs on. Defaults to
+	// PostgreSQL and SQLite.
+	Databases []string
+	// IdleTimeout is how long the suite waits for one more message before
+	// it calls a queue empty. Defaults to 1s.
+	IdleTimeout time.Duration
+	// Timeout bounds each wait for the consumer to reach a state.
+	// Defaults to 60s.
+	Timeout time.Duration
+}
+
+func (b *Broker) setDefaults() {
+	if b.Events == 0 {
+		b.Events = 1000
+	}
+	if len(b.Databases) == 0 {
+		b.Databases = []string{dbtest.Postgres, dbtest.SQLite}
+	}
+	if b.IdleTimeout == 0 {
+		b.IdleTimeout = time.Second
+	}
+	if b.Timeout == 0 {
+		b.Timeout = 60 * time.Second
+	}
+	if b.BreakPublisher == nil {
+		b.BreakPublisher = func(t testing.TB, p dlq.Publisher) {
+			c, ok := p.(io.Closer)
+			if !ok {
+				t.Fatalf("consumertest: publisher %T is no io.Closer: set Broker.BreakPublisher", p)
+			}
+			if err := c.Close(); err != nil {
+				t.Logf("consumertest: close publisher: %v", err)
+			}
+		}
+	}
+}
+
+// Run runs every conformance body against b, as parallel subtests per
+// database.
+func Run(t *testing.T, b Broker) {
+	t.Helper()
+	if b.Name == "" || b.NewSource == nil || b.NewPublisher == nil {
+		t.Fatal("consumertest: Broker needs Name, NewSource and NewPublisher")
+	}
+	b.setDefaults()
+	bodies := []struct {
+		name string
+		fn   func(t *testing.T, e *env)
+	}{
+		{"Duplicates", testDuplicates},
+		{"CrashAfterCommit", testCrashAfterCommit},
+		{"CrashBeforeCommit", testCrashBeforeCommit},
+		{"Backout", testBackout},
+		{"BackoutAfterCrashes", testBackoutAfterCrashes},
+		{"PoisonAndReject", testPoisonAndReject},
+		{"DeadLetterPublishFails", testDeadLetterPublishFails},
+		{"Replay", testReplay},
+		{"GracefulShutdown", testGracefulShutdown},
+	}
+	for _, backend := range b.Databases {
+		t.Run(backend, func(t *testing.T) {
+			for _, body := range bodies {
+				t.Run(body.name, func(t *testing.T) {
+					t.Parallel()
+					body.fn(t, newEnv(t, b, backend))
+				})
+			}
+		})
+	}
+}
+
+// maxAttempts is the backout threshold of every body.
+const maxAttempts = 3
+
+// env is one body's world: a fresh database with the inbox and the business
+// table, fresh queue names, and a publisher for test messages.
+type env struct {
+	b       Broker
+	backend string
+	db      *dbtest.DB
+	store   *inbox.Store
+	name    string // consumer name
+	queue   string
+	dlq     string
+	rejects string
+	pub     dlq.Publisher
+	ctx     context.Context
+}
+
+func newEnv(t *testing.T, b Broker, backend string) *env {
+	t.Helper()
+	db := dbtest.New(t, backend)
+	d, err := inbox.DialectByName(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := inbox.New(db.DB, d, inbox.Config{MaxAttempts: maxAttempts, ClassifyFunc: classify.Of})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatalf("migrate inbox: %v", err)
+	}
+	if err := CreateBusinessTable(ctx, db.DB); err != nil {
+		t.Fatal(err)
+	}
+	q := QueueName(t.Name())
+	e := &env{
+		b: b, backend: backend, db: db, store: store, name: "conformance-" + b.Name,
+		queue: q, dlq: q + ".dlq", rejects: q + ".rejects", ctx: ctx,
+	}
+	if b.Declare != nil {
+		b.Declare(t, e.queue, e.dlq, e.rejects)
+	}
+	e.pub = e.newPublisher(t)
+	return e
+}
+
+func (e *env) newPublisher(t testing.TB) dlq.Publisher {
+	p := e.b.NewPublisher(t)
+	if c, ok := p.(io.Closer); ok {
+		t.Cleanup(func() { c.Close() })
+	}
+	return p
+}
+
+// QueueName returns a fresh queue name for a test: "ct." + the sanitized
+// last parts of name + "." + 8 random hex digits. It contains only letters,
+// digits, '.', '_' and '-'.
+func QueueName(name string) string {
+	parts := strings.Split(name, "/")
+	if len(parts) > 3 {
+		parts = parts[len(parts)-3:]
+	}
+	for i, p := range parts {
+		parts[i] = strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-':
+				return r
+			}
+			return '_'
+		}, p)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "ct." + strings.Join(parts, ".") + "." + hex.EncodeToString(b)
+}
+
+// CreateBusinessTable creates the business table of the test handler:
+// one row per processed event.
+func CreateBusinessTable(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE business (event_id VARCHAR(120) NOT NULL, amount INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("consumertest: create business table: %w", err)
+	}
+	return nil
+}
+
+// Event is the JSON body the test handler understands.
+type Event struct {
+	Amount int `json:"amount"`
+	// Reject makes the handler reject the event (CUSTOMER_UNKNOWN).
+	Reject bool `json:"reject,omitempty"`
+	// Fail makes the handler fail technically, every time.
+	Fail bool `json:"fail,omitempty"`
+	// SleepMS makes the handler slow.
+	SleepMS int `json:"sleepMs,omitempty"`
+}
+
+// Body returns the JSON encoding of ev.
+func (ev Event) Body() []byte {
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// ErrAlwaysFails is the technical error of an event with Fail set.
+var ErrAlwaysFails = errors.New("consumertest: downstream system unavailable (the test handler always fails for this event)")
+
+// Handler is the suite's business handler: it decodes the body as an Event
+// (malformed: classify.Poison MALFORMED_PAYLOAD), inserts one row into the
+// business table in the inbox transaction, runs hook (when not nil; its
+// error is returned), sleeps SleepMS, then rejects (Reject: classify.Reject
+// CUSTOMER_UNKNOWN, so the business row is rolled back) or fails
+// technically (Fail) as the event asks.
+func Handler(d inbox.Dialect, hook func(ctx context.Context, m inboxkit.Message) error) consumer.Handler {
+	insert := d.Rebind(`INSERT INTO business (event_id, amount) VALUES (?, ?)`)
+	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+		var ev Event
+		if err := json.Unmarshal(m.Body, &ev); err != nil {
+			return classify.Poison("MALFORMED_PAYLOAD", err)
+		}
+		if _, err := tx.ExecContext(ctx, insert, m.ID, ev.Amount); err != nil {
+			return fmt.Errorf("insert business row: %w", err)
+		}
+		if hook != nil {
+			if err := hook(ctx, m); err != nil {
+				return err
+			}
+		}
+		if ev.SleepMS > 0 {
+			time.Sleep(time.Duration(ev.SleepMS) * time.Millisecond)
+		}
+		if ev.Reject {
+			return classify.Reject("CUSTOMER_UNKNOWN", fmt.Errorf("customer of event %s is unknown", m.ID))
+		}
+		if ev.Fail {
+			return ErrAlwaysFails
+		}
+		return nil
+	}
+}
+
+// send publishes one test message with the eventId and correlationId
+// headers (empty ones are left out) plus extra headers.
+func (e *env) send(t testing.TB, id, corr string, body []byte, extra ...string) {
+	t.Helper()
+	h := map[string]string{}
+	if id != "" {
+		h["eventId"] = id
+	}
+	if corr != "" {
+		h["correlationId"] = corr
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		h[extra[i]] = extra[i+1]
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	if err := e.pub.Publish(ctx, e.queue, h, body); err != nil {
+		t.Fatalf("publish test message %q to %s: %v", id, e.queue, err)
+	}
+}
+
+// recorder keeps every settlement of a consumer run.
+type recorder struct {
+	mu  sync.Mutex
+	all []consumer.Settled
+}
+
+func (r *recorder) add(s consumer.Settled) {
+	r.mu.Lock()
+	r.all = append(r.all, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) list() []consumer.Settled {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]consumer.Settled(nil), r.all...)
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.all)
+}
+
+// runOpts configures one consumer run.
+type runOpts struct {
+	concurrency int
+	// source replaces a fresh source on the queue (for wrappers).
+	source consumer.Source
+	// hook runs inside the handler; src is the run's source.
+	hook        func(ctx context.Context, src consumer.Source, m inboxkit.Message) error
+	deadLetter  dlq.Publisher
+	rejectQueue string
+}
+
+// run is one running consumer.
+type run struct {
+	src    consumer.Source
+	rec    *recorder
+	cancel context.CancelFunc
+	done   chan error
+	err    error
+	ended  bool
+}
+
+func (e *env) start(t *testing.T, o runOpts) *run {
+	t.Helper()
+	src := o.source
+	if src == nil {
+		src = e.b.NewSource(t, e.queue)
+	}
+	if o.concurrency == 0 {
+		o.concurrency = 1
+	}
+	if o.deadLetter == nil {
+		o.deadLetter = e.pub
+	}
+	r := &run{src: src, rec: &recorder{}, done: make(chan error, 1)}
+	var hook func(ctx context.Context, m inboxkit.Message) error
+	if o.hook != nil {
+		hook = func(ctx context.Context, m inboxkit.Message) error { return o.hook(ctx, src, m) }
+	}
+	c, err := consumer.New(consumer.Config{
+		Name: e.name, Source: src, Store: e.store, Handler: Handler(e.store.Dialect(), hook),
+		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
+		Concurrency:      o.concurrency,
+		RequeueDelayFunc: func(int) time.Duration { return 10 * time.Millisecond },
+		PollInterval:     20 * time.Millisecond,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled:        r.rec.add,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	r.cancel = cancel
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+// stop cancels the run and waits for Run to return (graceful drain).
+func (r *run) stop(t testing.TB) error {
+	t.Helper()
+	if r.ended {
+		return r.err
+	}
+	r.cancel()
+	select {
+	case r.err = <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("consumer did not return from Run within 60s after cancel")
+	}
+	r.ended = true
+	return r.err
+}
+
+// wait waits until the run has ended by itself (its source was closed).
+func (r *run) waitEnded(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	if r.ended {
+		return
+	}
+	select {
+	case r.err = <-r.done:
+		r.ended = true
+	case <-time.After(timeout):
+		t.Fatalf("consumer still running %s after its source was closed", timeout)
+	}
+}
+
+// waitFor polls cond until it is true or the broker's Timeout passes.
+func (e *env) waitFor(t testing.TB, what string, cond func() bool, dump func() string) {
+	t.Helper()
+	deadline := time.Now().Add(e.b.Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			extra := ""
+			if dump != nil {
+				extra = "\n" + dump()
+			}
+			t.Fatalf("timeout after %s waiting for %s%s", e.b.Timeout, what, extra)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitSettled waits until r has settled at least n deliveries.
+func (e *env) waitSettled(t testing.TB, r *run, n int) []consumer.Settled {
+	t.Helper()
+	e.waitFor(t, fmt.Sprintf("%d settled deliveries", n), func() bool { return r.rec.len() >= n }, func() string { return summary(r.rec.list()) })
+	return r.rec.list()
+}
+
+// waitAction waits until r settled a delivery with action a and returns it.
+func (e *env) waitAction(t testing.TB, r *run, a consumer.Action) consumer.Settled {
+	t.Helper()
+	var found consumer.Settled
+	e.waitFor(t, "a delivery settled with action "+string(a), func() bool {
+		for _, s := range r.rec.list() {
+			if s.Action == a {
+				found = s
+				return true
+			}
+		}
+		return false
+	}, func() string { return summary(r.rec.list()) })
+	return found
+}
+
+func summary(ss []consumer.Settled) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d settlements:", len(ss))
+	for i, s := range ss {
+		if i == 30 {
+			fmt.Fprintf(&b, "\n\t... %d more", len(ss)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n\tevent=%q outcome=%s status=%s action=%s attempts=%d redelivered=%v count=%d reason=%s",
+			s.Message.ID, s.Result.Outcome, s.Result.Status, s.Action, s.Result.Attempts, s.Message.Redelivered, s.Message.DeliveryCount, s.Result.Reason)
+		if s.Result.Err != nil {
+			fmt.Fprintf(&b, " handler-err=%q", s.Result.Err)
+		}
+		if s.Err != nil {
+			fmt.Fprintf(&b, " runtime-err=%q", s.Err)
+		}
+	}
+	return b.String()
+}
+
+// drain receives and acknowledges everything on queue until it stays idle
+// for the broker's IdleTimeout, and returns the messages.
+func (e *env) drain(t testing.TB, queue string) []inboxkit.Message {
+	t.Helper()
+	src := e.b.NewSource(t, queue)
+	defer src.Close()
+	var out []inboxkit.Message
+	for {
+		ctx, cancel := context.WithTimeout(e.ctx, e.b.IdleTimeout)
+		d, err := src.Receive(ctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return out
+			}
+			t.Fatalf("drain %s: receive: %v", queue, err)
+		}
+		actx, acancel := context.WithTimeout(e.ctx, 10*time.Second)
+		err = d.Ack(actx)
+		acancel()
+		if err != nil {
+			t.Fatalf("drain %s: ack: %v", queue, err)
+		}
+		out = append(out, d.Message())
+	}
+}
+
+// expectEmpty fails unless queue is empty.
+func (e *env) expectEmpty(t testing.TB, queue string) {
+	t.Helper()
+	if left := e.drain(t, queue); len(left) > 0 {
+		ids := make([]string, 0, len(left))
+		for _, m := range left {
+			ids = append(ids, m.Header("eventId"))
+		}
+		t.Fatalf("queue %s should be empty, it held %d messages (event ids %v)", queue, len(left), ids)
+	}
+}
+
+// businessRows returns the number of business rows and of distinct event ids.
+func (e *env) businessRows(t testing.TB) (rows, distinct int) {
+	t.Helper()
+	err := e.db.QueryRowContext(e.ctx, `SELECT COUNT(*), COUNT(DISTINCT event_id) FROM business`).Scan(&rows, &distinct)
+	if err != nil {
+		t.Fatalf("count business rows: %v", err)
+	}
+	return rows, distinct
+}
+
+func (e *env) businessRowsOf(t testing.TB, id string) int {
+	t.Helper()
+	var n int
+	err := e.db.QueryRowContext(e.ctx, e.store.Dialect().Rebind(`SELECT COUNT(*) FROM business WHERE event_id = ?`), id).Scan(&n)
+	if err != nil {
+		t.Fatalf("count business rows of %s: %v", id, err)
+	}
+	return n
+}
+
+func (e *env) row(t testing.TB, id string) inbox.Record {
+	t.Helper()
+	r, err := e.store.Get(e.ctx, id, e.name)
+	if err != nil {
+		t.Fatalf("inbox row of %s: %v", id, err)
+	}
+	return r
+}
+
+func (e *env) counts(t testing.TB) map[inboxkit.Status]int {
+	t.Helper()
+	c, err := e.store.CountByStatus(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// crashSource wraps a Source: its deliveries close the source (the
+// process dies) when they are acknowledged, i.e. after the inbox commit and
+// before the ACK reaches the broker.
+type crashSource struct {
+	consumer.Source
+	crashed atomic.Bool
+}
+
+func (s *crashSource) Receive(ctx context.Context) (consumer.Delivery, error) {
+	d, err := s.Source.Receive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &crashDelivery{Delivery: d, s: s}, nil
+}
+
+type crashDelivery struct {
+	consumer.Delivery
+	s *crashSource
+}
+
+func (d *crashDelivery) Ack(ctx context.Context) error {
+	d.s.crashed.Store(true)
+	_ = d.s.Source.Close()
+	return d.Delivery.Ack(ctx)
+}
+
+// swapPublisher is a dlq.Publisher whose underlying publisher can be
+// replaced (a repaired connection).
+type swapPublisher struct {
+	mu sync.Mutex
+	p  dlq.Publisher
+}
+
+func (s *swapPublisher) get() dlq.Publisher {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p
+}
+
+func (s *swapPublisher) set(p dlq.Publisher) {
+	s.mu.Lock()
+	s.p = p
+	s.mu.Unlock()
+}
+
+func (s *swapPublisher) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
+	return s.get().Publish(ctx, destination, headers, body)
+}
+
+func id(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
