@@ -93,6 +93,10 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	ch := make(chan result, 1)
 	go func() {
 		s, err := a.connect()
+		for try := 1; try <= 5 && isInternalError(err); try++ {
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+			s, err = a.connect()
+		}
 		ch <- result{s, err}
 	}()
 	var r result
@@ -169,8 +173,31 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 // channel before the confirm (ErrNacked) or a returned message
 // (ErrUnroutable) is an error. While the connection is being repaired
 // Publish waits, bounded by ctx.
+//
+// A message the broker nacks was not stored, so it is published again, up
+// to three times (a quorum queue created a moment ago nacks until its
+// leader is elected).
 func (a *Adapter) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
-	return a.publish(ctx, destination, headers, body, true)
+	var err error
+	for try := 1; try <= 3; try++ {
+		err = a.publish(ctx, destination, headers, body, true)
+		if !errors.Is(err, errBrokerNack) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+	}
+	return err
+}
+
+// errBrokerNack is an explicit basic.nack: the broker did not store the message.
+var errBrokerNack = fmt.Errorf("%w by the broker", ErrNacked)
+
+// isInternalError reports RabbitMQ's 541 INTERNAL_ERROR, which 3.10 answers
+// while a quorum queue declared at the same moment by another connection
+// is not ready yet.
+func isInternalError(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.InternalError
 }
 
 func (a *Adapter) publish(ctx context.Context, destination string, headers map[string]string, body []byte, declare bool) error {
@@ -218,7 +245,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
 	}
 	if !dc.Acked() {
-		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, ErrNacked)
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errBrokerNack)
 	}
 	// The broker sends basic.return before the basic.ack of the same
 	// message, and the client hands it to s.returns before it completes the
@@ -356,6 +383,9 @@ func (a *Adapter) connect() (*session, error) {
 	var consClosed chan *amqp.Error
 	var cancelled chan string
 	if a.cfg.Queue != "" {
+		if err := s.declare(a.cfg.Queue, a.cfg.Quorum); err != nil {
+			return fail("declare queue "+a.cfg.Queue, err)
+		}
 		ch, err := conn.Channel()
 		if err != nil {
 			return fail("open consume channel", err)
@@ -420,30 +450,43 @@ func (s *session) declare(name string, quorum bool) error {
 	if s.declared[name] {
 		return nil
 	}
+	// RabbitMQ 3.10 answers 541 INTERNAL_ERROR when two connections create
+	// the same quorum queue at once; by the next try the queue exists.
+	var err error
+	for try := 1; try <= 5; try++ {
+		if err = s.declareOnce(name, quorum); err == nil {
+			s.declared[name] = true
+			return nil
+		}
+		if !isInternalError(err) {
+			break
+		}
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+	}
+	return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+}
+
+func (s *session) declareOnce(name string, quorum bool) error {
 	ch, err := s.conn.Channel()
 	if err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+		return err
 	}
 	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err == nil {
 		_ = ch.Close()
-		s.declared[name] = true
 		return nil
 	}
 	var aerr *amqp.Error
 	if !errors.As(err, &aerr) || aerr.Code != amqp.NotFound {
-		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+		return err
 	}
 	// The failed passive declare closed that channel.
 	if ch, err = s.conn.Channel(); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+		return err
 	}
 	defer ch.Close()
-	if _, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(quorum)); err != nil {
-		return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
-	}
-	s.declared[name] = true
-	return nil
+	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(quorum))
+	return err
 }
 
 // drainReturns empties the buffered returns and reports the one whose

@@ -391,3 +391,42 @@ func TestPasswordRedacted(t *testing.T) {
 		t.Logf("%v", err)
 	}
 }
+
+// Consumers and producers starting together all declare the same quorum
+// queue; RabbitMQ 3.10 answers one of them 541 INTERNAL_ERROR, which the
+// adapter retries.
+func TestConcurrentQuorumDeclare(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		q, _ := testQueue(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				cfg := Config{URL: testURL, Quorum: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+				if i%2 == 0 {
+					cfg.Queue = q
+				}
+				a, err := Open(ctx, cfg)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer a.Close()
+				if i%2 == 1 {
+					errs <- a.Publish(ctx, q, map[string]string{"eventId": fmt.Sprint(i)}, []byte("x"))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+	}
+}
