@@ -1,0 +1,405 @@
+package golden
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/inboxkit/inboxkit/inbox"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+)
+
+// File names inside a case directory.
+const (
+	ScenarioFile = "scenario"
+)
+
+// Backend names.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+func init() {
+	// go test ./golden/... -update: defined only in test binaries, and only
+	// once (a test package may define its own -update first).
+	if testing.Testing() && flag.Lookup("update") == nil {
+		flag.Bool("update", false, "golden: write received transcripts as approved files")
+	}
+}
+
+// Updating reports whether approved files are to be written: the -update
+// test flag or INBOXKIT_UPDATE_GOLDEN=1, and not in CI.
+func Updating() bool {
+	if InCI() {
+		return false
+	}
+	if v := os.Getenv("INBOXKIT_UPDATE_GOLDEN"); v != "" && v != "0" && v != "false" {
+		return true
+	}
+	f := flag.Lookup("update")
+	return f != nil && f.Value.String() == "true"
+}
+
+// InCI reports whether CI is set (CI=true, as CI systems set it): approved
+// files are then never written, and a missing one is a failure.
+func InCI() bool {
+	v := os.Getenv("CI")
+	return v != "" && v != "0" && v != "false"
+}
+
+// ApprovedFile and ReceivedFile name the files of a label: approved.txt
+// and received.txt without label, approved.<label>.txt and
+// received.<label>.txt with one.
+func ApprovedFile(label string) string { return withLabel("approved", label) }
+
+// ReceivedFile: see ApprovedFile.
+func ReceivedFile(label string) string { return withLabel("received", label) }
+
+func withLabel(base, label string) string {
+	if label == "" {
+		return base + ".txt"
+	}
+	return base + "." + label + ".txt"
+}
+
+type options struct {
+	label    string
+	backends []string
+}
+
+// Option configures Run, Verify and Approve.
+type Option func(*options)
+
+// Label sets the label of the approved and received files, so that one case
+// directory holds approved transcripts of several consumers (for example
+// "legacy" and "refactored").
+func Label(label string) Option { return func(o *options) { o.label = label } }
+
+// Backends sets the databases every case runs on. Defaults to
+// INBOXKIT_GOLDEN_BACKENDS (comma-separated), else sqlite and postgres in
+// CI, else sqlite. Every backend must produce the same transcript.
+func Backends(names ...string) Option { return func(o *options) { o.backends = names } }
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if len(o.backends) == 0 {
+		switch {
+		case os.Getenv("INBOXKIT_GOLDEN_BACKENDS") != "":
+			for _, b := range strings.Split(os.Getenv("INBOXKIT_GOLDEN_BACKENDS"), ",") {
+				if b = strings.TrimSpace(b); b != "" {
+					o.backends = append(o.backends, b)
+				}
+			}
+		case InCI():
+			o.backends = []string{SQLite, Postgres}
+		default:
+			o.backends = []string{SQLite}
+		}
+	}
+	return o
+}
+
+// Cases returns the case directories of dir: dir itself when it holds a
+// scenario file, else its subdirectories that do, sorted.
+func Cases(dir string) ([]string, error) {
+	if _, err := os.Stat(filepath.Join(dir, ScenarioFile)); err == nil {
+		return []string{dir}, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("golden: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), ScenarioFile)); err == nil {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("golden: no case in %s (a case is a directory with a %q file)", dir, ScenarioFile)
+	}
+	return out, nil
+}
+
+// ReadScenario parses the scenario file of a case directory.
+func ReadScenario(caseDir string) (*Scenario, error) {
+	data, err := os.ReadFile(filepath.Join(caseDir, ScenarioFile))
+	if err != nil {
+		return nil, fmt.Errorf("golden: %w", err)
+	}
+	sc, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(caseDir, ScenarioFile), err)
+	}
+	return sc, nil
+}
+
+// Mismatch is a case whose received transcript differs from the approved one.
+type Mismatch struct {
+	// Case is the case directory; Backend the database that produced Received.
+	Case, Backend string
+	// Approved and Received are the file paths.
+	Approved, Received string
+	// Missing is true when there is no approved file yet.
+	Missing bool
+	// Diff is the unified diff from approved to received.
+	Diff string
+}
+
+func (m Mismatch) String() string {
+	if m.Missing {
+		return fmt.Sprintf("%s: no approved file %s; received (%s) written to %s", m.Case, m.Approved, m.Backend, m.Received)
+	}
+	return fmt.Sprintf("%s: received (%s) differs from %s; written to %s\n%s", m.Case, m.Backend, m.Approved, m.Received, m.Diff)
+}
+
+// PlayCase runs one case directory on one backend and returns the transcript.
+func PlayCase(ctx context.Context, caseDir, backend string, f Factory) (*Transcript, error) {
+	sc, err := ReadScenario(caseDir)
+	if err != nil {
+		return nil, err
+	}
+	db, cleanup, err := OpenBackend(ctx, backend)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	return Play(ctx, db, sc, f)
+}
+
+// verifyCase plays one case on every backend and compares; with approve it
+// first writes the approved file from the first backend.
+func verifyCase(ctx context.Context, caseDir string, f Factory, o options, approve bool) (*Mismatch, *Transcript, error) {
+	approvedPath := filepath.Join(caseDir, ApprovedFile(o.label))
+	receivedPath := filepath.Join(caseDir, ReceivedFile(o.label))
+	var first *Transcript
+	for i, backend := range o.backends {
+		tr, err := PlayCase(ctx, caseDir, backend, f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s (%s): %w", caseDir, backend, err)
+		}
+		if i == 0 {
+			first = tr
+			if approve {
+				if old, err := os.ReadFile(approvedPath); err != nil || string(old) != tr.Text {
+					if err := os.WriteFile(approvedPath, []byte(tr.Text), 0o644); err != nil {
+						return nil, nil, fmt.Errorf("golden: %w", err)
+					}
+				}
+			}
+		}
+		approved, err := os.ReadFile(approvedPath)
+		missing := errors.Is(err, os.ErrNotExist)
+		if err != nil && !missing {
+			return nil, nil, fmt.Errorf("golden: %w", err)
+		}
+		if !missing && string(approved) == tr.Text {
+			continue
+		}
+		if err := os.WriteFile(receivedPath, []byte(tr.Text), 0o644); err != nil {
+			return nil, nil, fmt.Errorf("golden: %w", err)
+		}
+		m := &Mismatch{Case: caseDir, Backend: backend, Approved: approvedPath, Received: receivedPath, Missing: missing}
+		if !missing {
+			m.Diff = Diff(ApprovedFile(o.label), string(approved), ReceivedFile(o.label)+" ("+backend+")", tr.Text)
+		}
+		return m, first, nil
+	}
+	_ = os.Remove(receivedPath) // a stale one from an earlier failure
+	return nil, first, nil
+}
+
+// Verify plays every case under dir on every backend and compares each
+// transcript with the approved file. For each mismatch it writes the
+// received file beside the approved one. It never writes approved files.
+// The error is for cases that could not run at all.
+func Verify(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mismatch, error) {
+	o := buildOptions(opts)
+	cases, err := Cases(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Mismatch
+	for _, c := range cases {
+		m, _, err := verifyCase(ctx, c, f, o, false)
+		if err != nil {
+			return out, err
+		}
+		if m != nil {
+			out = append(out, *m)
+		}
+	}
+	return out, nil
+}
+
+// ErrCI is returned by Approve when CI is set.
+var ErrCI = errors.New("golden: CI is set: approved files are never written in CI")
+
+// Approve plays every case under dir and writes its transcript (from the
+// first backend) as the approved file; it then checks the other backends
+// against it and returns their mismatches. It refuses to run in CI.
+func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mismatch, error) {
+	if InCI() {
+		return nil, ErrCI
+	}
+	o := buildOptions(opts)
+	cases, err := Cases(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Mismatch
+	for _, c := range cases {
+		m, _, err := verifyCase(ctx, c, f, o, true)
+		if err != nil {
+			return out, err
+		}
+		if m != nil {
+			out = append(out, *m)
+		}
+	}
+	return out, nil
+}
+
+// Run runs every case under dir (or dir itself, when it is a case) as a
+// parallel subtest named after the case directory, on every backend, and
+// fails each case whose transcript differs from its approved file, with a
+// unified diff and the command that approves it. With -update or
+// INBOXKIT_UPDATE_GOLDEN=1 it writes the approved files first; in CI
+// (CI=true) it never writes them and a missing one fails.
+func Run(t *testing.T, dir string, f Factory, opts ...Option) {
+	t.Helper()
+	o := buildOptions(opts)
+	cases, err := Cases(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(filepath.Base(c), func(t *testing.T) {
+			t.Parallel()
+			m, _, err := verifyCase(t.Context(), c, f, o, Updating())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m == nil {
+				return
+			}
+			how := approveCommand(t.Name())
+			if m.Missing {
+				t.Fatalf("no approved transcript %s\nreceived (%s): %s\nreview it, then approve with:\n\t%s", m.Approved, m.Backend, m.Received, how)
+			}
+			t.Fatalf("transcript differs from %s (backend %s); received: %s\n%s\nif the change is intended, approve it with:\n\t%s", m.Approved, m.Backend, m.Received, m.Diff, how)
+		})
+	}
+}
+
+// approveCommand is the exact command that approves the test called name.
+func approveCommand(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	pkg := "."
+	if wd, err := os.Getwd(); err == nil {
+		if root := moduleRoot(wd); root != "" {
+			if rel, err := filepath.Rel(root, wd); err == nil {
+				pkg = "./" + filepath.ToSlash(rel)
+				if rel == "." {
+					pkg = "."
+				}
+				return fmt.Sprintf("(cd %s && go test %s -run '%s' -update)", root, pkg, strings.Join(parts, "/"))
+			}
+		}
+	}
+	return fmt.Sprintf("go test %s -run '%s' -update", pkg, strings.Join(parts, "/"))
+}
+
+func moduleRoot(dir string) string {
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// OpenBackend opens a fresh, empty database of the backend ("sqlite": a
+// file in a new temporary directory; "postgres": a new schema on the server
+// of INBOXKIT_TEST_POSTGRES, default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable). cleanup drops it.
+func OpenBackend(ctx context.Context, backend string) (db Database, cleanup func(), err error) {
+	switch backend {
+	case SQLite:
+		dir, err := os.MkdirTemp("", "inboxkit-golden-*")
+		if err != nil {
+			return Database{}, nil, fmt.Errorf("golden: %w", err)
+		}
+		dsn := "file:" + filepath.Join(dir, "golden.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+		open := func() (*sql.DB, error) { return sql.Open("sqlite", dsn) }
+		pool, err := open()
+		if err != nil {
+			os.RemoveAll(dir)
+			return Database{}, nil, fmt.Errorf("golden: %w", err)
+		}
+		return Database{DB: pool, Dialect: inbox.SQLite, Open: open}, func() { pool.Close(); os.RemoveAll(dir) }, nil
+	case Postgres:
+		base := os.Getenv("INBOXKIT_TEST_POSTGRES")
+		if base == "" {
+			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+		}
+		admin, err := sql.Open("pgx", base)
+		if err != nil {
+			return Database{}, nil, fmt.Errorf("golden: %w", err)
+		}
+		defer admin.Close()
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		schema := "golden_" + hex.EncodeToString(b)
+		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+			return Database{}, nil, fmt.Errorf("golden: PostgreSQL does not answer or refuses CREATE SCHEMA: %w", err)
+		}
+		u, err := url.Parse(base)
+		if err != nil {
+			return Database{}, nil, fmt.Errorf("golden: %w", err)
+		}
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		dsn := u.String()
+		open := func() (*sql.DB, error) { return sql.Open("pgx", dsn) }
+		pool, err := open()
+		if err != nil {
+			return Database{}, nil, fmt.Errorf("golden: %w", err)
+		}
+		return Database{DB: pool, Dialect: inbox.Postgres, Open: open}, func() {
+			pool.Close()
+			if a, err := sql.Open("pgx", base); err == nil {
+				_, _ = a.Exec("DROP SCHEMA " + schema + " CASCADE")
+				a.Close()
+			}
+		}, nil
+	}
+	return Database{}, nil, fmt.Errorf("golden: unknown backend %q (use %s)", backend, strings.Join(slices.Sorted(slices.Values([]string{SQLite, Postgres})), ", "))
+}

@@ -1,0 +1,75 @@
+// Package golden is the approval (golden-master) harness: it plays a
+// scenario through a consumer on a real database with a scripted broker and
+// scripted downstream services, writes a normalized transcript of every
+// effect, and compares it with the approved file a person signed off.
+// "Erst Verhalten sichern, dann Struktur ändern": pin down what the legacy
+// consumer does, refactor, and see every difference as a diff.
+//
+// # Cases
+//
+// A case is a directory holding a file named "scenario" and one approved
+// transcript per consumer label: approved.txt, or approved.<label>.txt when
+// one case is approved for several consumers (golden.Label("legacy"),
+// golden.Label("refactored")). Coverage grows by adding a directory.
+//
+//	func TestInvoice(t *testing.T) {
+//		golden.Run(t, "testdata/golden", invoicegolden.Refactored(nil), golden.Label("refactored"))
+//	}
+//
+// # Scenario format
+//
+// Line based; '#' starts a comment line; indented lines belong to the
+// message above them.
+//
+//	queue invoices                 # destination name (default events)
+//	max-attempts 3                 # inbox backout threshold (default 3)
+//	broker-max-deliveries 5        # the broker's own redelivery limit (default 5)
+//	instances 2                    # consumer instances (default 1)
+//
+//	message inv-1                  # defines a message; the name is not sent
+//	  header eventId E-1001        # header NAME VALUE (value: rest of line)
+//	  header correlationId C-1
+//	  body {"invoiceNo":"INV-1001"} # body TEXT (rest of line; several lines join with \n)
+//
+//	fail letter-service 2          # the next 2 Env.Call("letter-service") calls fail
+//	fail commit 1                  # the next commit fails with a database error
+//	crash before-commit            # the next delivery dies right before its commit
+//	crash after-commit             # the next acknowledgement is lost after the commit
+//	send inv-1                     # the producer sends; the broker delivers until idle
+//	send inv-1 parallel 2          # two copies at once, one to each instance
+//	note free text                 # copied into the transcript
+//
+// The scripted broker redelivers every message that was handed back or never
+// acknowledged (Redelivered set, DeliveryCount counted) until it is settled
+// or reached broker-max-deliveries, then moves it to its own dead-letter
+// queue, as ActiveMQ does for a legacy consumer without a backout threshold.
+// Nothing sleeps: the scenario clock moves one second per delivery.
+//
+// # Transcript
+//
+// Per delivery the action (ack, redelivery, reject, dead-letter, crash) with
+// the inbox outcome, class, reason and attempts; then the calls to external
+// services, the business tables and the inbox table sorted by key, the
+// messages published to DLQ.<queue> and <queue>.REJECTED, the broker's
+// dead-letter queue, and faults that never triggered. Ids come from
+// Env.IDFunc and times from Env.Clock (injected at the source); [Scrub]
+// then replaces them with labeled placeholders (<id_1>, <time_1>) so the
+// links between values stay visible and SQLite and PostgreSQL produce the
+// same text.
+//
+// # Approving
+//
+// On a mismatch Run writes received[.<label>].txt beside the approved file
+// (git ignores it), fails with a unified diff and prints the command that
+// approves. go test ./golden/... -update, or INBOXKIT_UPDATE_GOLDEN=1,
+// writes approved files. With CI=true approved files are never written and a
+// missing one fails. [Verify] and [Approve] do the same without package
+// testing, for `inboxctl golden verify|approve DIR`.
+//
+// # Databases
+//
+// SQLite by default; INBOXKIT_GOLDEN_BACKENDS=sqlite,postgres (and CI=true)
+// plays every case on PostgreSQL too (INBOXKIT_TEST_POSTGRES, default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), each run in a
+// fresh schema. Every backend must produce the approved transcript.
+package golden

@@ -1,0 +1,169 @@
+package golden_test
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/invoice/invoicegolden"
+)
+
+const corpus = "../testdata/golden"
+
+// TestInvoiceGolden pins down both invoice consumers: every case under
+// testdata/golden is approved for the legacy port (approved.legacy.txt) and
+// for the refactored consumer (approved.refactored.txt).
+func TestInvoiceGolden(t *testing.T) {
+	t.Run(invoicegolden.LabelLegacy, func(t *testing.T) {
+		golden.Run(t, corpus, invoicegolden.Legacy(), golden.Label(invoicegolden.LabelLegacy))
+	})
+	t.Run(invoicegolden.LabelRefactored, func(t *testing.T) {
+		golden.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored))
+	})
+}
+
+// Difference categories between the legacy and the refactored transcript.
+const (
+	diffDuplicates  = "duplicates"   // legacy: more than one letter (row or sent) for one invoice
+	diffRejections  = "rejections"   // refactored: business rejection, acknowledged once
+	diffDeadLetters = "dead-letters" // a dead letter (inbox DLQ, or the broker's after its redelivery limit)
+	diffNoEffect    = "not-applied"  // legacy wrote letters for an invoice the refactored consumer did not apply
+)
+
+// intended lists, per case, the differences the refactoring means to make.
+var intended = map[string][]string{
+	"happy-path":                         nil,
+	"producer-resend":                    {diffDuplicates},
+	"crash-after-commit":                 {diffDuplicates},
+	"crash-before-commit":                nil,
+	"database-error-on-commit":           nil,
+	"unknown-customer":                   {diffRejections, diffDeadLetters},
+	"invalid-amount":                     {diffRejections, diffDeadLetters},
+	"unsupported-currency":               {diffRejections, diffDeadLetters},
+	"malformed-json":                     {diffDeadLetters},
+	"missing-field":                      {diffDeadLetters},
+	"missing-event-id":                   {diffDeadLetters, diffNoEffect},
+	"letter-service-down-then-up":        {diffDuplicates},
+	"letter-service-down-past-threshold": {diffDuplicates, diffDeadLetters, diffNoEffect},
+	"correlation-spanning-events":        {diffDuplicates, diffRejections, diffDeadLetters},
+}
+
+type effects struct {
+	letters, docs, sent map[string]int // per invoice number
+	rejects, dlq, bdlq  int
+}
+
+func effectsOf(tr *golden.Transcript) effects {
+	e := effects{letters: map[string]int{}, docs: map[string]int{}, sent: map[string]int{}}
+	for _, r := range tr.Rows["shipping_letters"] {
+		e.letters[r[1]]++
+	}
+	for _, r := range tr.Rows["archived_documents"] {
+		e.docs[r[1]]++
+	}
+	for _, c := range tr.Calls {
+		if c.Result == "sent" {
+			inv := strings.Fields(c.Summary)[3] // "letter <id> invoice <no> ..."
+			e.sent[inv]++
+		}
+	}
+	for _, d := range tr.Deliveries {
+		switch d.Action {
+		case "reject":
+			e.rejects++
+		case "dead-letter":
+			e.dlq++
+		case "broker-dead-letter":
+			e.bdlq++
+		}
+	}
+	return e
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// TestLegacyVersusRefactored plays every case through both consumers,
+// prints where they differ and checks that they differ only where the
+// refactoring meant them to.
+func TestLegacyVersusRefactored(t *testing.T) {
+	cases, err := golden.Cases(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var summary strings.Builder
+	fmt.Fprintf(&summary, "%-36s %-22s %-26s %s\n", "case", "legacy letters/sent/bDLQ", "refactored letters/sent/rej/DLQ", "differences")
+	for _, dir := range cases {
+		name := filepath.Base(dir)
+		want, ok := intended[name]
+		if !ok {
+			t.Errorf("case %s: add its intended differences to the table in this test", name)
+			continue
+		}
+		leg, err := golden.PlayCase(t.Context(), dir, golden.SQLite, invoicegolden.Legacy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := golden.PlayCase(t.Context(), dir, golden.SQLite, invoicegolden.Refactored(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, r := effectsOf(leg), effectsOf(ref)
+
+		// Rules of the refactored consumer, whatever the case.
+		for inv, n := range r.letters {
+			if n > 1 || r.docs[inv] > 1 || r.sent[inv] > 1 {
+				t.Errorf("%s: refactored consumer wrote %d letters, %d documents, sent %d for %s; want at most one each", name, n, r.docs[inv], r.sent[inv], inv)
+			}
+			if l.letters[inv] == 0 {
+				t.Errorf("%s: refactored consumer wrote a letter for %s that the legacy one did not", name, inv)
+			}
+		}
+		if r.bdlq > 0 {
+			t.Errorf("%s: the broker dead-lettered a message of the refactored consumer; the inbox must decide first", name)
+		}
+
+		var got []string
+		for inv := range l.letters {
+			if l.letters[inv] > 1 || l.sent[inv] > 1 {
+				got = append(got, diffDuplicates)
+				break
+			}
+		}
+		if r.rejects > 0 {
+			got = append(got, diffRejections)
+		}
+		if r.dlq > 0 || l.bdlq > 0 {
+			got = append(got, diffDeadLetters)
+		}
+		for inv := range l.letters {
+			if r.letters[inv] == 0 {
+				got = append(got, diffNoEffect)
+				break
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: legacy and refactored differ in %v, intended %v", name, got, want)
+		}
+		if len(want) == 0 && !maps.Equal(l.letters, r.letters) {
+			t.Errorf("%s: letters differ: legacy %v, refactored %v", name, l.letters, r.letters)
+		}
+		diffs := strings.Join(got, ", ")
+		if diffs == "" {
+			diffs = "(same business effect)"
+		}
+		fmt.Fprintf(&summary, "%-36s %-22s %-26s %s\n", name,
+			fmt.Sprintf("%d/%d/%d", total(l.letters), total(l.sent), l.bdlq),
+			fmt.Sprintf("%d/%d/%d/%d", total(r.letters), total(r.sent), r.rejects, r.dlq), diffs)
+	}
+	t.Logf("legacy versus refactored (SQLite):\n%s", summary.String())
+}

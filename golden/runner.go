@@ -1,0 +1,586 @@
+package golden
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// BrokerDeadLetterQueue is the name the transcript gives the broker's own
+// dead-letter queue (ActiveMQ's default).
+const BrokerDeadLetterQueue = "ActiveMQ.DLQ"
+
+// maxDeliveries bounds one scenario run.
+const maxDeliveries = 10000
+
+// Database is where a scenario runs.
+type Database struct {
+	// DB is the pool of instance 1.
+	DB *sql.DB
+	// Dialect of DB.
+	Dialect inbox.Dialect
+	// Open, if set, opens another pool on the same database for instances
+	// 2 and up; without it every instance shares DB.
+	Open func() (*sql.DB, error)
+}
+
+// Delivery is one delivery in a Transcript.
+type Delivery struct {
+	// Message is the scenario's message name; EventID its eventId header.
+	Message, EventID string
+	// N is the broker's delivery count of this copy (1 for the first).
+	N int
+	// Action: ack, redelivery, reject, dead-letter, crash, broker-dead-letter.
+	Action string
+	// AckLost is true when the acknowledgement never reached the broker.
+	AckLost bool
+	// Outcome, Class and Reason come from the inbox (empty for legacy).
+	Outcome, Class, Reason string
+	// Error is the error text, if any.
+	Error string
+}
+
+// Call is one call to an external service (see Env.Call).
+type Call struct {
+	Service, Key, Summary, Result string
+}
+
+// Published is one message published to a dead-letter or reject queue.
+type Published struct {
+	Destination string
+	Headers     map[string]string
+	Body        string
+}
+
+// Transcript is what one scenario run did. Text is the approval text;
+// the other fields hold the same facts for programs (comparisons).
+type Transcript struct {
+	// Text is the normalized transcript, as written to approved files.
+	Text string
+	// Consumer is the subject's name; Legacy is true for a Legacy subject.
+	Consumer string
+	Legacy   bool
+	// Deliveries in order (within a parallel send, sorted).
+	Deliveries []Delivery
+	// Calls to external services, in order.
+	Calls []Call
+	// Rows of each business table and of the inbox ("inbox"), as printed
+	// (before placeholders).
+	Rows map[string][][]string
+	// Published dead letters and rejections.
+	Published []Published
+	// BrokerDeadLetters are the message names the broker dead-lettered.
+	BrokerDeadLetters []string
+}
+
+type instance struct {
+	env     *Env
+	subject Subject
+	cons    *consumer.Consumer
+}
+
+type pending struct {
+	msg        *Message
+	deliveries int
+}
+
+type runner struct {
+	sc      *Scenario
+	db      Database
+	w       *world
+	insts   []*instance
+	store   *inbox.Store
+	queue   []*pending
+	tr      *Transcript
+	out     strings.Builder
+	total   int
+	legacy  bool
+	closers []func()
+}
+
+// Play runs scenario sc through the consumer that f builds, on db, and
+// returns the transcript. db must be empty: Play creates the inbox table
+// (for Handler subjects) and Subject.Setup creates the business tables.
+func Play(ctx context.Context, db Database, sc *Scenario, f Factory) (*Transcript, error) {
+	r := &runner{sc: sc, db: db, w: newWorld(), tr: &Transcript{Rows: map[string][][]string{}}}
+	defer func() {
+		for _, c := range r.closers {
+			c()
+		}
+	}()
+	if err := r.setup(ctx, f); err != nil {
+		return nil, err
+	}
+	kind := "legacy, no inbox"
+	if r.store != nil {
+		kind = "refactored, inbox " + r.store.Config().Table
+	}
+	fmt.Fprintf(&r.out, "# golden transcript: consumer %s (%s), queue %s\n", r.tr.Consumer, kind, sc.Queue)
+	fmt.Fprintf(&r.out, "# max-attempts %d, broker-max-deliveries %d, instances %d\n", sc.MaxAttempts, sc.BrokerMaxDeliveries, sc.Instances)
+	r.section("deliveries")
+	for i, st := range sc.Steps {
+		if err := r.step(ctx, i+1, st); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.final(ctx); err != nil {
+		return nil, err
+	}
+	r.tr.Text = Scrub(r.out.String())
+	return r.tr, nil
+}
+
+func (r *runner) setup(ctx context.Context, f Factory) error {
+	for i := 1; i <= r.sc.Instances; i++ {
+		pool := r.db.DB
+		if i > 1 && r.db.Open != nil {
+			p, err := r.db.Open()
+			if err != nil {
+				return fmt.Errorf("golden: open pool for instance %d: %w", i, err)
+			}
+			r.closers = append(r.closers, func() { p.Close() })
+			pool = p
+		}
+		env := &Env{DB: pool, Dialect: r.db.Dialect, Instance: i, Clock: r.w, IDFunc: r.w.newID, w: r.w}
+		sub, err := f(env)
+		if err != nil {
+			return fmt.Errorf("golden: factory (instance %d): %w", i, err)
+		}
+		if (sub.Handler == nil) == (sub.Legacy == nil) {
+			return errors.New("golden: the factory's Subject needs exactly one of Handler and Legacy")
+		}
+		inst := &instance{env: env, subject: sub}
+		if i == 1 {
+			r.legacy = sub.Legacy != nil
+			r.tr.Consumer, r.tr.Legacy = sub.Name, r.legacy
+			if r.tr.Consumer == "" {
+				r.tr.Consumer = "legacy"
+			}
+			if sub.Setup != nil {
+				if err := sub.Setup(ctx); err != nil {
+					return fmt.Errorf("golden: setup: %w", err)
+				}
+			}
+		}
+		if sub.Handler != nil {
+			store, err := inbox.New(pool, r.db.Dialect, inbox.Config{Clock: r.w, MaxAttempts: r.sc.MaxAttempts, ClassifyFunc: classify.Of})
+			if err != nil {
+				return err
+			}
+			if i == 1 {
+				if err := store.Migrate(ctx); err != nil {
+					return err
+				}
+				r.store = store
+			}
+			h := sub.Handler
+			cfg := consumer.Config{
+				Name: sub.Name, Source: noSource{}, Store: store,
+				Handler: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+					if err := h(ctx, tx, m); err != nil {
+						return err
+					}
+					return env.BeforeCommit(ctx)
+				},
+				DeadLetter: r.w, DeadLetterQueue: "DLQ." + r.sc.Queue, RejectQueue: r.sc.Queue + ".REJECTED",
+				Clock: r.w, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			}
+			if sub.Configure != nil {
+				sub.Configure(&cfg)
+			}
+			if inst.cons, err = consumer.New(cfg); err != nil {
+				return err
+			}
+		}
+		r.insts = append(r.insts, inst)
+	}
+	return nil
+}
+
+func (r *runner) section(name string) { fmt.Fprintf(&r.out, "\n== %s\n", name) }
+
+func (r *runner) step(ctx context.Context, n int, st Step) error {
+	switch st.Kind {
+	case StepNote:
+		fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
+	case StepFail:
+		r.w.mu.Lock()
+		r.w.fails[st.Service] += st.Count
+		r.w.mu.Unlock()
+		what := "call(s) of " + st.Service
+		if st.Service == ServiceCommit {
+			what = "commit(s)"
+		}
+		fmt.Fprintf(&r.out, "%d. fault: the next %d %s fail\n", n, st.Count, what)
+	case StepCrash:
+		r.w.mu.Lock()
+		r.w.crash[st.Point]++
+		r.w.mu.Unlock()
+		fmt.Fprintf(&r.out, "%d. fault: the next delivery crashes %s\n", n, strings.ReplaceAll(st.Point, "-", " "))
+	case StepSend:
+		m := r.sc.Message(st.Message)
+		if st.Parallel > 1 {
+			fmt.Fprintf(&r.out, "%d. send %s parallel %d (one copy to each of %d instances at once)\n", n, m.Name, st.Parallel, st.Parallel)
+			if err := r.parallel(ctx, m, st.Parallel); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(&r.out, "%d. send %s\n", n, m.Name)
+			r.queue = append(r.queue, &pending{msg: m})
+		}
+		return r.drain(ctx)
+	}
+	return nil
+}
+
+func (r *runner) parallel(ctx context.Context, m *Message, n int) error {
+	r.w.tick()
+	copies := make([]*pending, n)
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		copies[i] = &pending{msg: m, deliveries: 1}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = r.deliver(ctx, r.insts[i], copies[i])
+		}()
+	}
+	wg.Wait()
+	lines := make([]string, n)
+	for i, res := range results {
+		lines[i] = res.line
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lines[order[a]] < lines[order[b]] })
+	for _, i := range order {
+		r.record(results[i])
+		if results[i].again {
+			r.queue = append(r.queue, copies[i])
+		}
+	}
+	return nil
+}
+
+func (r *runner) drain(ctx context.Context) error {
+	for len(r.queue) > 0 {
+		p := r.queue[0]
+		r.queue = r.queue[1:]
+		if p.deliveries >= r.sc.BrokerMaxDeliveries {
+			r.tr.BrokerDeadLetters = append(r.tr.BrokerDeadLetters, p.msg.Name)
+			d := Delivery{Message: p.msg.Name, EventID: header(p.msg, "eventId"), N: p.deliveries, Action: "broker-dead-letter"}
+			r.tr.Deliveries = append(r.tr.Deliveries, d)
+			fmt.Fprintf(&r.out, "   broker: %s moved to %s after %d deliveries\n", p.msg.Name, BrokerDeadLetterQueue, p.deliveries)
+			continue
+		}
+		r.total++
+		if r.total > maxDeliveries {
+			return fmt.Errorf("golden: more than %d deliveries: the scenario never settles", maxDeliveries)
+		}
+		r.w.tick()
+		p.deliveries++
+		res := r.deliver(ctx, r.insts[0], p)
+		r.record(res)
+		if res.again {
+			r.queue = append(r.queue, p)
+		}
+	}
+	return nil
+}
+
+type result struct {
+	d     Delivery
+	line  string
+	again bool
+}
+
+func (r *runner) record(res result) {
+	r.tr.Deliveries = append(r.tr.Deliveries, res.d)
+	r.out.WriteString(res.line)
+}
+
+func header(m *Message, name string) string {
+	for _, h := range m.Headers {
+		if h.Name == name {
+			return h.Value
+		}
+	}
+	return ""
+}
+
+// deliver hands one copy to one instance and reports what happened.
+func (r *runner) deliver(ctx context.Context, inst *instance, p *pending) (res result) {
+	hdr := make(map[string]string, len(p.msg.Headers))
+	for _, h := range p.msg.Headers {
+		hdr[h.Name] = h.Value
+	}
+	msg := inboxkit.Message{
+		Headers: hdr, Body: []byte(p.msg.Body), Destination: r.sc.Queue,
+		BrokerMessageID: fmt.Sprintf("ID:golden-%s", p.msg.Name), Redelivered: p.deliveries > 1, DeliveryCount: p.deliveries,
+	}
+	d := Delivery{Message: p.msg.Name, EventID: hdr["eventId"], N: p.deliveries}
+	del := &delivery{m: msg, w: r.w}
+	defer func() {
+		if v := recover(); v != nil {
+			if _, ok := v.(crashSignal); !ok {
+				panic(v)
+			}
+			d.Action, d.Error = "crash", "process died before the commit (injected crash)"
+			res = result{d: d, again: true}
+			res.line = fmt.Sprintf("   %s delivery %d: crash before commit, nothing acknowledged -> the broker redelivers\n", p.msg.Name, p.deliveries)
+		}
+	}()
+	var detail []string
+	if inst.cons != nil {
+		s := inst.cons.Handle(ctx, del)
+		d.Action = string(s.Action)
+		if s.Action == consumer.ActionRequeue {
+			d.Action = "redelivery"
+		}
+		d.Outcome, d.Class, d.Reason = string(s.Result.Outcome), string(s.Result.Class), s.Result.Reason
+		detail = append(detail, "outcome="+d.Outcome)
+		if s.Result.Status != "" {
+			detail = append(detail, "status="+string(s.Result.Status))
+		}
+		if d.Class != "" {
+			detail = append(detail, "class="+d.Class)
+		}
+		if d.Reason != "" {
+			detail = append(detail, "reason="+d.Reason)
+		}
+		if s.Result.Attempts > 0 {
+			detail = append(detail, "attempts="+strconv.Itoa(s.Result.Attempts))
+		}
+		if s.Result.Err != nil {
+			d.Error = s.Result.Err.Error()
+			detail = append(detail, "error="+strconv.Quote(d.Error))
+		}
+		if s.Err != nil && !del.lost {
+			detail = append(detail, "runtime-error="+strconv.Quote(s.Err.Error()))
+		}
+	} else {
+		err := inst.subject.Legacy(ctx, msg)
+		if err == nil {
+			d.Action = "ack"
+			if aerr := del.Ack(ctx); aerr != nil && !del.lost {
+				detail = append(detail, "runtime-error="+strconv.Quote(aerr.Error()))
+			}
+		} else {
+			d.Action, d.Error = "redelivery", err.Error()
+			_ = del.Requeue(ctx, 0)
+			detail = append(detail, "error="+strconv.Quote(d.Error))
+		}
+	}
+	d.AckLost = del.lost
+	res = result{d: d, again: del.lost || del.requeued}
+	line := fmt.Sprintf("   %s delivery %d: %s", p.msg.Name, p.deliveries, d.Action)
+	if len(detail) > 0 {
+		line += " | " + strings.Join(detail, " ")
+	}
+	if del.lost {
+		line += "\n      the ack is lost (crash after commit) -> the broker redelivers"
+	}
+	res.line = line + "\n"
+	return res
+}
+
+type delivery struct {
+	m        inboxkit.Message
+	w        *world
+	lost     bool
+	requeued bool
+}
+
+func (d *delivery) Message() inboxkit.Message { return d.m }
+
+func (d *delivery) Ack(context.Context) error {
+	if d.w.ackLost() {
+		d.lost = true
+		return errors.New("connection lost before the ack reached the broker (injected crash after commit)")
+	}
+	return nil
+}
+
+func (d *delivery) Requeue(context.Context, time.Duration) error {
+	d.requeued = true
+	return nil
+}
+
+type noSource struct{}
+
+func (noSource) Receive(ctx context.Context) (consumer.Delivery, error) {
+	return nil, consumer.ErrClosed
+}
+func (noSource) Close() error { return nil }
+
+func (r *runner) final(ctx context.Context) error {
+	r.w.mu.Lock()
+	calls := slices.Clone(r.w.calls)
+	pubs := slices.Clone(r.w.published)
+	var unused []string
+	for _, k := range slices.Sorted(maps.Keys(r.w.fails)) {
+		if r.w.fails[k] > 0 {
+			unused = append(unused, fmt.Sprintf("fail %s: %d left", k, r.w.fails[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.w.crash)) {
+		if r.w.crash[k] > 0 {
+			unused = append(unused, fmt.Sprintf("crash %s: %d left", k, r.w.crash[k]))
+		}
+	}
+	r.w.mu.Unlock()
+
+	r.section("calls to external services")
+	if len(calls) == 0 {
+		r.out.WriteString("   (none)\n")
+	}
+	for i, c := range calls {
+		r.tr.Calls = append(r.tr.Calls, Call{Service: c.service, Key: c.key, Summary: c.summary, Result: c.result})
+		key := c.key
+		if key == "" {
+			key = "(none)"
+		}
+		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.service, key, c.summary, c.result)
+	}
+
+	for _, t := range r.insts[0].subject.Tables {
+		order := t.OrderBy
+		if order == "" {
+			order = t.Columns[0]
+		}
+		q := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(t.Columns, ", "), t.Name, order)
+		if err := r.dump(ctx, "table "+t.Name, t.Name, t.Columns, q); err != nil {
+			return err
+		}
+	}
+	if r.store != nil {
+		cols := []string{"EVENT_ID", "CONSUMER_NAME", "STATUS", "CORRELATION_ID", "REASON_CODE", "ERROR_CLASS", "ATTEMPTS", "LAST_ERROR", "CREATED_AT", "PROCESSED_AT"}
+		tab := r.store.Config().Table
+		q := fmt.Sprintf("SELECT %s FROM %s ORDER BY EVENT_ID, CONSUMER_NAME", strings.Join(cols, ", "), tab)
+		if err := r.dump(ctx, "inbox "+tab, "inbox", cols, q); err != nil {
+			return err
+		}
+	} else {
+		r.section("inbox")
+		r.out.WriteString("   (none: the consumer has no inbox table)\n")
+	}
+
+	dests := []string{"DLQ." + r.sc.Queue, r.sc.Queue + ".REJECTED"}
+	for _, p := range pubs {
+		if !slices.Contains(dests, p.destination) {
+			dests = append(dests, p.destination)
+		}
+	}
+	for _, dest := range dests {
+		r.section("published to " + dest)
+		n := 0
+		for _, p := range pubs {
+			if p.destination != dest {
+				continue
+			}
+			n++
+			r.tr.Published = append(r.tr.Published, Published{Destination: dest, Headers: p.headers, Body: string(p.body)})
+			fmt.Fprintf(&r.out, "   %d. body %s\n", n, strconv.Quote(string(p.body)))
+			for _, k := range slices.Sorted(maps.Keys(p.headers)) {
+				fmt.Fprintf(&r.out, "      %s: %s\n", k, p.headers[k])
+			}
+		}
+		if n == 0 {
+			r.out.WriteString("   (nothing)\n")
+		}
+	}
+	r.section("broker dead-letter queue " + BrokerDeadLetterQueue)
+	if len(r.tr.BrokerDeadLetters) == 0 {
+		r.out.WriteString("   (nothing)\n")
+	}
+	for i, name := range r.tr.BrokerDeadLetters {
+		fmt.Fprintf(&r.out, "   %d. %s (no reason: the broker only counted deliveries)\n", i+1, name)
+	}
+	if len(unused) > 0 {
+		r.section("faults never triggered")
+		for _, u := range unused {
+			fmt.Fprintf(&r.out, "   %s\n", u)
+		}
+	}
+	return nil
+}
+
+func (r *runner) dump(ctx context.Context, title, key string, cols []string, q string) error {
+	r.section(fmt.Sprintf("%s (%s)", title, strings.Join(cols, ", ")))
+	rows, err := r.db.DB.QueryContext(ctx, q)
+	if err != nil {
+		return fmt.Errorf("golden: dump %s: %w", title, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return fmt.Errorf("golden: dump %s: %w", title, err)
+		}
+		cells := make([]string, len(cols))
+		for i, v := range vals {
+			cells[i] = cell(v)
+		}
+		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
+		fmt.Fprintf(&r.out, "   %s\n", strings.Join(cells, " | "))
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("golden: dump %s: %w", title, err)
+	}
+	if n == 0 {
+		r.out.WriteString("   (no rows)\n")
+	}
+	return nil
+}
+
+// cell formats one database value the same way for every driver.
+func cell(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "NULL"
+	case []byte:
+		return cellString(string(x))
+	case string:
+		return cellString(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case int32:
+		return strconv.FormatInt(int64(x), 10)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}
+
+func cellString(s string) string {
+	if s == "" || strings.ContainsAny(s, "|\n\r\t") || s == "NULL" {
+		return strconv.Quote(s)
+	}
+	return s
+}
