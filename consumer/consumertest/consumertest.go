@@ -109,6 +109,7 @@ func Run(t *testing.T, b Broker) {
 		{"DeadLetterPublishFails", testDeadLetterPublishFails},
 		{"Replay", testReplay},
 		{"GracefulShutdown", testGracefulShutdown},
+		{"StoreThenProcess", testStoreThenProcess},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
@@ -318,6 +319,8 @@ type runOpts struct {
 	hook        func(ctx context.Context, src consumer.Source, m inboxkit.Message) error
 	deadLetter  dlq.Publisher
 	rejectQueue string
+	// mode is the inbox variant (default transactional).
+	mode consumer.Mode
 }
 
 // run is one running consumer.
@@ -350,8 +353,10 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 	c, err := consumer.New(consumer.Config{
 		Name: e.name, Source: src, Store: e.store, Handler: Handler(e.store.Dialect(), hook),
 		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
-		Concurrency:      o.concurrency,
-		RequeueDelayFunc: func(int) time.Duration { return 10 * time.Millisecond },
+		Concurrency:        o.concurrency,
+		Mode:               o.mode,
+		WorkerPollInterval: 20 * time.Millisecond,
+		RequeueDelayFunc:   func(int) time.Duration { return 10 * time.Millisecond },
 		PollInterval:     20 * time.Millisecond,
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnSettled:        r.rec.add,
