@@ -357,9 +357,9 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		Mode:               o.mode,
 		WorkerPollInterval: 20 * time.Millisecond,
 		RequeueDelayFunc:   func(int) time.Duration { return 10 * time.Millisecond },
-		PollInterval:     20 * time.Millisecond,
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled:        r.rec.add,
+		PollInterval:       20 * time.Millisecond,
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled:          r.rec.add,
 	})
 	if err != nil {
 		t.Fatal(err)
