@@ -28,6 +28,11 @@ import (
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
 )
 
+// MaxOpenConns bounds each PostgreSQL and MariaDB test pool (and each pool
+// from DB.Open), so that parallel tests stay under the servers' connection
+// limits.
+const MaxOpenConns = 10
+
 // Backend names, as used by the inbox dialects.
 const (
 	Postgres = "postgres"
@@ -63,6 +68,9 @@ func (d *DB) Open(t testing.TB) *sql.DB {
 	db, err := sql.Open(d.Driver, d.DSN)
 	if err != nil {
 		t.Fatalf("dbtest: open second pool: %v", err)
+	}
+	if d.Backend != SQLite {
+		db.SetMaxOpenConns(MaxOpenConns)
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
@@ -135,6 +143,9 @@ func newPostgres(t testing.TB) *DB {
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
+	// The server allows 100 connections and packages run tests in parallel:
+	// a test that needs more raises it.
+	db.SetMaxOpenConns(MaxOpenConns)
 	t.Cleanup(func() {
 		db.Close()
 		if a, err := sql.Open("pgx", base); err == nil {
@@ -162,6 +173,7 @@ func newMySQL(t testing.TB) *DB {
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
+	db.SetMaxOpenConns(MaxOpenConns)
 	t.Cleanup(func() {
 		db.Close()
 		if a, err := sql.Open("mysql", base); err == nil {

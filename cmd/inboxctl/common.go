@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+
+	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+const (
+	envDB     = "INBOXKIT_DB"
+	envBroker = "INBOXKIT_BROKER"
+)
+
+// dbFlags are the flags of a command that opens the inbox database.
+type dbFlags struct {
+	url         string
+	table       string
+	maxAttempts int
+	horizon     time.Duration
+}
+
+func (f *dbFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.url, "db", "", "database URL: postgres://..., mysql://..., sqlite:PATH (default $"+envDB+")")
+	c.Flags().StringVar(&f.table, "table", inbox.DefaultTable, "inbox table name")
+}
+
+func (f *dbFlags) registerAttempts(c *cobra.Command) {
+	c.Flags().IntVar(&f.maxAttempts, "max-attempts", 5, "backout threshold: technical attempts before a message is dead-lettered")
+}
+
+// openDB parses the URL, opens and pings the database.
+func openDB(ctx context.Context, raw string) (*sql.DB, target.DB, error) {
+	t, err := target.ParseDB(raw)
+	if err != nil {
+		return nil, t, err
+	}
+	db, err := sql.Open(t.Driver, t.DSN)
+	if err != nil {
+		return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s: %v", t.Display, err)}
+	}
+	if t.Driver == "sqlite" {
+		db.SetMaxOpenConns(4)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s does not answer: %v\n\tcheck the URL and that the server runs", t.Display, err)}
+	}
+	return db, t, nil
+}
+
+// openStore opens the database and the inbox store on it.
+func (f *dbFlags) openStore(ctx context.Context) (*inbox.Store, target.DB, error) {
+	db, t, err := openDB(ctx, orEnv(f.url, envDB))
+	if err != nil {
+		return nil, t, err
+	}
+	cfg := inbox.Config{Table: f.table, MaxAttempts: f.maxAttempts, RedeliveryHorizon: f.horizon}
+	st, err := inbox.New(db, t.Dialect, cfg)
+	if err != nil {
+		db.Close()
+		return nil, t, &exitError{code: exitUsage, err: err}
+	}
+	return st, t, nil
+}
+
+// orEnv returns v, or the environment variable name when v is empty. Flag
+// defaults are not taken from the environment, so that a password in it
+// never shows in --help.
+func orEnv(v, name string) string {
+	if v != "" {
+		return v
+	}
+	return os.Getenv(name)
+}

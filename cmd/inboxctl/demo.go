@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/invoice"
+	"github.com/inboxkit/inboxkit/invoice/legacy"
+)
+
+// demoEvent is one message of the demo's scripted invoice stream.
+type demoEvent struct {
+	eventID, corr, note string
+	body                string
+}
+
+func invoiceBody(inv, cust, amount string) string {
+	return fmt.Sprintf(`{"invoiceNo":%q,"customerNo":%q,"amount":%q,"currency":"EUR","issuedAt":"2026-01-05"}`, inv, cust, amount)
+}
+
+const (
+	demoQueue      = "invoices"
+	demoDLQ        = "DLQ.invoices"
+	demoCrashEvent = "ev-1003"
+	demoOutageInv  = "INV-1006"
+	demoOutage     = 2 // failed sends of INV-1006 before the letter service is back
+	demoAuditCorr  = "order-6"
+)
+
+var demoStream = []demoEvent{
+	{"ev-1001", "order-1", "new invoice", invoiceBody("INV-1001", "K-100", "120.50")},
+	{"ev-1001", "order-1", "producer resend (same event id)", invoiceBody("INV-1001", "K-100", "120.50")},
+	{"ev-1002", "order-2", "new invoice", invoiceBody("INV-1002", "K-200", "80.00")},
+	{"ev-1003", "order-3", "consumer crashes after commit, before ack: redelivered", invoiceBody("INV-1003", "K-100", "42.00")},
+	{"ev-1004", "order-4", "unknown customer K-999", invoiceBody("INV-1004", "K-999", "10.00")},
+	{"ev-1005", "order-5", "malformed message", `{"invoiceNo": "INV-1005", "amount": 12.5,`},
+	{"ev-1006", "order-6", "letter service down for the first 2 sends", invoiceBody("INV-1006", "K-200", "99.90")},
+}
+
+// demoLetters is the demo's letter service: it deduplicates by idempotency
+// key (as a real provider does) and fails the first sends of one invoice.
+type demoLetters struct {
+	mu     sync.Mutex
+	keys   map[string]bool
+	fails  map[string]int
+	sent   int
+	outage int
+}
+
+func newDemoLetters() *demoLetters {
+	return &demoLetters{keys: map[string]bool{}, fails: map[string]int{}, outage: demoOutage}
+}
+
+func (l *demoLetters) Send(_ context.Context, letter invoice.Letter, key string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if letter.InvoiceNo == demoOutageInv && l.fails[letter.InvoiceNo] < l.outage {
+		l.fails[letter.InvoiceNo]++
+		return fmt.Errorf("letter service unavailable (HTTP 503), outage %d of %d", l.fails[letter.InvoiceNo], l.outage)
+	}
+	if key != "" && l.keys[key] {
+		return nil
+	}
+	if key != "" {
+		l.keys[key] = true
+	}
+	l.sent++
+	return nil
+}
+
+func (l *demoLetters) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent
+}
+
+// crashSource drops the first acknowledgement of one event id, as a
+// consumer that dies between its commit and its ack: the broker redelivers.
+type crashSource struct {
+	consumer.Source
+	eventID string
+	once    sync.Once
+}
+
+type crashDelivery struct {
+	consumer.Delivery
+	crash bool
+}
+
+func (d crashDelivery) Ack(ctx context.Context) error {
+	if d.crash {
+		return errors.New("simulated crash after commit: the ack never reached the broker")
+	}
+	return d.Delivery.Ack(ctx)
+}
+
+func (s *crashSource) Receive(ctx context.Context) (consumer.Delivery, error) {
+	d, err := s.Source.Receive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	crash := false
+	if d.Message().Header("eventId") == s.eventID {
+		s.once.Do(func() { crash = true })
+	}
+	return crashDelivery{Delivery: d, crash: crash}, nil
+}
+
+func newDemoCmd() *cobra.Command {
+	var dir string
+	var verbose bool
+	c := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the zero-setup demo: embedded JetStream, SQLite, a scripted invoice stream",
+		Long: `demo needs nothing installed. It starts a NATS JetStream server inside the process and
+uses SQLite files in a fresh temporary directory (--dir keeps them), publishes a
+scripted invoice stream — a producer resend, a redelivery after a crash, an unknown
+customer, a malformed message, a letter-service outage — and runs the refactored
+invoice consumer on it. It prints the outcome of every event, the dead-letter queue,
+the audit of one correlation id, and how many letters the legacy consumer would
+have sent for the same deliveries.`,
+		Example: `  go run ./cmd/inboxctl demo
+  inboxctl demo --dir ./demo-data    # keep the SQLite files and the JetStream store`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir, verbose)
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", "", "keep the demo's files in this directory (default: a temporary directory, removed)")
+	c.Flags().BoolVar(&verbose, "verbose", false, "also print the consumer's log")
+	return c
+}
+
+func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error {
+	start := time.Now()
+	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "inboxctl-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return usageErr("--dir %s: %v", dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "inbox.db")); err == nil {
+			return usageErr("--dir %s already holds a demo (inbox.db): choose an empty directory", dir)
+		}
+	}
+	logOut := io.Discard
+	if verbose {
+		logOut = out
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, nil))
+
+	step("starting an embedded NATS JetStream server (store in %s)", filepath.Join(dir, "jetstream"))
+	b, err := openBroker("embedded:"+filepath.Join(dir, "jetstream"), logger)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	b.ackWait = time.Second
+
+	step("creating the inbox and invoice tables in %s", filepath.Join(dir, "inbox.db"))
+	st, db, err := demoDB(ctx, filepath.Join(dir, "inbox.db"), inbox.Config{MaxAttempts: 5})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	pub, err := b.Publisher(ctx)
+	if err != nil {
+		return err
+	}
+	step("publishing %d messages to %s", len(demoStream), demoQueue)
+	for _, ev := range demoStream {
+		h := map[string]string{"eventId": ev.eventID, "correlationId": ev.corr}
+		if err := pub.Publish(ctx, demoQueue, h, []byte(ev.body)); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "    %-8s %-8s %s\n", ev.eventID, ev.corr, ev.note)
+	}
+
+	step("running the refactored invoice consumer (inbox + classification + DLQ)")
+	letters := newDemoLetters()
+	breaker, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service"})
+	if err != nil {
+		return err
+	}
+	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Letters: letters, Breaker: breaker})
+	if err != nil {
+		return err
+	}
+	src, err := b.Source(ctx, demoQueue, defaultConsumer, 4)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	settled := map[string]int{}
+	done := make(chan struct{}, 1)
+	cons, err := consumer.New(consumer.Config{
+		Name: defaultConsumer, Source: &crashSource{Source: src, eventID: demoCrashEvent}, Store: st, Handler: h,
+		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: breaker.Open, Logger: logger,
+		RequeueDelayFunc: func(int) time.Duration { return 100 * time.Millisecond },
+		OnSettled: func(s consumer.Settled) {
+			what := string(s.Action)
+			if s.Err != nil {
+				what += ": " + s.Err.Error()
+			} else if s.Result.Reason != "" {
+				what += " (" + s.Result.Reason + ")"
+			}
+			fmt.Fprintf(out, "    %-8s %-10s %-22s %s\n", orDash(s.Message.ID), s.Result.Outcome, s.Result.Status, what)
+			mu.Lock()
+			if s.Action != consumer.ActionRequeue {
+				settled[s.Message.ID]++
+			}
+			total := 0
+			for _, n := range settled {
+				total += n
+			}
+			mu.Unlock()
+			if total >= len(demoStream)+1 { // + the redelivery after the crash
+				select {
+				case done <- struct{}{}:
+				default:
+				}
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- cons.Run(runCtx) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		stop()
+		<-runErr
+		return errors.New("demo: the consumer did not settle every message within 30s")
+	case <-ctx.Done():
+		stop()
+		<-runErr
+		return ctx.Err()
+	}
+	stop()
+	if err := <-runErr; err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	step("summary: the inbox table")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EVENT\tCORRELATION\tSTATUS\tREASON\tATTEMPTS")
+	seen := map[string]bool{}
+	for _, ev := range demoStream {
+		if seen[ev.corr] {
+			continue
+		}
+		seen[ev.corr] = true
+		recs, err := st.ByCorrelation(ctx, ev.corr)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", r.EventID, r.CorrelationID, r.Status, orDash(r.ReasonCode), r.Attempts)
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(out)
+	step("the dead-letter queue %s", demoDLQ)
+	ms, err := b.Browse(ctx, demoDLQ, 100)
+	if err != nil {
+		return err
+	}
+	es := make([]dlqEntry, 0, len(ms))
+	for _, m := range ms {
+		es = append(es, dlqEntryOf(m))
+	}
+	printDLQ(out, demoDLQ, es)
+
+	fmt.Fprintln(out)
+	step("audit of correlation id %s", demoAuditCorr)
+	recs, err := st.ByCorrelation(ctx, demoAuditCorr)
+	if err != nil {
+		return err
+	}
+	rows := make([]auditRow, 0, len(recs))
+	for _, r := range recs {
+		rows = append(rows, auditRowOf(r))
+	}
+	printAudit(out, demoAuditCorr, rows)
+
+	fmt.Fprintln(out)
+	step("the legacy consumer on the same deliveries (%s)", filepath.Join(dir, "legacy.db"))
+	legacySent, legacyRows, err := demoLegacy(ctx, filepath.Join(dir, "legacy.db"))
+	if err != nil {
+		return err
+	}
+	var inboxRows int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM shipping_letters`).Scan(&inboxRows); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tLEGACY MDB\tINBOXKIT")
+	fmt.Fprintf(tw, "letters sent\t%d\t%d\n", legacySent, letters.count())
+	fmt.Fprintf(tw, "shipping_letters rows\t%d\t%d\n", legacyRows, inboxRows)
+	tw.Flush()
+	fmt.Fprintf(out, "\n4 invoices deserve a letter. demo finished in %s; files in %s\n", time.Since(start).Round(10*time.Millisecond), dir)
+	return nil
+}
+
+// demoDB opens (creating) a SQLite file with the inbox and invoice tables
+// and the demo customers.
+func demoDB(ctx context.Context, path string, cfg inbox.Config) (*inbox.Store, *sql.DB, error) {
+	db, err := sql.Open("sqlite", target.SQLiteDSN(path))
+	if err != nil {
+		return nil, nil, err
+	}
+	db.SetMaxOpenConns(4)
+	st, err := inbox.New(db, inbox.SQLite, cfg)
+	if err == nil {
+		err = st.Migrate(ctx)
+	}
+	if err == nil {
+		err = invoice.Migrate(ctx, db, "sqlite")
+	}
+	if err == nil {
+		err = invoice.SeedCustomers(ctx, db, inbox.SQLite)
+	}
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return st, db, nil
+}
+
+// demoLegacy feeds the legacy MDB the deliveries the broker would make: the
+// same stream, the crash redelivery, and a redelivery after every thrown
+// exception up to ActiveMQ's default of 6 redeliveries.
+func demoLegacy(ctx context.Context, path string) (sent, rows int, err error) {
+	_, db, err := demoDB(ctx, path, inbox.Config{})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer db.Close()
+	letters := newDemoLetters()
+	mdb, err := legacy.New(legacy.Config{DB: db, Dialect: inbox.SQLite, Letters: letters})
+	if err != nil {
+		return 0, 0, err
+	}
+	const maxRedeliveries = 6
+	var deliveries []demoEvent
+	for _, ev := range demoStream {
+		deliveries = append(deliveries, ev)
+		if ev.eventID == demoCrashEvent {
+			deliveries = append(deliveries, ev) // the redelivery after the crash
+		}
+	}
+	for _, ev := range deliveries {
+		m := inboxkit.Message{ID: ev.eventID, CorrelationID: ev.corr, Body: []byte(ev.body), Destination: demoQueue,
+			Headers: map[string]string{"eventId": ev.eventID, "correlationId": ev.corr}}
+		for try := 0; try <= maxRedeliveries; try++ {
+			m.Redelivered = try > 0
+			if mdb.OnMessage(ctx, m) == nil {
+				break
+			}
+		}
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM shipping_letters`).Scan(&rows); err != nil {
+		return 0, 0, err
+	}
+	return letters.count(), rows, nil
+}

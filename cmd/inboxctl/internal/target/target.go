@@ -1,0 +1,272 @@
+// Package target turns the URLs of inboxctl's --db and --broker flags into
+// what the program opens: a database/sql driver name and DSN with the
+// inbox dialect, or a broker kind with its settings.
+//
+// # Database URLs
+//
+//	postgres://user:pass@host:5432/db?sslmode=disable   pgx (postgresql:// too)
+//	mysql://user:pass@host:3306/db                      go-sql-driver/mysql, MariaDB too
+//	sqlite:PATH                                         modernc.org/sqlite (pure Go)
+//	oracle://...                                        recognized, not available in this build
+//
+// # Broker URLs
+//
+//	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2
+//	amqp://user:pass@host:5672/[vhost]    RabbitMQ (amqps:// too)
+//	nats://[user:pass@]host:4222          NATS JetStream
+//	embedded[:DIR]                        a NATS JetStream server inside this process
+//
+// Passwords never appear in what this package returns for display
+// (Redact), and Scrub removes every password it has parsed from any text.
+package target
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// ErrUnsupported is returned for a URL scheme that is known but not
+// compiled into this build (Oracle).
+var ErrUnsupported = errors.New("not available in this build")
+
+// DB is a parsed database URL.
+type DB struct {
+	// Driver is the database/sql driver name: "pgx", "mysql" or "sqlite".
+	Driver string
+	// DSN is the driver's data source name. It may hold a password: never print it.
+	DSN string
+	// Dialect is the inbox dialect.
+	Dialect inbox.Dialect
+	// Display is the URL with the password replaced by "xxxxx".
+	Display string
+}
+
+// Broker kinds.
+const (
+	STOMP    = "stomp"
+	AMQP     = "amqp"
+	NATS     = "nats"
+	Embedded = "embedded"
+)
+
+// Broker is a parsed broker URL.
+type Broker struct {
+	// Kind is STOMP, AMQP, NATS or Embedded.
+	Kind string
+	// Addr is host:port for STOMP.
+	Addr string
+	// Login and Passcode are the STOMP credentials (from the userinfo).
+	Login, Passcode string
+	// URL is the URL for AMQP and NATS, credentials included: never print it.
+	URL string
+	// Dir is the store directory of an embedded server ("" for a temporary one).
+	Dir string
+	// Display is the URL with the password replaced by "xxxxx".
+	Display string
+}
+
+var (
+	mu      sync.Mutex
+	secrets []string
+)
+
+func remember(pw string) {
+	if pw == "" {
+		return
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
+}
+
+// Scrub replaces every password parsed so far by this package with "xxxxx".
+// inboxctl passes all its output of errors through it, because a driver
+// error may quote a DSN.
+func Scrub(s string) string {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, pw := range secrets {
+		if pw != "" {
+			s = strings.ReplaceAll(s, pw, "xxxxx")
+		}
+	}
+	return s
+}
+
+// Redact returns raw with the password of its userinfo replaced by "xxxxx".
+// A string that is not a URL is returned as "<unparsable URL>" unless it
+// holds no '@' (and so no credentials).
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if strings.Contains(raw, "@") {
+			return "<unparsable URL>"
+		}
+		return raw
+	}
+	return u.Redacted()
+}
+
+// UsageError is a URL that cannot be used; Error says what to do.
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+func usage(format string, args ...any) error { return &UsageError{msg: fmt.Sprintf(format, args...)} }
+
+const dbExamples = "use postgres://user@127.0.0.1:5432/db?sslmode=disable, mysql://root@127.0.0.1:3306/db or sqlite:./inbox.db"
+
+// ParseDB parses a database URL.
+func ParseDB(raw string) (DB, error) {
+	if raw == "" {
+		return DB{}, usage("no database given: pass --db URL or set INBOXKIT_DB; %s", dbExamples)
+	}
+	scheme, rest, ok := strings.Cut(raw, ":")
+	if !ok {
+		return DB{}, usage("database %q has no scheme: %s", Redact(raw), dbExamples)
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		u, err := url.Parse(raw)
+		if err != nil {
+			return DB{}, usage("database URL is not a valid URL (%s): %s", hideURLError(err), dbExamples)
+		}
+		if pw, ok := u.User.Password(); ok {
+			remember(pw)
+		}
+		if u.Host == "" {
+			return DB{}, usage("database URL %s has no host: e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable", u.Redacted())
+		}
+		return DB{Driver: "pgx", DSN: raw, Dialect: inbox.Postgres, Display: u.Redacted()}, nil
+	case "mysql", "mariadb":
+		u, err := url.Parse(raw)
+		if err != nil {
+			return DB{}, usage("database URL is not a valid URL (%s): %s", hideURLError(err), dbExamples)
+		}
+		dsn, err := mysqlDSN(u)
+		if err != nil {
+			return DB{}, err
+		}
+		return DB{Driver: "mysql", DSN: dsn, Dialect: inbox.MySQL, Display: u.Redacted()}, nil
+	case "sqlite", "sqlite3":
+		path := strings.TrimPrefix(rest, "//")
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			return DB{}, usage("sqlite URL %q: options are not accepted (the busy timeout, WAL and immediate transactions are set by inboxctl); use sqlite:PATH", raw)
+		}
+		if path == "" {
+			return DB{}, usage("sqlite URL %q has no file path: use sqlite:./inbox.db or sqlite:/var/lib/inboxkit/inbox.db", raw)
+		}
+		return DB{Driver: "sqlite", DSN: SQLiteDSN(path), Dialect: inbox.SQLite, Display: "sqlite:" + path}, nil
+	case "oracle", "godror":
+		if u, err := url.Parse(raw); err == nil {
+			if pw, ok := u.User.Password(); ok {
+				remember(pw)
+			}
+		}
+		return DB{}, &UsageError{msg: fmt.Sprintf("database %s: Oracle is %s (the godror driver needs cgo and the Oracle client libraries, and is not compiled in); the schema is schema/oracle.sql — or use postgres://, mysql:// or sqlite:", Redact(raw), ErrUnsupported)}
+	}
+	return DB{}, usage("database scheme %q is not supported: %s", scheme, dbExamples)
+}
+
+// hideURLError drops the URL that url.Parse quotes in its errors.
+func hideURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "invalid URL"
+}
+
+// SQLiteDSN returns the modernc.org/sqlite DSN for a file with the settings
+// concurrent writers need: WAL, a busy timeout, and BEGIN IMMEDIATE.
+func SQLiteDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+// mysqlDSN converts mysql://user:pass@host:port/db?opts to the
+// go-sql-driver form user:pass@tcp(host:port)/db?opts with parseTime, UTC
+// and a UTC session time zone, which the inbox needs.
+func mysqlDSN(u *url.URL) (string, error) {
+	if u.Host == "" {
+		return "", usage("database URL %s has no host: e.g. mysql://root@127.0.0.1:3306/inboxkit", u.Redacted())
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if db == "" || strings.Contains(db, "/") {
+		return "", usage("database URL %s names no database: e.g. mysql://root@127.0.0.1:3306/inboxkit", u.Redacted())
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	var b strings.Builder
+	if u.User != nil {
+		b.WriteString(u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			remember(pw)
+			b.WriteString(":" + pw)
+		}
+		b.WriteString("@")
+	}
+	b.WriteString("tcp(" + host + ")/" + db)
+	q := u.Query()
+	q.Set("parseTime", "true")
+	q.Set("loc", "UTC")
+	q.Set("time_zone", "'+00:00'")
+	b.WriteString("?" + q.Encode())
+	return b.String(), nil
+}
+
+const brokerExamples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127.0.0.1:5672/ (RabbitMQ), nats://127.0.0.1:4222 (JetStream) or embedded"
+
+// ParseBroker parses a broker URL.
+func ParseBroker(raw string) (Broker, error) {
+	if raw == "" {
+		return Broker{}, usage("no broker given: pass --broker URL or set INBOXKIT_BROKER; %s", brokerExamples)
+	}
+	if raw == Embedded || strings.HasPrefix(raw, Embedded+":") {
+		dir := strings.TrimPrefix(strings.TrimPrefix(raw, Embedded), ":")
+		return Broker{Kind: Embedded, Dir: dir, Display: raw}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Broker{}, usage("broker URL is not a valid URL (%s): %s", hideURLError(err), brokerExamples)
+	}
+	pw, hasPW := u.User.Password()
+	if hasPW {
+		remember(pw)
+	}
+	b := Broker{Display: u.Redacted()}
+	switch strings.ToLower(u.Scheme) {
+	case "stomp", "tcp":
+		if u.Host == "" {
+			return Broker{}, usage("broker URL %s has no host: e.g. stomp://127.0.0.1:61613", b.Display)
+		}
+		b.Kind, b.Addr = STOMP, u.Host
+		if u.Port() == "" {
+			b.Addr = net.JoinHostPort(u.Hostname(), "61613")
+		}
+		b.Login, b.Passcode = u.User.Username(), pw
+		return b, nil
+	case "amqp", "amqps":
+		if u.Host == "" {
+			return Broker{}, usage("broker URL %s has no host: e.g. amqp://guest:guest@127.0.0.1:5672/", b.Display)
+		}
+		b.Kind, b.URL = AMQP, raw
+		return b, nil
+	case "nats", "tls":
+		if u.Host == "" {
+			return Broker{}, usage("broker URL %s has no host: e.g. nats://127.0.0.1:4222", b.Display)
+		}
+		b.Kind, b.URL = NATS, raw
+		return b, nil
+	case "":
+		return Broker{}, usage("broker %q has no scheme: %s", Redact(raw), brokerExamples)
+	}
+	return Broker{}, usage("broker scheme %q is not supported: %s", u.Scheme, brokerExamples)
+}

@@ -1,0 +1,99 @@
+package target
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseDB(t *testing.T) {
+	tests := []struct {
+		in, driver, dsn, display string
+	}{
+		{"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
+		{"postgresql://u:s3cret@db:5432/x", "pgx", "postgresql://u:s3cret@db:5432/x", "postgresql://u:xxxxx@db:5432/x"},
+		{"mysql://root@127.0.0.1:3306/inboxkit", "mysql", "root@tcp(127.0.0.1:3306)/inboxkit?loc=UTC&parseTime=true&time_zone=%27%2B00%3A00%27", "mysql://root@127.0.0.1:3306/inboxkit"},
+		{"mysql://app:p%40ss@db/inv?timeout=5s", "mysql", "app:p@ss@tcp(db:3306)/inv?loc=UTC&parseTime=true&time_zone=%27%2B00%3A00%27&timeout=5s", "mysql://app:xxxxx@db/inv?timeout=5s"},
+		{"sqlite:./inbox.db", "sqlite", SQLiteDSN("./inbox.db"), "sqlite:./inbox.db"},
+		{"sqlite:///tmp/x.db", "sqlite", SQLiteDSN("/tmp/x.db"), "sqlite:/tmp/x.db"},
+	}
+	for _, tt := range tests {
+		got, err := ParseDB(tt.in)
+		if err != nil {
+			t.Errorf("ParseDB(%q): %v", tt.in, err)
+			continue
+		}
+		if got.Driver != tt.driver || got.DSN != tt.dsn || got.Display != tt.display {
+			t.Errorf("ParseDB(%q) = %q %q %q, want %q %q %q", tt.in, got.Driver, got.DSN, got.Display, tt.driver, tt.dsn, tt.display)
+		}
+	}
+}
+
+func TestParseDBErrors(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", "INBOXKIT_DB"},
+		{"oracle://scott:tiger@db:1521/ORCL", "not available in this build"},
+		{"mysql://root@127.0.0.1:3306/", "names no database"},
+		{"redis://x", "not supported"},
+		{"inbox.db", "no scheme"},
+		{"sqlite:", "no file path"},
+		{"postgres://u:hunter2@[bad", "not a valid URL"},
+	}
+	for _, tt := range tests {
+		_, err := ParseDB(tt.in)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseDB(%q) = %v, want an error with %q", tt.in, err, tt.want)
+			continue
+		}
+		var ue *UsageError
+		if !errors.As(err, &ue) {
+			t.Errorf("ParseDB(%q): %T is not a *UsageError", tt.in, err)
+		}
+		for _, pw := range []string{"tiger", "hunter2"} {
+			if strings.Contains(err.Error(), pw) {
+				t.Errorf("ParseDB(%q) error shows the password: %v", tt.in, err)
+			}
+		}
+	}
+}
+
+func TestParseBroker(t *testing.T) {
+	b, err := ParseBroker("stomp://admin:topsecret@127.0.0.1")
+	if err != nil || b.Kind != STOMP || b.Addr != "127.0.0.1:61613" || b.Login != "admin" || b.Passcode != "topsecret" || strings.Contains(b.Display, "topsecret") {
+		t.Errorf("stomp: %+v %v", b, err)
+	}
+	if Scrub("dial admin:topsecret failed") != "dial admin:xxxxx failed" {
+		t.Errorf("Scrub did not remove the passcode")
+	}
+	b, err = ParseBroker("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil || b.Kind != AMQP || b.Display != "amqp://guest:xxxxx@127.0.0.1:5672/" {
+		t.Errorf("amqp: %+v %v", b, err)
+	}
+	b, err = ParseBroker("nats://127.0.0.1:4222")
+	if err != nil || b.Kind != NATS {
+		t.Errorf("nats: %+v %v", b, err)
+	}
+	b, err = ParseBroker("embedded:/tmp/js")
+	if err != nil || b.Kind != Embedded || b.Dir != "/tmp/js" {
+		t.Errorf("embedded: %+v %v", b, err)
+	}
+	for _, bad := range []string{"", "kafka://x:9092", "127.0.0.1:61613", "stomp://"} {
+		if _, err := ParseBroker(bad); err == nil {
+			t.Errorf("ParseBroker(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"postgres://u:p@h/db", "mysql://u:p@h:3306/db?x=1", "sqlite:a.db", "stomp://a:b@h:1", "amqp://g:g@h/", "embedded"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if db, err := ParseDB(s); err == nil && db.Driver == "" {
+			t.Fatalf("ParseDB(%q): no driver and no error", s)
+		}
+		if b, err := ParseBroker(s); err == nil && b.Kind == "" {
+			t.Fatalf("ParseBroker(%q): no kind and no error", s)
+		}
+	})
+}

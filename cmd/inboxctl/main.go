@@ -1,0 +1,141 @@
+// Command inboxctl runs, operates and demonstrates inboxkit: a zero-setup
+// demo, the invoice consumer, schema migration, publishing test events,
+// audit by correlation id, the dead-letter queue, retention and consistency
+// checks.
+//
+// Exit codes: 0 ok, 1 findings or failed verification, 2 usage or
+// configuration error. Run `inboxctl --help` for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFindings = 1
+	exitUsage    = 2
+)
+
+// exitError carries an exit code. A nil err with code 1 means "findings
+// already printed".
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// errFindings is returned by commands that printed findings.
+var errFindings = &exitError{code: exitFindings}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFindings
+	var ee *exitError
+	var ue *target.UsageError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+	case errors.As(err, &ue):
+		code = exitUsage
+	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "unknown flag"):
+		code = exitUsage
+		err = fmt.Errorf("%w\n\trun 'inboxctl --help' for the commands", err)
+	}
+	fmt.Fprintln(stderr, "inboxctl: "+target.Scrub(err.Error()))
+	return code
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "inboxctl",
+		Short: "Run, operate and demonstrate inboxkit idempotent consumers",
+		Long: `inboxctl runs the inboxkit invoice consumer and operates its inbox table:
+audit by correlation id, the dead-letter queue, retention and consistency checks.
+
+Databases (--db, or INBOXKIT_DB):
+  postgres://user@host:5432/db?sslmode=disable
+  mysql://user:pass@host:3306/db            (MariaDB too)
+  sqlite:PATH                               (pure Go, no server)
+  oracle://...                              (not available in this build)
+
+Brokers (--broker, or INBOXKIT_BROKER):
+  stomp://[login:passcode@]host:61613       ActiveMQ Classic
+  amqp://user:pass@host:5672/               RabbitMQ
+  nats://host:4222                          NATS JetStream
+  embedded[:DIR]                            JetStream inside this process
+
+Exit codes: 0 ok, 1 findings or failed verification, 2 usage or configuration error.
+Passwords never appear in the output.`,
+		Example: `  go run ./cmd/inboxctl demo
+  inboxctl migrate --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErr("%v\n\trun '%s --help' for the flags and an example", err, c.CommandPath())
+	})
+	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
+		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd())
+	for _, c := range root.Commands() {
+		wrapArgs(c)
+	}
+	return root
+}
+
+// wrapArgs turns cobra's argument errors into usage errors (exit 2).
+func wrapArgs(c *cobra.Command) {
+	if c.Args != nil {
+		check := c.Args
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageErr("%v\n\trun '%s --help' for the usage and an example", err, cmd.CommandPath())
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
+}

@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+var binary string
+
+// TestMain builds inboxctl once; every test runs the binary.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "inboxctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "inboxctl")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build inboxctl: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\n--- stdout\n%s--- stderr\n%s", r.code, r.stdout, r.stderr)
+}
+
+// inboxctl runs the binary with args (stdin may be "") and no INBOXKIT_* environment.
+func inboxctl(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run inboxctl %v: %v", args, err)
+	}
+	return r
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		// CI and the golden settings would change what golden approve does
+		// on the test's own copy of a case.
+		if !strings.HasPrefix(kv, "INBOXKIT_DB=") && !strings.HasPrefix(kv, "INBOXKIT_BROKER=") &&
+			!strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "INBOXKIT_UPDATE_GOLDEN=") && !strings.HasPrefix(kv, "INBOXKIT_GOLDEN_BACKENDS=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func wantCode(t *testing.T, r result, code int, contains ...string) {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("want exit %d, got %s", code, r)
+	}
+	all := r.stdout + r.stderr
+	for _, s := range contains {
+		if !strings.Contains(all, s) {
+			t.Fatalf("output lacks %q:\n%s", s, r)
+		}
+	}
+}
+
+const stompAddr = "127.0.0.1:61613"
+
+// needActiveMQ fails the test loudly when the broker is not running.
+func needActiveMQ(t *testing.T) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", stompAddr, 3*time.Second)
+	if err != nil {
+		t.Fatalf("ActiveMQ does not answer on %s (%v): start it with scripts/activemq start (scripts/test does it)", stompAddr, err)
+	}
+	c.Close()
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := inboxctl(t, "", "demo", "--dir", dir)
+	wantCode(t, r, 0,
+		"ev-1003  DUPLICATE", // the redelivery after the crash
+		"ev-1001  DUPLICATE", // the producer resend
+		"dead-letter queue DLQ.invoices: 1 message(s)",
+		"audit of correlation id order-6: 1 row(s)")
+	for _, re := range []string{
+		`ev-1001\s+order-1\s+PROCESSED\s+-\s+1`,
+		`ev-1004\s+order-4\s+REJECTED\s+CUSTOMER_UNKNOWN\s+1`,
+		`ev-1005\s+order-5\s+DEAD_LETTERED\s+MALFORMED_PAYLOAD\s+0`,
+		`ev-1006\s+order-6\s+PROCESSED\s+-\s+3`,
+		`letters sent\s+6\s+4`,
+		`shipping_letters rows\s+8\s+4`,
+	} {
+		if !regexp.MustCompile(re).MatchString(r.stdout) {
+			t.Errorf("demo output lacks %s:\n%s", re, r.stdout)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "inbox.db")); err != nil {
+		t.Errorf("--dir did not keep inbox.db: %v", err)
+	}
+	wantCode(t, inboxctl(t, "", "demo", "--dir", dir), 2, "already holds a demo")
+}
+
+func invoiceLine(eventID, corr, inv, cust string) string {
+	return fmt.Sprintf(`{"headers":{"eventId":%q,"correlationId":%q},"body":{"invoiceNo":%q,"customerNo":%q,"amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}}`,
+		eventID, corr, inv, cust)
+}
+
+// TestRunPublishAuditPostgresActiveMQ is the operations round trip: migrate,
+// publish, run, audit, dlq list, dlq replay, drain on SIGTERM.
+func TestRunPublishAuditPostgresActiveMQ(t *testing.T) {
+	t.Parallel()
+	needActiveMQ(t)
+	db := dbtest.New(t, dbtest.Postgres)
+	dbURL := db.DSN
+	broker := "stomp://" + stompAddr
+	queue := fmt.Sprintf("inboxctl.test.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+
+	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL, "--seed-customers"), 0, "migrated", "seeded 2 demo customers")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL), 0, "migrated") // idempotent
+
+	events := strings.Join([]string{
+		invoiceLine("rt-1", "corr-rt", "INV-RT1", "K-100"),
+		invoiceLine("rt-1", "corr-rt", "INV-RT1", "K-100"), // producer resend
+		invoiceLine("rt-2", "corr-rt", "INV-RT2", "K-999"), // unknown customer
+		`{"headers":{"eventId":"rt-3","correlationId":"corr-rt"},"body":"{not json"}`,
+	}, "\n") + "\n"
+	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 4 message(s)")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json")
+	run.Env = cleanEnv()
+	var logs bytes.Buffer
+	run.Stdout, run.Stderr = &logs, &logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = run.Process.Kill()
+			_ = run.Wait()
+		}
+	}()
+
+	type row struct{ EventID, Status, Reason string }
+	var rows []row
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt", "--json")
+		rows = nil
+		_ = json.Unmarshal([]byte(r.stdout), &rows)
+		if len(rows) == 3 && rows[0].Status != "TECHNICAL_FAILURE" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit never showed 3 terminal rows: %s\nrun log:\n%s", r, logs.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.EventID] = r.Status + "/" + r.Reason
+	}
+	want := map[string]string{"rt-1": "PROCESSED/", "rt-2": "REJECTED/CUSTOMER_UNKNOWN", "rt-3": "DEAD_LETTERED/MALFORMED_PAYLOAD"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("audit %s = %q, want %q", k, got[k], v)
+		}
+	}
+	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt"), 0, "audit of correlation id corr-rt: 3 row(s)", "dead-lettered (POISON, MALFORMED_PAYLOAD)")
+	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "nope"), 1, "no inbox row")
+
+	// the DLQ holds the malformed message with its reason
+	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", dlqName), 0, "1 message(s)", "rt-3", "MALFORMED_PAYLOAD")
+	// replay sends it back; it is dead-lettered again (still malformed), with a replay trace
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "rt-3", "--db", dbURL), 0, "replayed rt-3", "1 replayed")
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		r := inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt")
+		if strings.Contains(r.stdout, "replayed 1 time(s)") && strings.Contains(r.stdout, "dead-lettered") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replayed rt-3 was not dead-lettered again: %s", r)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "absent", "--db", dbURL), 1, "no dead letter with event id")
+
+	// check: the round trip left a consistent database
+	wantCode(t, inboxctl(t, "", "check", "--db", dbURL), 0, "no findings")
+
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := run.Wait()
+	stopped = true
+	if err != nil {
+		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
+	}
+	settled := 0
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if strings.Contains(line, `"msg":"consumer started"`) || strings.Contains(line, `"msg":"consumer stopped: drained"`) {
+			continue
+		}
+		if strings.Contains(line, `"msg":"settled"`) {
+			settled++
+		}
+		if !strings.Contains(line, `"event_id":"rt-`) || !strings.Contains(line, `"correlation_id":"corr-rt"`) {
+			t.Errorf("log line without event id and correlation id: %s", line)
+		}
+	}
+	if settled < 5 {
+		t.Errorf("want at least 5 settled log lines, got %d:\n%s", settled, logs.String())
+	}
+	if !strings.Contains(logs.String(), "drained") {
+		t.Errorf("run did not log its drain:\n%s", logs.String())
+	}
+}
+
+// plant inserts one of each inconsistency check looks for.
+func plant(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	ctx := context.Background()
+	ins := func(q string, args ...any) {
+		t.Helper()
+		if db.Backend == dbtest.Postgres {
+			n := 0
+			q = regexp.MustCompile(`\?`).ReplaceAllStringFunc(q, func(string) string { n++; return fmt.Sprintf("$%d", n) })
+		}
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("plant %s: %v", q, err)
+		}
+	}
+	now := time.Now().UTC().Format("2006-01-02 15:04:05")
+	inbox := `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, ATTEMPTS, PAYLOAD_HASH) VALUES (?, 'invoice-consumer', ?, 'c', ?, ?, ?)`
+	letter := `INSERT INTO shipping_letters (letter_id, invoice_no, customer_no, event_id, created_at) VALUES (?, ?, 'K-100', ?, ?)`
+	// a consistent event
+	ins(inbox, "ok-1", "PROCESSED", now, 1, "h-ok")
+	ins(letter, "L-ok", "INV-OK", "ok-1", now)
+	// split transaction: PROCESSED, no letter
+	ins(inbox, "split-1", "PROCESSED", now, 1, "h-split")
+	// business duplicate: two letters for INV-DUP (a resend with a new id after a purge)
+	ins(inbox, "dup-a", "PROCESSED", now, 1, "h-dup-a")
+	ins(inbox, "dup-b", "PROCESSED", now, 1, "h-dup-b")
+	ins(letter, "L-dup-a", "INV-DUP", "dup-a", now)
+	ins(letter, "L-dup-b", "INV-DUP", "dup-b", now)
+	// the same payload under two event ids
+	ins(inbox, "hash-a", "REJECTED", now, 1, "h-same")
+	ins(inbox, "hash-b", "REJECTED", now, 1, "h-same")
+	// stuck at the backout threshold
+	ins(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS, LAST_ERROR) VALUES ('stuck-1', 'invoice-consumer', 'TECHNICAL_FAILURE', 5, 'letter service down')`)
+}
+
+func TestCheck(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+			wantCode(t, inboxctl(t, "", "check", "--db", url), 0, "no findings", "ok    processed-without-letter")
+			plant(t, db)
+			r := inboxctl(t, "", "check", "--db", url, "--json")
+			wantCode(t, r, 1)
+			var rep struct {
+				Findings []finding
+				Total    int
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+				t.Fatalf("check --json: %v\n%s", err, r)
+			}
+			want := map[string]string{
+				"processed-without-letter": "split-1",
+				"duplicate-letters":        "invoice INV-DUP: 2 letters, event ids dup-a, dup-b",
+				"payload-hash-reuse":       "event ids hash-a, hash-b",
+				"stuck-technical-failure":  "stuck-1 (invoice-consumer): 5 attempts, letter service down",
+			}
+			for _, f := range rep.Findings {
+				w, ok := want[f.Check]
+				if !ok {
+					t.Errorf("unexpected check %q", f.Check)
+					continue
+				}
+				delete(want, f.Check)
+				if f.Count != 1 || len(f.Samples) != 1 || !strings.Contains(f.Samples[0], w) {
+					t.Errorf("%s: count %d samples %q, want 1 sample with %q", f.Check, f.Count, f.Samples, w)
+				}
+			}
+			for k := range want {
+				t.Errorf("check %s missing from the report", k)
+			}
+			wantCode(t, inboxctl(t, "", "check", "--db", url), 1, "FOUND processed-without-letter", "4 finding(s)")
+			// a higher threshold no longer counts stuck-1
+			wantCode(t, inboxctl(t, "", "check", "--db", url, "--max-attempts", "6"), 1, "ok    stuck-technical-failure")
+		})
+	}
+}
+
+// dbURL is the inboxctl URL of a test database.
+func dbURL(t *testing.T, db *dbtest.DB) string {
+	t.Helper()
+	switch db.Backend {
+	case dbtest.Postgres:
+		return db.DSN
+	case dbtest.SQLite:
+		path := strings.TrimPrefix(db.DSN, "file:")
+		return "sqlite:" + path[:strings.IndexByte(path, '?')]
+	case dbtest.MySQL:
+		// root@tcp(127.0.0.1:3306)/t_xxx?parseTime=...
+		m := regexp.MustCompile(`^(.*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(db.DSN)
+		if m == nil {
+			t.Fatalf("cannot turn %q into a mysql:// URL", db.DSN)
+		}
+		return "mysql://" + m[1] + "@" + m[2] + "/" + m[3]
+	}
+	t.Fatalf("backend %s", db.Backend)
+	return ""
+}
+
+func TestPurge(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.SQLite)
+	url := dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+	old := time.Now().UTC().Add(-40 * 24 * time.Hour).Format("2006-01-02 15:04:05.000000")
+	if _, err := db.Exec(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, PROCESSED_AT) VALUES ('old-1', 'c', 'PROCESSED', ?), ('old-2', 'c', 'TECHNICAL_FAILURE', ?)`, old, old); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "24h"), 2, "refusing to purge", "redelivery horizon 168h0m0s", "--older-than 168h0m0s or more")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "48h", "--horizon", "72h"), 2, "refusing to purge")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h", "--dry-run"), 0, "dry run: 1 terminal row(s)")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h"), 0, "deleted 1 terminal row(s)")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h"), 0, "deleted 0 terminal row(s)")
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		want  []string
+	}{
+		{"unknown command", "", []string{"frobnicate"}, []string{"unknown command", "inboxctl --help"}},
+		{"unknown flag", "", []string{"check", "--bogus"}, []string{"unknown flag: --bogus", "inboxctl check --help"}},
+		{"bad duration", "", []string{"purge", "--db", sqlite, "--older-than", "soon"}, []string{"invalid argument", "--older-than"}},
+		{"no db", "", []string{"check"}, []string{"--db URL", "INBOXKIT_DB"}},
+		{"oracle", "", []string{"migrate", "--db", "oracle://scott:tiger@db:1521/ORCL"}, []string{"not available in this build"}},
+		{"unknown scheme", "", []string{"check", "--db", "redis://x"}, []string{"not supported", "sqlite:"}},
+		{"no correlation id", "", []string{"audit", "--db", sqlite}, []string{"--correlation-id"}},
+		{"no older-than", "", []string{"purge", "--db", sqlite}, []string{"--older-than DURATION"}},
+		{"bad broker", "", []string{"dlq", "list", "--broker", "kafka://x", "--queue", "q"}, []string{"broker scheme \"kafka\" is not supported"}},
+		{"replay without selection", "", []string{"dlq", "replay", "--broker", "stomp://" + stompAddr, "--queue", "q", "--db", sqlite}, []string{"--event-id ID", "--all"}},
+		{"bad publish line", "{\"headers\":{},\"body\":{}}\n\nnot json\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"stdin line 3", "nothing was published"}},
+		{"publish body number", `{"headers":{},"body":42}` + "\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"line 1", "body must be a JSON object or a string"}},
+		{"run mode", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "store-then-process"}, []string{"--mode \"store-then-process\" is not available"}},
+		{"run no queue", "", []string{"run", "--db", sqlite, "--broker", "embedded"}, []string{"--queue NAME"}},
+		{"log format", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--log-format", "xml"}, []string{"--log-format \"xml\""}},
+		{"golden no dir", "", []string{"golden", "verify", "/nonexistent/cases"}, []string{"no such file"}},
+		{"golden args", "", []string{"golden", "verify"}, []string{"accepts 1 arg"}},
+		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
+		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"does not answer", "app:xxxxx@127.0.0.1:1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := inboxctl(t, tt.stdin, tt.args...)
+			wantCode(t, r, 2, tt.want...)
+			for _, secret := range []string{"supersecret", "tiger"} {
+				if strings.Contains(r.stdout+r.stderr, secret) {
+					t.Errorf("output shows a password:\n%s", r)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpHasExamples(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{{}, {"demo"}, {"migrate"}, {"run"}, {"publish"}, {"audit"}, {"dlq"}, {"dlq", "list"}, {"dlq", "replay"}, {"purge"}, {"check"}, {"golden"}, {"golden", "verify"}, {"golden", "approve"}} {
+		r := inboxctl(t, "", append(cmd, "--help")...)
+		wantCode(t, r, 0, "Examples:")
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.SQLite)
+	cmd := exec.Command(binary, "migrate")
+	cmd.Env = append(cleanEnv(), "INBOXKIT_DB="+dbURL(t, db))
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "migrated") {
+		t.Fatalf("migrate with INBOXKIT_DB: %v\n%s", err, out)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	src := filepath.Join("..", "..", "testdata", "golden", "producer-resend")
+	dir := filepath.Join(t.TempDir(), "producer-resend")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"scenario", "approved.legacy.txt", "approved.refactored.txt"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatalf("the approval case %s is missing: %v", src, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCode(t, inboxctl(t, "", "golden", "verify", dir), 0, "verified 1 case(s)")
+	approved := filepath.Join(dir, "approved.refactored.txt")
+	if err := os.WriteFile(approved, []byte("something else\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inboxctl(t, "", "golden", "verify", dir), 1, "differs from", "inboxctl golden approve "+dir)
+	if _, err := os.Stat(filepath.Join(dir, "received.refactored.txt")); err != nil {
+		t.Errorf("verify wrote no received file: %v", err)
+	}
+	r := inboxctl(t, "", "golden", "approve", dir)
+	wantCode(t, r, 0, "approved 1 case(s)")
+	wantCode(t, inboxctl(t, "", "golden", "verify", dir), 0, "verified 1 case(s)")
+}

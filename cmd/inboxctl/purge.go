@@ -1,0 +1,67 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+func newPurgeCmd() *cobra.Command {
+	var f dbFlags
+	var olderThan time.Duration
+	var dryRun bool
+	var batch int
+	c := &cobra.Command{
+		Use:   "purge --db URL --older-than DURATION [--dry-run]",
+		Short: "Delete terminal inbox rows older than a retention window",
+		Long: `purge deletes terminal inbox rows (PROCESSED, REJECTED, DEAD_LETTERED) whose terminal
+time is older than --older-than, in batches of --batch-size rows, each in its own
+short transaction. TECHNICAL_FAILURE rows are never deleted.
+
+The redelivery horizon guard: a window shorter than --horizon (default 168h = 7 days,
+how long after an event the brokers and producers may still deliver it again) is
+refused with exit 2, because a row deleted too early lets a late duplicate be
+processed a second time. Lower --horizon only if your brokers really cannot
+redeliver that late. Durations use Go syntax: 720h, 240h30m.`,
+		Example: `  inboxctl purge --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --older-than 720h --dry-run
+  inboxctl purge --db sqlite:./inbox.db --older-than 720h`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if olderThan <= 0 {
+				return usageErr("purge needs --older-than DURATION, a positive retention window such as 720h (30 days)")
+			}
+			if f.horizon <= 0 {
+				return usageErr("--horizon must be positive (got %s); it defaults to 168h", f.horizon)
+			}
+			ctx := cmd.Context()
+			st, t, err := f.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.DB().Close()
+			n, err := st.Purge(ctx, inbox.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
+			if errors.Is(err, inbox.ErrWindowTooShort) {
+				return usageErr("refusing to purge: --older-than %s is shorter than the redelivery horizon %s; a late redelivery of a purged event would be processed twice.\n\tchoose --older-than %s or more (or lower --horizon if your brokers cannot redeliver that late)", olderThan, f.horizon, f.horizon)
+			}
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				fmt.Fprintf(cmd.OutOrStdout(), "dry run: %d terminal row(s) older than %s would be deleted from %s on %s\n", n, olderThan, st.Config().Table, t.Display)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d terminal row(s) older than %s from %s on %s\n", n, olderThan, st.Config().Table, t.Display)
+			return nil
+		},
+	}
+	f.register(c)
+	c.Flags().DurationVar(&olderThan, "older-than", 0, "retention window: delete terminal rows finished longer ago than this (required, e.g. 720h)")
+	c.Flags().DurationVar(&f.horizon, "horizon", 7*24*time.Hour, "redelivery horizon: the shortest window allowed")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
+	c.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per transaction")
+	return c
+}
