@@ -50,8 +50,9 @@ type ReplayReport struct {
 // published to its destination (confirmed), and only then is the dead letter
 // acknowledged; a failure leaves it in the DLQ. Dead letters that are not
 // replayed (another event id, no event id, not an envelope) are handed back
-// to the DLQ. Replay stops when the DLQ is idle for IdleTimeout or when it
-// sees a dead letter for the second time.
+// to the DLQ. Replay stops when the DLQ is idle for IdleTimeout, when it
+// sees a dead letter for the second time, or at the first dead letter made
+// after the replay started (a replayed message that failed again).
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	var rep ReplayReport
 	switch {
@@ -66,6 +67,10 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = inboxkit.SystemClock{}
 	}
+	// Only the dead letters that were there when the replay started: a
+	// replayed message that fails again while a consumer runs is
+	// dead-lettered anew, and must not be replayed in a loop.
+	start := cfg.Clock.Now()
 	seen := map[string]bool{}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, cfg.IdleTimeout)
@@ -91,6 +96,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 			return rep, nil
 		}
 		seen[key] = true
+		if at, err := time.Parse(time.RFC3339Nano, m.Header(dlq.HeaderDeadLetteredAt)); err == nil && at.After(start) {
+			if err := d.Requeue(ctx, 0); err != nil {
+				return rep, fmt.Errorf("consumer: replay: hand back: %w", err)
+			}
+			return rep, nil
+		}
 		skip := ""
 		switch {
 		case perr != nil:

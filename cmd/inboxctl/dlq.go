@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -167,11 +166,7 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 				src.Close()
 				return err
 			}
-			// Only the dead letters that were there when the replay started:
-			// a replayed message that fails again while a consumer runs is
-			// dead-lettered anew, and must not be replayed in a loop.
-			bounded := &untilSource{Source: src, start: time.Now().UTC()}
-			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: bounded, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest})
+			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest})
 			src.Close()
 			out := cmd.OutOrStdout()
 			for _, id := range rep.Replayed {
@@ -198,25 +193,4 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 	c.Flags().BoolVar(&all, "all", false, "replay every dead letter")
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")
 	return c
-}
-
-// untilSource ends a replay at the first dead letter that was dead-lettered
-// after start: it hands that one back and reports the source closed.
-type untilSource struct {
-	consumer.Source
-	start time.Time
-}
-
-func (s *untilSource) Receive(ctx context.Context) (consumer.Delivery, error) {
-	d, err := s.Source.Receive(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if at, perr := time.Parse(time.RFC3339Nano, d.Message().Header(dlq.HeaderDeadLetteredAt)); perr == nil && at.After(s.start) {
-		if err := d.Requeue(ctx, 0); err != nil {
-			return nil, err
-		}
-		return nil, consumer.ErrClosed
-	}
-	return d, nil
 }
