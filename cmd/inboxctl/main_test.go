@@ -143,6 +143,15 @@ func invoiceLine(eventID, corr, inv, cust string) string {
 // publish, run, audit, dlq list, dlq replay, drain on SIGTERM.
 func TestRunPublishAuditPostgresActiveMQ(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"transactional", "store-then-process"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			runRoundTrip(t, mode)
+		})
+	}
+}
+
+func runRoundTrip(t *testing.T, mode string) {
 	needActiveMQ(t)
 	db := dbtest.New(t, dbtest.Postgres)
 	dbURL := db.DSN
@@ -163,7 +172,7 @@ func TestRunPublishAuditPostgresActiveMQ(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json")
+	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json", "--mode", mode)
 	run.Env = cleanEnv()
 	var logs bytes.Buffer
 	run.Stdout, run.Stderr = &logs, &logs
@@ -185,7 +194,13 @@ func TestRunPublishAuditPostgresActiveMQ(t *testing.T) {
 		r := inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt", "--json")
 		rows = nil
 		_ = json.Unmarshal([]byte(r.stdout), &rows)
-		if len(rows) == 3 && rows[0].Status != "TECHNICAL_FAILURE" {
+		terminal := 0
+		for _, r := range rows {
+			if r.Status == "PROCESSED" || r.Status == "REJECTED" || r.Status == "DEAD_LETTERED" {
+				terminal++
+			}
+		}
+		if terminal == 3 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -99,8 +99,9 @@ The tables must exist: run 'inboxctl migrate' first.`,
 			if f.queue == "" {
 				return usageErr("run needs --queue NAME, the queue of InvoiceCreated events (e.g. invoices)")
 			}
-			if f.mode != "transactional" {
-				return usageErr("--mode %q is not available: use transactional (the inbox row and the business change in one transaction)", f.mode)
+			mode := consumer.Mode(f.mode)
+			if mode != consumer.ModeTransactional && mode != consumer.ModeStoreThenProcess {
+				return usageErr("--mode %q is unknown: use transactional (the inbox row and the business change in one transaction) or store-then-process (store and acknowledge at once, leased workers process)", f.mode)
 			}
 			if f.concurrency < 1 {
 				return usageErr("--concurrency must be at least 1 (got %d)", f.concurrency)
@@ -144,7 +145,7 @@ The tables must exist: run 'inboxctl migrate' first.`,
 			}
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: pub, DeadLetterQueue: f.dlq,
-				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger,
+				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
 			})
 			if err != nil {
 				src.Close()
@@ -168,7 +169,7 @@ The tables must exist: run 'inboxctl migrate' first.`,
 	c.Flags().StringVar(&f.dlq, "dlq", "", "dead-letter queue (default DLQ.<queue>)")
 	c.Flags().StringVar(&f.rejectQueue, "reject-queue", "", "queue for business rejections (default: none, rejections are only recorded)")
 	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
-	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional")
+	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	return c
 }
