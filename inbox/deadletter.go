@@ -51,10 +51,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 	if n, _ := res.RowsAffected(); n == 1 {
 		return inboxkit.StatusDeadLettered, nil
 	}
-	attempts := 0
-	if class != inboxkit.ClassPoison {
-		attempts = 1
-	}
+	attempts := 1 // the delivery that found the poison, or the one that failed
 	_, err = s.db.ExecContext(ctx, s.q.insertDead, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(dl.Reason), string(class), msg,
 		s.t(now), s.t(now), s.t(now), s.t(now), attempts, nullString(e.PayloadHash))
 	if err == nil {
