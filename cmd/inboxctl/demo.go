@@ -150,7 +150,9 @@ have sent for the same deliveries.`,
 func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error {
 	start := time.Now()
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	where := "files kept in " + dir
 	if dir == "" {
+		where = "temporary files removed; keep them with --dir"
 		tmp, err := os.MkdirTemp("", "inboxctl-demo-")
 		if err != nil {
 			return err
@@ -326,7 +328,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	fmt.Fprintf(tw, "letters sent\t%d\t%d\n", legacySent, letters.count())
 	fmt.Fprintf(tw, "shipping_letters rows\t%d\t%d\n", legacyRows, inboxRows)
 	tw.Flush()
-	fmt.Fprintf(out, "\n4 invoices deserve a letter. demo finished in %s; files in %s\n", time.Since(start).Round(10*time.Millisecond), dir)
+	fmt.Fprintf(out, "\n4 invoices deserve a letter. demo finished in %s; %s\n", time.Since(start).Round(10*time.Millisecond), where)
 	return nil
 }
 

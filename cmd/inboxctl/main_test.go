@@ -119,7 +119,7 @@ func TestDemo(t *testing.T) {
 	for _, re := range []string{
 		`ev-1001\s+order-1\s+PROCESSED\s+-\s+1`,
 		`ev-1004\s+order-4\s+REJECTED\s+CUSTOMER_UNKNOWN\s+1`,
-		`ev-1005\s+order-5\s+DEAD_LETTERED\s+MALFORMED_PAYLOAD\s+0`,
+		`ev-1005\s+order-5\s+DEAD_LETTERED\s+MALFORMED_PAYLOAD\s+1`,
 		`ev-1006\s+order-6\s+PROCESSED\s+-\s+3`,
 		`letters sent\s+6\s+4`,
 		`shipping_letters rows\s+8\s+4`,
@@ -406,7 +406,7 @@ func TestUsageErrors(t *testing.T) {
 		{"replay without selection", "", []string{"dlq", "replay", "--broker", "stomp://" + stompAddr, "--queue", "q", "--db", sqlite}, []string{"--event-id ID", "--all"}},
 		{"bad publish line", "{\"headers\":{},\"body\":{}}\n\nnot json\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"stdin line 3", "nothing was published"}},
 		{"publish body number", `{"headers":{},"body":42}` + "\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"line 1", "body must be a JSON object or a string"}},
-		{"run mode", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "store-then-process"}, []string{"--mode \"store-then-process\" is not available"}},
+		{"run mode", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "fast"}, []string{"--mode \"fast\" is unknown", "store-then-process"}},
 		{"run no queue", "", []string{"run", "--db", sqlite, "--broker", "embedded"}, []string{"--queue NAME"}},
 		{"log format", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--log-format", "xml"}, []string{"--log-format \"xml\""}},
 		{"golden no dir", "", []string{"golden", "verify", "/nonexistent/cases"}, []string{"no such file"}},
