@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -99,6 +100,12 @@ type Config struct {
 	// WorkerPollInterval is how long an idle worker waits before it looks
 	// for stored entries again, in ModeStoreThenProcess. Defaults to 200ms.
 	WorkerPollInterval time.Duration
+	// Retry, if set, retries a delivery in process before handing it back
+	// to the broker, while its failure is transient (classify.IsTransient:
+	// deadlock, lock timeout, lost connection, classify.Retry), with the
+	// policy's backoff. Every try is an attempt counted in the inbox. Nil
+	// means no in-process retries: the broker's redelivery retries.
+	Retry *classify.Policy
 	// RequeueDelayFunc gives the redelivery delay after the n-th failed
 	// attempt. Defaults to 1s doubling per attempt, at most 1 minute; a
 	// handler error's RetryAfter wins.
@@ -331,9 +338,21 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
 	if c.cfg.Mode == ModeStoreThenProcess {
 		return c.store(ctx, d, m, entry)
 	}
-	res, err := c.cfg.Store.Process(ctx, entry, func(ctx context.Context, tx *sql.Tx) error {
-		return c.cfg.Handler(ctx, tx, m)
-	})
+	handler := func(ctx context.Context, tx *sql.Tx) error { return c.cfg.Handler(ctx, tx, m) }
+	res, err := c.cfg.Store.Process(ctx, entry, handler)
+	if c.cfg.Retry != nil && failure(res, err) != nil { // Do returns at once unless it is transient
+		// Further tries are not broker redeliveries: nothing to pre-count.
+		again := entry
+		again.Redelivered, again.DeliveryCount = false, 0
+		first := true
+		_ = c.cfg.Retry.Do(ctx, func(ctx context.Context) error {
+			if !first {
+				res, err = c.cfg.Store.Process(ctx, again, handler)
+			}
+			first = false
+			return failure(res, err)
+		})
+	}
 	s := Settled{Message: m, Result: res}
 	if err != nil {
 		s.Err = err
@@ -536,5 +555,17 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	s := Settled{Message: m, Result: res, Action: ActionDeadLetter}
 	s.Result.Status = inboxkit.StatusDeadLettered
 	c.log(s)
+	return nil
+}
+
+// failure is the error an in-process retry decides on: the inbox's own
+// error, or the handler's error of a RETRY outcome.
+func failure(res inbox.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if res.Outcome == inboxkit.OutcomeRetry {
+		return res.Err
+	}
 	return nil
 }

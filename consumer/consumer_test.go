@@ -1,0 +1,152 @@
+package consumer_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// setup gives a consumer config on a real broker (embedded JetStream) and a
+// real database (SQLite), with one message published.
+func setup(t *testing.T) (consumer.Config, *jetstream.Adapter, chan consumer.Settled) {
+	t.Helper()
+	srv, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	a, err := jetstream.Open(ctx, jetstream.Config{URL: srv.URL(), Stream: "INVOICES", Subject: "invoices"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.EnsureStream(ctx, "DLQ", "dlq.invoices"); err != nil {
+		t.Fatal(err)
+	}
+	db := dbtest.New(t, dbtest.SQLite)
+	store, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{ClassifyFunc: classify.Of, MaxAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Publish(ctx, "invoices", map[string]string{"eventId": "E-1", "correlationId": "C-1"}, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan consumer.Settled, 10)
+	return consumer.Config{
+		Name: "retry-test", Source: a, Store: store, DeadLetter: a, DeadLetterQueue: "dlq.invoices",
+		RequeueDelayFunc: func(int) time.Duration { return 10 * time.Millisecond },
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled:        func(s consumer.Settled) { settled <- s },
+	}, a, settled
+}
+
+// flaky fails transiently (a deadlock, say) the first n calls.
+func flaky(n int) (consumer.Handler, func() int) {
+	var mu sync.Mutex
+	calls := 0
+	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls <= n {
+				return classify.Retry(errors.New("deadlock detected"))
+			}
+			return nil
+		}, func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return calls
+		}
+}
+
+func runUntil(t *testing.T, cfg consumer.Config, settled chan consumer.Settled) consumer.Settled {
+	t.Helper()
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case s := <-settled:
+		return s
+	case <-time.After(20 * time.Second):
+		t.Fatal("nothing settled in 20s")
+	}
+	return consumer.Settled{}
+}
+
+// With a Retry policy a transient failure is retried in process: the
+// delivery is processed and acknowledged at once, every try counted.
+func TestInProcessRetry(t *testing.T) {
+	cfg, _, settled := setup(t)
+	h, calls := flaky(2)
+	cfg.Handler = h
+	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: 5 * time.Millisecond, MaxInterval: 10 * time.Millisecond}
+	s := runUntil(t, cfg, settled)
+	if s.Action != consumer.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Result.Attempts != 3 || calls() != 3 {
+		t.Fatalf("settled %s %s attempts %d after %d calls; want ack PROCESSED attempts 3 after 3 calls", s.Action, s.Result.Outcome, s.Result.Attempts, calls())
+	}
+}
+
+// Without a policy the first transient failure hands the message back.
+func TestNoInProcessRetry(t *testing.T) {
+	cfg, _, settled := setup(t)
+	h, calls := flaky(2)
+	cfg.Handler = h
+	s := runUntil(t, cfg, settled)
+	if s.Action != consumer.ActionRequeue || s.Result.Attempts != 1 || calls() != 1 {
+		t.Fatalf("settled %s attempts %d after %d calls; want requeue after 1", s.Action, s.Result.Attempts, calls())
+	}
+}
+
+// A business rejection is never retried in process.
+func TestInProcessRetryNeverRetriesReject(t *testing.T) {
+	cfg, _, settled := setup(t)
+	calls := 0
+	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error {
+		calls++
+		return classify.Reject("CUSTOMER_UNKNOWN", nil)
+	}
+	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: time.Millisecond}
+	s := runUntil(t, cfg, settled)
+	if s.Action != consumer.ActionReject || calls != 1 {
+		t.Fatalf("settled %s after %d calls", s.Action, calls)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  consumer.Config
+		want string
+	}{
+		{consumer.Config{}, "Config.Name"},
+		{consumer.Config{Name: "x"}, "Config.Source"},
+		{consumer.Config{Name: string(make([]byte, 81))}, "at most 80"},
+	} {
+		_, err := consumer.New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
