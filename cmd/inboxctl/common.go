@@ -27,6 +27,7 @@ type dbFlags struct {
 	url         string
 	table       string
 	maxAttempts int
+	hasAttempts bool // the command has --max-attempts
 	horizon     time.Duration
 }
 
@@ -36,6 +37,7 @@ func (f *dbFlags) register(c *cobra.Command) {
 }
 
 func (f *dbFlags) registerAttempts(c *cobra.Command) {
+	f.hasAttempts = true
 	c.Flags().IntVar(&f.maxAttempts, "max-attempts", 5, "backout threshold: technical attempts before a message is dead-lettered")
 }
 
@@ -63,6 +65,10 @@ func openDB(ctx context.Context, raw string) (*sql.DB, target.DB, error) {
 
 // openStore opens the database and the inbox store on it.
 func (f *dbFlags) openStore(ctx context.Context) (*inbox.Store, target.DB, error) {
+	if f.hasAttempts && f.maxAttempts < 1 {
+		// Like IBM MQ's BOTHRESH(0), a zero threshold would mean "retry forever".
+		return nil, target.DB{}, usageErr("--max-attempts must be at least 1 (got %d): a message that always fails must reach the dead-letter queue", f.maxAttempts)
+	}
 	db, t, err := openDB(ctx, orEnv(f.url, envDB))
 	if err != nil {
 		return nil, t, err
