@@ -6,10 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/schema"
 )
 
 //go:embed invoice_*.sql
@@ -37,33 +37,7 @@ func Statements(dialect string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, _ := inbox.DialectByName(dialect)
-	var out []string
-	var cur strings.Builder
-	flush := func() {
-		if s := strings.TrimSpace(cur.String()); s != "" {
-			out = append(out, s)
-		}
-		cur.Reset()
-	}
-	for _, line := range strings.Split(text, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
-			continue
-		}
-		switch {
-		case d.Name() == "oracle" && trimmed == "/":
-			flush()
-		case d.Name() != "oracle" && strings.HasSuffix(trimmed, ";"):
-			cur.WriteString(strings.TrimSuffix(trimmed, ";"))
-			flush()
-		default:
-			cur.WriteString(line)
-			cur.WriteString("\n")
-		}
-	}
-	flush()
-	return out, nil
+	return schema.Split(dialect, text), nil
 }
 
 // Migrate creates invoice_customers, shipping_letters and archived_documents

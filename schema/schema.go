@@ -36,7 +36,15 @@ func Statements(dialect, table string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	text = strings.ReplaceAll(text, TableName, table)
+	return Split(dialect, strings.ReplaceAll(text, TableName, table)), nil
+}
+
+// Split splits a DDL text into single statements: a statement ends with ';'
+// at the end of a line (the ';' is dropped), except for dialect "oracle",
+// where PL/SQL blocks end with a line holding only "/". Blank lines and
+// "--" comment lines between statements are skipped. Other packages with
+// DDL files of the same layout (invoice) use it too.
+func Split(dialect, text string) []string {
 	var out []string
 	var cur strings.Builder
 	flush := func() {
@@ -50,23 +58,17 @@ func Statements(dialect, table string) ([]string, error) {
 		if cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
 			continue
 		}
-		if dialect == "oracle" {
-			if trimmed == "/" {
-				flush()
-				continue
-			}
-			cur.WriteString(line)
-			cur.WriteString("\n")
-			continue
-		}
-		if strings.HasSuffix(trimmed, ";") {
+		switch {
+		case dialect == "oracle" && trimmed == "/":
+			flush()
+		case dialect != "oracle" && strings.HasSuffix(trimmed, ";"):
 			cur.WriteString(strings.TrimSuffix(trimmed, ";"))
 			flush()
-			continue
+		default:
+			cur.WriteString(line)
+			cur.WriteString("\n")
 		}
-		cur.WriteString(line)
-		cur.WriteString("\n")
 	}
 	flush()
-	return out, nil
+	return out
 }
