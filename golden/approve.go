@@ -233,14 +233,17 @@ func verifyCase(ctx context.Context, caseDir string, f Factory, o options, appro
 // received file beside the approved one. It never writes approved files.
 // The error is for cases that could not run at all.
 func Verify(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mismatch, error) {
-	o := buildOptions(opts)
+	return verifyAll(ctx, dir, f, buildOptions(opts), false)
+}
+
+func verifyAll(ctx context.Context, dir string, f Factory, o options, approve bool) ([]Mismatch, error) {
 	cases, err := Cases(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []Mismatch
 	for _, c := range cases {
-		m, _, err := verifyCase(ctx, c, f, o, false)
+		m, _, err := verifyCase(ctx, c, f, o, approve)
 		if err != nil {
 			return out, err
 		}
@@ -261,22 +264,7 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 	if InCI() {
 		return nil, ErrCI
 	}
-	o := buildOptions(opts)
-	cases, err := Cases(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []Mismatch
-	for _, c := range cases {
-		m, _, err := verifyCase(ctx, c, f, o, true)
-		if err != nil {
-			return out, err
-		}
-		if m != nil {
-			out = append(out, *m)
-		}
-	}
-	return out, nil
+	return verifyAll(ctx, dir, f, buildOptions(opts), true)
 }
 
 // Run runs every case under dir (or dir itself, when it is a case) as a
