@@ -240,8 +240,12 @@ func (c *Consumer) Workers() []*inbox.Worker { return c.workers }
 // until ctx is done, then drains: it stops intake, lets the deliveries in
 // hand finish (their inbox transaction commits and they are acknowledged),
 // and closes the source. It returns nil after a drain caused by ctx, or the
-// source's error.
+// source's error: a Receive error (the source could not repair itself)
+// drains every goroutine the same way and is returned, so the process can
+// exit and be restarted.
 func (c *Consumer) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var wg sync.WaitGroup
 	errs := make(chan error, c.cfg.Concurrency)
 	for _, w := range c.workers {
@@ -257,6 +261,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			defer wg.Done()
 			if err := c.loop(ctx); err != nil {
 				errs <- err
+				stop() // the others drain too
 			}
 		}()
 	}

@@ -150,3 +150,55 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 	}
 }
+
+// failingSource wraps a real source and fails one Receive after n
+// deliveries, as a source that cannot repair its connection does; the other
+// goroutines' Receive calls go on blocking on the real source.
+type failingSource struct {
+	consumer.Source
+	mu     sync.Mutex
+	n      int
+	failed bool
+}
+
+var errSourceBroken = errors.New("source broken beyond repair")
+
+func (f *failingSource) Receive(ctx context.Context) (consumer.Delivery, error) {
+	f.mu.Lock()
+	if f.n == 0 && !f.failed {
+		f.failed = true
+		f.mu.Unlock()
+		return nil, errSourceBroken
+	}
+	f.n--
+	f.mu.Unlock()
+	return f.Source.Receive(ctx)
+}
+
+// A Receive error stops every goroutine (the others drain) and Run returns it.
+func TestRunReturnsSourceError(t *testing.T) {
+	cfg, _, settled := setup(t)
+	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+	cfg.Source = &failingSource{Source: cfg.Source, n: 1}
+	cfg.Concurrency = 3
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errSourceBroken) {
+			t.Fatalf("Run = %v, want the source's error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run still running 20s after its source broke")
+	}
+	close(settled)
+	for s := range settled {
+		if s.Action != consumer.ActionAck {
+			t.Errorf("delivery settled with %s", s.Action)
+		}
+	}
+}
