@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/inboxkit/inboxkit"
 )
@@ -116,22 +115,6 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 
 func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", table) }
 
-// queueCache holds the built queueQueries per dialect and table, so the
-// Store needs no fields for this variant.
-var queueCache sync.Map // queueKey -> *queueQueries
-
-type queueKey struct{ dialect, table string }
-
-func (s *Store) queue() *queueQueries {
-	k := queueKey{s.d.name, s.cfg.Table}
-	if q, ok := queueCache.Load(k); ok {
-		return q.(*queueQueries)
-	}
-	q := buildQueueQueries(s.d, s.cfg.Table)
-	actual, _ := queueCache.LoadOrStore(k, &q)
-	return actual.(*queueQueries)
-}
-
 // Receive stores a message for the store-then-process variant: the whole
 // message (headers as JSON, payload, payload hash, correlation id) becomes a
 // RECEIVED row in its own transaction, keyed by event id and consumer name.
@@ -176,7 +159,7 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		}
 		hdr = string(b)
 	}
-	q := s.queue()
+	q := &s.qq
 	// A few rounds: a duplicate row can vanish (retention purge) between
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {

@@ -83,6 +83,7 @@ type Store struct {
 	d   Dialect
 	cfg Config
 	q   queries
+	qq  queueQueries // the store-then-process variant's statements
 }
 
 // New returns a Store on db, which must be opened with the driver of d.
@@ -97,7 +98,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table)}, nil
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table)}, nil
 }
 
 // DB returns the store's database.

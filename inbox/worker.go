@@ -185,7 +185,7 @@ func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{s: s, cfg: cfg, q: s.queue()}, nil
+	return &Worker{s: s, cfg: cfg, q: &s.qq}, nil
 }
 
 // Owner returns the worker's lease owner name.

@@ -217,11 +217,8 @@ func SQLiteDSN(path string) string {
 }
 
 func redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
+	if u, err := url.Parse(dsn); err == nil {
+		return u.Redacted()
 	}
 	return dsn
 }
