@@ -8,7 +8,7 @@ import (
 // Status is the STATUS column of an inbox row.
 type Status string
 
-// The statuses of the inbox state machine (see ARCHITECTURE.md).
+// The statuses of the inbox state machine (ARCHITECTURE.md, "Status machine").
 const (
 	// StatusReceived: stored by the store-then-process receiver, not yet claimed.
 	StatusReceived Status = "RECEIVED"
