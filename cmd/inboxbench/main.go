@@ -16,6 +16,7 @@
 //
 //	stomp      ActiveMQ Classic over STOMP at 127.0.0.1:61613 (scripts/activemq start)
 //	rabbitmq   RabbitMQ at amqp://guest:guest@127.0.0.1:5672/, quorum queues
+//	amqp10     the same RabbitMQ over AMQP 1.0 (plugin rabbitmq_amqp1_0), quorum queues
 //	jetstream  NATS JetStream at nats://127.0.0.1:4222
 //	embedded   JetStream embedded in this process (file store in a temp dir)
 //
@@ -45,6 +46,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/broker/stomp"
@@ -66,7 +68,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func main() {
 	n := flag.Int("n", 2000, "messages per measurement")
 	conc := flag.String("c", "1,4", "comma-separated consumer concurrencies")
-	names := flag.String("brokers", "stomp,rabbitmq,jetstream,embedded", "comma-separated brokers")
+	names := flag.String("brokers", "stomp,rabbitmq,amqp10,jetstream,embedded", "comma-separated brokers (stomp, rabbitmq, amqp10, jetstream, embedded)")
 	flag.Parse()
 	var concs []int
 	for _, s := range strings.Split(*conc, ",") {
@@ -247,6 +249,47 @@ func open(name string) (broker, func(), error) {
 				}, nil
 			},
 		}, func() { conn.Close() }, nil
+	case "amqp10":
+		// AMQP 1.0 has no queue management: the queues are declared (and
+		// deleted) over AMQP 0-9-1, as quorum queues like the rabbitmq row.
+		conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+		if err != nil {
+			return broker{}, nil, err
+		}
+		cfg := amqp10.Config{URL: "amqp10://guest:guest@127.0.0.1:5672", Logger: quiet}
+		return broker{
+			newSource: func(ctx context.Context, queue string, prefetch int) (consumer.Source, error) {
+				c := cfg
+				c.Queue, c.Prefetch = queue, prefetch
+				return amqp10.Open(ctx, c)
+			},
+			publisher: func(ctx context.Context) (dlq.Publisher, func(), error) {
+				p, err := amqp10.Open(ctx, cfg)
+				if err != nil {
+					return nil, nil, err
+				}
+				return p, func() { p.Close() }, nil
+			},
+			prepare: func(ctx context.Context, queue string) (func(), error) {
+				ch, err := conn.Channel()
+				if err != nil {
+					return nil, err
+				}
+				defer ch.Close()
+				for _, q := range []string{queue, queue + ".dlq"} {
+					if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+						return nil, err
+					}
+				}
+				return func() {
+					if ch, err := conn.Channel(); err == nil {
+						_, _ = ch.QueueDelete(queue, false, false, false)
+						_, _ = ch.QueueDelete(queue+".dlq", false, false, false)
+						ch.Close()
+					}
+				}, nil
+			},
+		}, func() { conn.Close() }, nil
 	case "jetstream":
 		return natsBroker("nats://127.0.0.1:4222", nop)
 	case "embedded":
@@ -261,7 +304,7 @@ func open(name string) (broker, func(), error) {
 		}
 		return natsBroker(e.URL(), func() { e.Shutdown(); os.RemoveAll(dir) })
 	}
-	return broker{}, nil, fmt.Errorf("unknown broker (use stomp, rabbitmq, jetstream, embedded)")
+	return broker{}, nil, fmt.Errorf("unknown broker (use stomp, rabbitmq, amqp10, jetstream, embedded)")
 }
 
 func natsBroker(u string, stop func()) (broker, func(), error) {

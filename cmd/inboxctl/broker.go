@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/broker/stomp"
@@ -132,6 +133,12 @@ func (b *broker) Source(ctx context.Context, queue, name string, prefetch int) (
 			return nil, b.fail("consume "+queue, err)
 		}
 		return a, nil
+	case target.AMQP10:
+		a, err := amqp10.Open(ctx, amqp10.Config{URL: b.t.URL, Queue: queue, Prefetch: prefetch, Logger: b.logger})
+		if err != nil {
+			return nil, b.fail("consume "+queue, err)
+		}
+		return a, nil
 	default:
 		a, err := jetstream.Open(ctx, jetstream.Config{
 			URL: b.natsURL, Stream: streamName(queue), Subject: queue, Durable: durableName(name),
@@ -157,6 +164,13 @@ func (b *broker) Publisher(ctx context.Context) (dlq.Publisher, error) {
 		return p, nil
 	case target.AMQP:
 		a, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: b.t.URL, Logger: b.logger})
+		if err != nil {
+			return nil, b.fail("connect", err)
+		}
+		b.track(a)
+		return a, nil
+	case target.AMQP10:
+		a, err := amqp10.Open(ctx, amqp10.Config{URL: b.t.URL, Logger: b.logger})
 		if err != nil {
 			return nil, b.fail("connect", err)
 		}

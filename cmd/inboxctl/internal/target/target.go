@@ -13,6 +13,7 @@
 //
 //	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ (amqps:// too)
+//	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ, Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
 //	nats://[user:pass@]host:4222          NATS JetStream
 //	embedded[:DIR]                        a NATS JetStream server inside this process
 //
@@ -51,19 +52,20 @@ type DB struct {
 const (
 	STOMP    = "stomp"
 	AMQP     = "amqp"
+	AMQP10   = "amqp10"
 	NATS     = "nats"
 	Embedded = "embedded"
 )
 
 // Broker is a parsed broker URL.
 type Broker struct {
-	// Kind is STOMP, AMQP, NATS or Embedded.
+	// Kind is STOMP, AMQP, AMQP10, NATS or Embedded.
 	Kind string
 	// Addr is host:port for STOMP.
 	Addr string
 	// Login and Passcode are the STOMP credentials (from the userinfo).
 	Login, Passcode string
-	// URL is the URL for AMQP and NATS, credentials included: never print it.
+	// URL is the URL for AMQP, AMQP10 and NATS, credentials included: never print it.
 	URL string
 	// Dir is the store directory of an embedded server ("" for a temporary one).
 	Dir string
@@ -222,7 +224,7 @@ func mysqlDSN(u *url.URL) (string, error) {
 	return b.String(), nil
 }
 
-const brokerExamples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127.0.0.1:5672/ (RabbitMQ), nats://127.0.0.1:4222 (JetStream) or embedded"
+const brokerExamples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127.0.0.1:5672/ (RabbitMQ), amqp10://user:pass@host:5672 (AMQP 1.0: IBM MQ, Artemis, Service Bus), nats://127.0.0.1:4222 (JetStream) or embedded"
 
 // ParseBroker parses a broker URL.
 func ParseBroker(raw string) (Broker, error) {
@@ -258,6 +260,12 @@ func ParseBroker(raw string) (Broker, error) {
 			return Broker{}, usage("broker URL %s has no host: e.g. amqp://guest:guest@127.0.0.1:5672/", b.Display)
 		}
 		b.Kind, b.URL = AMQP, raw
+		return b, nil
+	case "amqp10", "amqp10s":
+		if u.Host == "" {
+			return Broker{}, usage("broker URL %s has no host: e.g. amqp10://user:pass@127.0.0.1:5672", b.Display)
+		}
+		b.Kind, b.URL = AMQP10, raw
 		return b, nil
 	case "nats", "tls":
 		if u.Host == "" {

@@ -69,6 +69,12 @@ func TestParseBroker(t *testing.T) {
 	if err != nil || b.Kind != AMQP || b.Display != "amqp://guest:xxxxx@127.0.0.1:5672/" {
 		t.Errorf("amqp: %+v %v", b, err)
 	}
+	for _, raw := range []string{"amqp10://app:p@mq.example:5672", "amqp10s://app:p@mq.example:5671?addressing=plain"} {
+		b, err = ParseBroker(raw)
+		if err != nil || b.Kind != AMQP10 || b.URL != raw || strings.Contains(b.Display, ":p@") || !strings.Contains(b.Display, "app:xxxxx@mq.example") {
+			t.Errorf("amqp10: %+v %v", b, err)
+		}
+	}
 	b, err = ParseBroker("nats://127.0.0.1:4222")
 	if err != nil || b.Kind != NATS {
 		t.Errorf("nats: %+v %v", b, err)
@@ -77,7 +83,7 @@ func TestParseBroker(t *testing.T) {
 	if err != nil || b.Kind != Embedded || b.Dir != "/tmp/js" {
 		t.Errorf("embedded: %+v %v", b, err)
 	}
-	for _, bad := range []string{"", "kafka://x:9092", "127.0.0.1:61613", "stomp://"} {
+	for _, bad := range []string{"", "kafka://x:9092", "127.0.0.1:61613", "stomp://", "amqp10://"} {
 		if _, err := ParseBroker(bad); err == nil {
 			t.Errorf("ParseBroker(%q) accepted", bad)
 		}

@@ -1,0 +1,227 @@
+package amqp10
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Addressing values of Config.Addressing: how a queue name becomes the
+// address of a link.
+const (
+	// AddressingAuto chooses AddressingRabbitMQ when the broker announces
+	// itself as RabbitMQ (the "product" property of its open frame) and
+	// AddressingPlain otherwise.
+	AddressingAuto = "auto"
+	// AddressingPlain uses the queue name as the address, with the "queue"
+	// capability on the link's terminus: IBM MQ AMQP channels (9.2.1 and
+	// later; without the capability they attach a topic), ActiveMQ Artemis
+	// (anycast), Azure Service Bus, Qpid.
+	AddressingPlain = "plain"
+	// AddressingRabbitMQ is the address form of RabbitMQ's AMQP 1.0 plugin
+	// (3.x): receivers attach "/amq/queue/NAME" (an existing queue of any
+	// type); Publish attaches "/queue/NAME", which declares a missing queue
+	// durable (classic), and falls back to "/amq/queue/NAME" when the queue
+	// exists with other arguments (a quorum queue). It never publishes to
+	// "/amq/queue/" a queue that does not exist: the plugin accepts such a
+	// message and drops it.
+	AddressingRabbitMQ = "rabbitmq"
+)
+
+// Config configures an Adapter. The zero value of every field selects its
+// documented default.
+type Config struct {
+	// URL is the broker URL: amqp10://user:pass@host:5672, or amqp10s://
+	// for TLS (amqp:// and amqps:// are accepted too). Credentials select
+	// SASL PLAIN, no credentials SASL ANONYMOUS. Query parameters set the
+	// fields of the same meaning when those are zero: addressing
+	// (Addressing), requeue=modified (RequeueModified), hostname (HostName),
+	// prefetch (Prefetch). The password never appears in errors or logs.
+	// Defaults to "amqp10://guest:guest@127.0.0.1:5672".
+	URL string
+	// Queue is the queue Receive consumes from, a plain name (Addressing
+	// turns it into an address). It must exist: the adapter declares
+	// nothing for receiving. Empty means a publisher-only Adapter: Receive
+	// returns ErrNoQueue. Defaults to "".
+	Queue string
+	// Prefetch is the link credit of the receiver: the most unsettled
+	// deliveries the broker sends at once; credit comes back as deliveries
+	// are settled. A delivery held back by a delayed Requeue keeps its
+	// credit until it is released. Defaults to 10.
+	Prefetch int
+	// Addressing is AddressingAuto, AddressingPlain or AddressingRabbitMQ.
+	// Defaults to AddressingAuto.
+	Addressing string
+	// RequeueModified makes Requeue settle with the modified outcome
+	// (delivery-failed=true), so brokers that keep the header's delivery
+	// count increase it, instead of released, which leaves it alone.
+	// RabbitMQ 3.10's plugin refuses modified ("Unrecognised state") and
+	// ends the session, so leave it off there. Defaults to false (released).
+	RequeueModified bool
+	// TrustDeliveryCount fills Message.DeliveryCount from the header's
+	// delivery-count (+1). Leave it off unless the broker keeps that count
+	// and cannot overcount: the count also grows for deliveries that sat in
+	// the link credit of a connection that broke (they never reached the
+	// handler), and with RequeueModified for every delivery handed back
+	// because the database was down, and the inbox would count those as
+	// attempts. It cannot be combined with RequeueModified. RabbitMQ 3.10's
+	// plugin always sends 0. Defaults to false (DeliveryCount 0, unknown).
+	TrustDeliveryCount bool
+	// HostName is the hostname of the open frame: RabbitMQ picks the vhost
+	// from "vhost:NAME", Azure Service Bus needs the namespace's host.
+	// Defaults to the URL's host.
+	HostName string
+	// TLSConfig is used for amqp10s:// URLs. Defaults to a config with
+	// ServerName set to the URL's host.
+	TLSConfig *tls.Config
+	// ContainerID is the container id of the connection. Defaults to
+	// "inboxkit-" and random hex digits.
+	ContainerID string
+	// ReconnectBackoff is the first pause before reconnecting after a broken
+	// connection, session or link; it doubles (with jitter) after each
+	// failed attempt. Defaults to 500ms.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
+	// Defaults to 30s.
+	MaxReconnectBackoff time.Duration
+	// DialTimeout bounds one TCP connect plus the AMQP open handshake.
+	// Defaults to 10s.
+	DialTimeout time.Duration
+	// IdleTimeout is the idle time-out announced to the broker; the broker
+	// sends empty frames at least that often, and a silent connection is
+	// taken for dead after it. Defaults to 30s.
+	IdleTimeout time.Duration
+	// Logger receives reconnect messages. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// endpoint is what validate makes of Config.URL.
+type endpoint struct {
+	addr     string // host:port
+	tls      bool
+	user     string
+	password string
+	hasUser  bool
+	display  string // the URL, password replaced
+}
+
+func (c *Config) setDefaults() {
+	if c.URL == "" {
+		c.URL = "amqp10://guest:guest@127.0.0.1:5672"
+	}
+	if c.ReconnectBackoff == 0 {
+		c.ReconnectBackoff = 500 * time.Millisecond
+	}
+	if c.MaxReconnectBackoff == 0 {
+		c.MaxReconnectBackoff = 30 * time.Second
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// validate checks the fields, reads the URL's query parameters into the
+// zero fields and sets the defaults that depend on them.
+func (c *Config) validate() (endpoint, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// The error quotes the URL: only its cause is shown.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL is invalid: %s", err)
+	}
+	ep := endpoint{display: u.Redacted()}
+	switch strings.ToLower(u.Scheme) {
+	case "amqp10", "amqp":
+	case "amqp10s", "amqps":
+		ep.tls = true
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: scheme %q is not supported: use amqp10://user:pass@host:5672 or amqp10s:// (TLS)", ep.display, u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s has no host: e.g. amqp10://guest:guest@127.0.0.1:5672", ep.display)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5672"
+		if ep.tls {
+			port = "5671"
+		}
+	}
+	ep.addr = net.JoinHostPort(u.Hostname(), port)
+	if u.User != nil {
+		ep.hasUser = true
+		ep.user = u.User.Username()
+		ep.password, _ = u.User.Password()
+	}
+	q := u.Query()
+	for k := range q {
+		switch k {
+		case "addressing", "requeue", "hostname", "prefetch":
+		default:
+			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch)", ep.display, k)
+		}
+	}
+	if c.Addressing == "" {
+		c.Addressing = q.Get("addressing")
+	}
+	if c.Addressing == "" {
+		c.Addressing = AddressingAuto
+	}
+	switch c.Addressing {
+	case AddressingAuto, AddressingPlain, AddressingRabbitMQ:
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.Addressing %q is unknown: use %q, %q or %q", c.Addressing, AddressingAuto, AddressingPlain, AddressingRabbitMQ)
+	}
+	switch v := q.Get("requeue"); v {
+	case "", "release", "released":
+	case "modified":
+		c.RequeueModified = true
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: requeue=%q is unknown: use requeue=release or requeue=modified", ep.display, v)
+	}
+	if c.HostName == "" {
+		c.HostName = q.Get("hostname")
+	}
+	if v := q.Get("prefetch"); v != "" && c.Prefetch == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: prefetch=%q must be a positive number", ep.display, v)
+		}
+		c.Prefetch = n
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	switch {
+	case c.Prefetch < 0:
+		return endpoint{}, errors.New("amqp10: Config.Prefetch must not be negative")
+	case c.Prefetch > 1<<20:
+		return endpoint{}, errors.New("amqp10: Config.Prefetch must be at most 1048576")
+	case c.TrustDeliveryCount && c.RequeueModified:
+		return endpoint{}, errors.New("amqp10: Config.TrustDeliveryCount cannot be combined with Config.RequeueModified: every Requeue (also one for a database outage) would raise the broker's count and burn an attempt")
+	case c.ReconnectBackoff < 0:
+		return endpoint{}, errors.New("amqp10: Config.ReconnectBackoff must not be negative")
+	case c.MaxReconnectBackoff < c.ReconnectBackoff:
+		return endpoint{}, errors.New("amqp10: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
+	case c.DialTimeout < 0:
+		return endpoint{}, errors.New("amqp10: Config.DialTimeout must not be negative")
+	case c.IdleTimeout < 0:
+		return endpoint{}, errors.New("amqp10: Config.IdleTimeout must not be negative")
+	}
+	return ep, nil
+}

@@ -1,0 +1,100 @@
+// Package amqp10 connects inboxkit to AMQP 1.0 brokers
+// (github.com/Azure/go-amqp): IBM MQ AMQP channels, ActiveMQ Artemis, Azure
+// Service Bus, Qpid, Solace, and RabbitMQ's AMQP 1.0 plugin. An [Adapter] is
+// the consumer.Source of one queue and a dlq.Publisher.
+//
+//	a, err := amqp10.Open(ctx, amqp10.Config{URL: "amqp10://app:secret@mq.example:5672", Queue: "INVOICE.EVENTS"})
+//	...
+//	defer a.Close()
+//	d, err := a.Receive(ctx) // consumer.Delivery
+//	err = a.Publish(ctx, "INVOICE.EVENTS.DLQ", headers, body)
+//
+// # Receiving
+//
+// Open attaches one receiver link to Config.Queue, named "inboxkit:QUEUE",
+// with a durable source terminus that never expires, and link credit
+// Config.Prefetch (credit is given back as deliveries are settled). The
+// queue must exist. Messages from JMS producers over AMQP (Qpid JMS, IBM MQ
+// JMS) read as over STOMP:
+//
+//   - Headers: the application properties (JMS properties such as eventId),
+//     rendered as strings, plus the correlation-id property as header
+//     "correlation-id" (JMSCorrelationID).
+//   - BrokerMessageID: the message-id property (JMSMessageID).
+//   - Body: data sections (BytesMessage) as they are; an amqp-value string
+//     (TextMessage) as its UTF-8 bytes; other amqp-values and
+//     amqp-sequences (MapMessage, StreamMessage) as JSON.
+//   - Redelivered: the header's first-acquirer is false, or its
+//     delivery-count is above 0.
+//   - DeliveryCount: 0 (unknown), unless Config.TrustDeliveryCount.
+//
+// # Settling
+//
+// Ack settles with the accepted outcome. Requeue settles with released,
+// which never dead-letters and does not raise the delivery count, or with
+// modified (delivery-failed) under Config.RequeueModified. With a delay the
+// delivery is held unsettled, keeping its credit, and released after the
+// delay (the way the RabbitMQ adapter holds and nacks): AMQP 1.0 has no
+// delayed release, and re-sending a copy then accepting the original (what
+// the STOMP adapter does) would change the message-id and lose the
+// first-acquirer flag. Receivers settle first (rcv-settle-mode first): the
+// broker does not confirm a disposition, so nil from Ack means it was
+// written. A delivery from a connection that has ended cannot be settled:
+// Ack returns an error and the broker delivers the message again.
+//
+// # The delivery count and the inbox
+//
+// The inbox counts attempts itself; a broker's count may only raise that
+// number where it cannot overcount (a delivery handed back because the
+// database was down must not burn an attempt). The header's delivery-count
+// can overcount: brokers raise it for every unsettled delivery of a
+// connection that broke, also those that waited in the link credit and never
+// reached a handler, and modified(delivery-failed) raises it for every
+// Requeue, outage or not. So it is ignored by default; Config.TrustDeliveryCount
+// uses it (for Prefetch 1 on a broker that keeps the count) and refuses to be
+// combined with RequeueModified. RabbitMQ 3.10's plugin sends 0 always.
+//
+// # Publishing
+//
+// Publish attaches a sender link per destination (each on its own session)
+// and sends unsettled; it returns nil only after the broker settled the
+// transfer with accepted. Any other outcome ([ErrNotAccepted]), a lost
+// connection before the settlement or a refused attach is an error. The
+// message is durable, with a fresh message-id, the headers as application
+// properties (header "correlation-id" as the correlation-id property) and
+// the body as one data section.
+//
+// # Addresses
+//
+// Config.Addressing turns a queue name into a link address. Plain
+// addressing (IBM MQ, Artemis, Service Bus) uses the name and sets the
+// "queue" capability on the terminus (IBM MQ attaches a topic without it).
+// RabbitMQ addressing, chosen automatically when the broker's open frame says
+// product RabbitMQ, receives from "/amq/queue/NAME" and publishes to
+// "/queue/NAME" (declaring a missing queue durable), falling back to
+// "/amq/queue/NAME" when the queue exists with other arguments (quorum
+// queues). The plugin accepts and drops a message sent to "/amq/queue/" of
+// a queue that does not exist, so Publish never does that.
+//
+// # Connection loss
+//
+// When the connection, a session or the receiver link ends, the Adapter
+// reconnects in the background with doubling, jittered backoff
+// (Config.ReconnectBackoff up to Config.MaxReconnectBackoff) and attaches
+// again. Meanwhile Receive and Publish wait, bounded by their ctx. Close
+// closes the connection; the broker hands back every unsettled delivery. The
+// password of Config.URL never appears in errors or logs (url.URL.Redacted).
+//
+// # Broker facts (RabbitMQ 3.10.8, rabbitmq_amqp1_0)
+//
+//   - The modified outcome is refused ("Unrecognised state") and ends the
+//     session; the delivery comes again. Keep RequeueModified off.
+//   - rcv-settle-mode second is refused (not-implemented).
+//   - The header's delivery-count is 0 on every delivery, also on quorum
+//     queues; first-acquirer is false on redeliveries.
+//   - A message of several data sections arrives with the sections in
+//     reverse order (one section, what JMS BytesMessage sends, is fine).
+//   - "/queue/NAME" on an existing quorum queue is refused
+//     (PRECONDITION_FAILED, inequivalent arg); "/amq/queue/NAME" of a
+//     missing queue accepts and drops.
+package amqp10
