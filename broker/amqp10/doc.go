@@ -13,7 +13,10 @@
 //
 // Open attaches one receiver link to Config.Queue, named "inboxkit:QUEUE",
 // with a durable source terminus that never expires, and link credit
-// Config.Prefetch (credit is given back as deliveries are settled). The
+// Config.Prefetch. Credit is managed by the adapter: deliveries held and
+// not settled keep theirs, and new credit is issued only when the link has
+// none left (a flow crossing transfers in flight makes RabbitMQ 3.10's
+// plugin send more than the credit, which stalls go-amqp's receiver). The
 // queue must exist. Messages from JMS producers over AMQP (Qpid JMS, IBM MQ
 // JMS) read as over STOMP:
 //
