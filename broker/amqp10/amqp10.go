@@ -366,7 +366,12 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		}
 		if s.rcv, err = rs.NewReceiver(ctx, addr, opts); err != nil {
 			_ = conn.Close()
-			return nil, fmt.Errorf("amqp10: attach receiver on %s at %s: %w", addr, a.ep.display, err)
+			hint := ""
+			var aerr *amqp.Error
+			if errors.As(err, &aerr) && aerr.Condition == amqp.ErrCondNotFound {
+				hint = " (create the queue first: the adapter declares no queue to receive from)"
+			}
+			return nil, fmt.Errorf("amqp10: attach receiver on %s at %s: %w%s", addr, a.ep.display, err, hint)
 		}
 		s.prefetch = a.cfg.Prefetch
 		if err := s.refill(); err != nil {

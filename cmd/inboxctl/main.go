@@ -102,7 +102,9 @@ Databases (--db, or INBOXKIT_DB):
 
 Brokers (--broker, or INBOXKIT_BROKER):
   stomp://[login:passcode@]host:61613       ActiveMQ Classic
-  amqp://user:pass@host:5672/               RabbitMQ
+  amqp://user:pass@host:5672/               RabbitMQ (AMQP 0-9-1)
+  amqp10://user:pass@host:5672              AMQP 1.0: IBM MQ AMQP channel, Artemis, Service Bus,
+                                            RabbitMQ's plugin (amqp10s:// for TLS)
   nats://host:4222                          NATS JetStream
   embedded[:DIR]                            JetStream inside this process
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
 
@@ -475,4 +477,28 @@ func TestGolden(t *testing.T) {
 	r := inboxctl(t, "", "golden", "approve", dir)
 	wantCode(t, r, 0, "approved 1 case(s)")
 	wantCode(t, inboxctl(t, "", "golden", "verify", dir), 0, "verified 1 case(s)")
+}
+
+// TestAMQP10PublishAndList: the amqp10:// scheme reaches RabbitMQ's AMQP 1.0
+// plugin: publish (which declares the missing queue durable) and dlq list;
+// a broker that is down is reported with the password redacted.
+func TestAMQP10PublishAndList(t *testing.T) {
+	queue := fmt.Sprintf("inboxctl.amqp10.%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if conn, err := amqp091.Dial("amqp://guest:guest@127.0.0.1:5672/"); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(queue, false, false, false)
+			}
+			conn.Close()
+		}
+	})
+	broker := "amqp10://guest:guest@127.0.0.1:5672"
+	events := `{"headers": {"eventId": "a10-1", "correlationId": "order-a10"}, "body": {"invoiceNo": "INV-1"}}` + "\n"
+	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 1 message(s)")
+	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", queue), 0, "1 message(s)", "a10-1")
+	down := inboxctl(t, "", "dlq", "list", "--broker", "amqp10://guest:topsecret@127.0.0.1:1", "--queue", queue)
+	wantCode(t, down, 2, "amqp10://guest:xxxxx@127.0.0.1:1", "check the URL and that the broker runs")
+	if strings.Contains(down.stdout+down.stderr, "topsecret") {
+		t.Errorf("password printed:\n%s", down)
+	}
 }
