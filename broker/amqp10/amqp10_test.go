@@ -266,10 +266,9 @@ func (l *lockedBuffer) String() string {
 
 // proxy is a loopback TCP proxy whose connections the test can cut.
 type proxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -278,6 +277,12 @@ func newProxy(t *testing.T, target string) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return proxyOn(t, ln, target)
+}
+
+// proxyOn forwards the connections accepted on ln (plain or TLS) to target.
+func proxyOn(t *testing.T, ln net.Listener, target string) *proxy {
+	t.Helper()
 	p := &proxy{ln: ln}
 	go func() {
 		for {
