@@ -140,7 +140,7 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RabbitMQ over AMQP 0-9-1: %v", err)
 	}
-	defer c091.Close()
+	t.Cleanup(func() { c091.Close() }) // after the queues are deleted
 	ch, err := c091.Channel()
 	if err != nil {
 		t.Fatal(err)
