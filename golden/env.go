@@ -84,8 +84,17 @@ func (e *Env) Call(ctx context.Context, service, key, summary string) error {
 // "fail commit N".
 func (e *Env) BeforeCommit(ctx context.Context) error { return e.w.beforeCommit() }
 
-// crashSignal is the panic value of a simulated crash.
-type crashSignal struct{}
+// crashSignal is the panic value of a simulated crash; during names the
+// service whose call it happened in ("" for a crash before the commit).
+type crashSignal struct{ during string }
+
+// crashKey is the key of world.crash for a crash step.
+func crashKey(st Step) string {
+	if st.Point == CrashDuring {
+		return CrashDuring + " " + st.Service
+	}
+	return st.Point
+}
 
 // world is the scripted state shared by all instances.
 type world struct {
@@ -144,6 +153,18 @@ func (w *world) call(service, key, summary string) error {
 		w.fails[service]--
 		c.result = "failed (injected fault)"
 		return fmt.Errorf("%s unavailable (injected fault)", service)
+	}
+	if w.crash[CrashDuring+" "+service] > 0 {
+		// The service gets the request; the caller dies before the answer.
+		w.crash[CrashDuring+" "+service]--
+		c.result = "sent, the caller died before the answer (injected crash)"
+		if key != "" {
+			if w.seen[service] == nil {
+				w.seen[service] = map[string]bool{}
+			}
+			w.seen[service][key] = true
+		}
+		panic(crashSignal{during: service})
 	}
 	if key != "" {
 		if w.seen[service] == nil {

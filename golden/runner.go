@@ -229,8 +229,12 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 		fmt.Fprintf(&r.out, "%d. fault: the next %d %s fail\n", n, st.Count, what)
 	case StepCrash:
 		r.w.mu.Lock()
-		r.w.crash[st.Point]++
+		r.w.crash[crashKey(st)]++
 		r.w.mu.Unlock()
+		if st.Point == CrashDuring {
+			fmt.Fprintf(&r.out, "%d. fault: the process dies during the next call of %s\n", n, st.Service)
+			break
+		}
 		fmt.Fprintf(&r.out, "%d. fault: the next delivery crashes %s\n", n, strings.ReplaceAll(st.Point, "-", " "))
 	case StepSend:
 		m := r.sc.Message(st.Message)
@@ -340,12 +344,18 @@ func (r *runner) deliver(ctx context.Context, inst *instance, p *pending) (res r
 	del := &delivery{m: msg, w: r.w}
 	defer func() {
 		if v := recover(); v != nil {
-			if _, ok := v.(crashSignal); !ok {
+			sig, ok := v.(crashSignal)
+			if !ok {
 				panic(v)
 			}
 			d.Action, d.Error = "crash", "process died before the commit (injected crash)"
+			where := "before commit"
+			if sig.during != "" {
+				d.Error = "process died during the call of " + sig.during + " (injected crash)"
+				where = "during the call of " + sig.during
+			}
 			res = result{d: d, again: true}
-			res.line = fmt.Sprintf("   %s delivery %d: crash before commit, nothing acknowledged -> the broker redelivers\n", p.msg.Name, p.deliveries)
+			res.line = fmt.Sprintf("   %s delivery %d: crash %s, nothing acknowledged -> the broker redelivers\n", p.msg.Name, p.deliveries, where)
 		}
 	}()
 	var detail []string

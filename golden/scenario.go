@@ -67,6 +67,12 @@ const (
 	// CrashAfterCommit: the process dies after the commit and before the
 	// acknowledgement reached the broker; the broker redelivers.
 	CrashAfterCommit = "after-commit"
+	// CrashDuring: the process dies inside the next call of Step.Service
+	// ("crash during letter-service"): the service got the request (it is
+	// recorded as sent) and the caller never sees the answer. The black-box
+	// recorder kills the process with SIGKILL from inside the call and
+	// starts it again.
+	CrashDuring = "during"
 )
 
 // ServiceCommit is the Step.Service that makes commits fail.
@@ -79,10 +85,11 @@ type Step struct {
 	Message string
 	// Parallel > 1 sends that many copies at once, one to each instance.
 	Parallel int
-	// Service and Count of a fail step.
+	// Service and Count of a fail step; Service of a crash during step.
 	Service string
 	Count   int
-	// Point of a crash step: CrashBeforeCommit or CrashAfterCommit.
+	// Point of a crash step: CrashBeforeCommit, CrashAfterCommit or
+	// CrashDuring.
 	Point string
 	// Text of a note.
 	Text string
@@ -214,13 +221,17 @@ func Parse(data []byte) (*Scenario, error) {
 				s.Steps = append(s.Steps, st)
 			}
 		case "crash":
-			if err = args(1, 1); err != nil {
+			if err = args(1, 2); err != nil {
 				break
 			}
-			if f[1] != CrashBeforeCommit && f[1] != CrashAfterCommit {
-				return nil, fail("crash %s: use crash %s or crash %s", f[1], CrashBeforeCommit, CrashAfterCommit)
+			switch {
+			case f[1] == CrashDuring && len(f) == 3:
+				s.Steps = append(s.Steps, Step{Kind: StepCrash, Point: CrashDuring, Service: f[2], Line: n})
+			case (f[1] == CrashBeforeCommit || f[1] == CrashAfterCommit) && len(f) == 2:
+				s.Steps = append(s.Steps, Step{Kind: StepCrash, Point: f[1], Line: n})
+			default:
+				return nil, fail("crash %s: use crash %s, crash %s or crash %s SERVICE", strings.Join(f[1:], " "), CrashBeforeCommit, CrashAfterCommit, CrashDuring)
 			}
-			s.Steps = append(s.Steps, Step{Kind: StepCrash, Point: f[1], Line: n})
 		case "note":
 			s.Steps = append(s.Steps, Step{Kind: StepNote, Text: strings.Join(f[1:], " "), Line: n})
 		default:
@@ -297,7 +308,11 @@ func Format(s *Scenario) []byte {
 		case StepFail:
 			fmt.Fprintf(&b, "fail %s %d\n", st.Service, st.Count)
 		case StepCrash:
-			fmt.Fprintf(&b, "crash %s\n", st.Point)
+			if st.Point == CrashDuring {
+				fmt.Fprintf(&b, "crash %s %s\n", st.Point, st.Service)
+			} else {
+				fmt.Fprintf(&b, "crash %s\n", st.Point)
+			}
 		case StepNote:
 			fmt.Fprintf(&b, "note %s\n", st.Text)
 		}
