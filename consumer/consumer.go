@@ -193,11 +193,19 @@ func (c *Config) validate() error {
 
 // DefaultRequeueDelay is 1s doubling per attempt, at most 1 minute.
 func DefaultRequeueDelay(attempts int) time.Duration {
-	d := time.Second
-	for i := 1; i < attempts && d < time.Minute; i++ {
-		d *= 2
+	return DoublingRequeueDelay(time.Second)(attempts)
+}
+
+// DoublingRequeueDelay returns a Config.RequeueDelayFunc: base after the
+// first attempt, doubling per attempt, at most 1 minute.
+func DoublingRequeueDelay(base time.Duration) func(attempts int) time.Duration {
+	return func(attempts int) time.Duration {
+		d := base
+		for i := 1; i < attempts && d < time.Minute; i++ {
+			d *= 2
+		}
+		return min(d, time.Minute)
 	}
-	return min(d, time.Minute)
 }
 
 // Consumer runs the inbox around a handler for every delivery of a Source.

@@ -78,6 +78,7 @@ func withLabel(base, label string) string {
 type options struct {
 	label    string
 	backends []string
+	only     []string
 }
 
 // Option configures Run, Verify and Approve.
@@ -87,6 +88,28 @@ type Option func(*options)
 // directory holds approved transcripts of several consumers (for example
 // "legacy" and "refactored").
 func Label(label string) Option { return func(o *options) { o.label = label } }
+
+// Only restricts Run, Verify and Approve (and their black-box variants) to
+// the cases with these directory names.
+func Only(names ...string) Option { return func(o *options) { o.only = append(o.only, names...) } }
+
+// cases lists the case directories of dir that o selects.
+func (o options) cases(dir string) ([]string, error) {
+	all, err := Cases(dir)
+	if err != nil || len(o.only) == 0 {
+		return all, err
+	}
+	var out []string
+	for _, c := range all {
+		if slices.Contains(o.only, filepath.Base(c)) {
+			out = append(out, c)
+		}
+	}
+	if len(out) != len(o.only) {
+		return nil, fmt.Errorf("golden: %d of the cases %v are not under %s", len(o.only)-len(out), o.only, dir)
+	}
+	return out, nil
+}
 
 // Backends sets the databases every case runs on. Defaults to
 // INBOXKIT_GOLDEN_BACKENDS (comma-separated), else sqlite and postgres in
@@ -186,14 +209,23 @@ func PlayCase(ctx context.Context, caseDir, backend string, f Factory) (*Transcr
 	return Play(ctx, db, sc, f)
 }
 
+// playFunc plays one case directory on one backend.
+type playFunc func(ctx context.Context, caseDir, backend string) (*Transcript, error)
+
+func factoryPlay(f Factory) playFunc {
+	return func(ctx context.Context, caseDir, backend string) (*Transcript, error) {
+		return PlayCase(ctx, caseDir, backend, f)
+	}
+}
+
 // verifyCase plays one case on every backend and compares; with approve it
 // first writes the approved file from the first backend.
-func verifyCase(ctx context.Context, caseDir string, f Factory, o options, approve bool) (*Mismatch, *Transcript, error) {
+func verifyCase(ctx context.Context, caseDir string, play playFunc, o options, approve bool) (*Mismatch, *Transcript, error) {
 	approvedPath := filepath.Join(caseDir, ApprovedFile(o.label))
 	receivedPath := filepath.Join(caseDir, ReceivedFile(o.label))
 	var first *Transcript
 	for i, backend := range o.backends {
-		tr, err := PlayCase(ctx, caseDir, backend, f)
+		tr, err := play(ctx, caseDir, backend)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s (%s): %w", caseDir, backend, err)
 		}
@@ -233,17 +265,17 @@ func verifyCase(ctx context.Context, caseDir string, f Factory, o options, appro
 // received file beside the approved one. It never writes approved files.
 // The error is for cases that could not run at all.
 func Verify(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mismatch, error) {
-	return verifyAll(ctx, dir, f, buildOptions(opts), false)
+	return verifyAll(ctx, dir, factoryPlay(f), buildOptions(opts), false)
 }
 
-func verifyAll(ctx context.Context, dir string, f Factory, o options, approve bool) ([]Mismatch, error) {
-	cases, err := Cases(dir)
+func verifyAll(ctx context.Context, dir string, play playFunc, o options, approve bool) ([]Mismatch, error) {
+	cases, err := o.cases(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []Mismatch
 	for _, c := range cases {
-		m, _, err := verifyCase(ctx, c, f, o, approve)
+		m, _, err := verifyCase(ctx, c, play, o, approve)
 		if err != nil {
 			return out, err
 		}
@@ -264,7 +296,7 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 	if InCI() {
 		return nil, ErrCI
 	}
-	return verifyAll(ctx, dir, f, buildOptions(opts), true)
+	return verifyAll(ctx, dir, factoryPlay(f), buildOptions(opts), true)
 }
 
 // Run runs every case under dir (or dir itself, when it is a case) as a
@@ -275,15 +307,19 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 // (CI=true) it never writes them and a missing one fails.
 func Run(t *testing.T, dir string, f Factory, opts ...Option) {
 	t.Helper()
-	o := buildOptions(opts)
-	cases, err := Cases(dir)
+	runCases(t, dir, factoryPlay(f), buildOptions(opts))
+}
+
+func runCases(t *testing.T, dir string, play playFunc, o options) {
+	t.Helper()
+	cases, err := o.cases(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cases {
 		t.Run(filepath.Base(c), func(t *testing.T) {
 			t.Parallel()
-			m, _, err := verifyCase(t.Context(), c, f, o, Updating())
+			m, _, err := verifyCase(t.Context(), c, play, o, Updating())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,15 +66,17 @@ func (l *logLetters) Send(ctx context.Context, letter invoice.Letter, key string
 }
 
 type runFlags struct {
-	db          dbFlags
-	brokerURL   string
-	queue       string
-	name        string
-	dlq         string
-	rejectQueue string
-	concurrency int
-	mode        string
-	logFormat   string
+	db           dbFlags
+	brokerURL    string
+	queue        string
+	name         string
+	dlq          string
+	rejectQueue  string
+	concurrency  int
+	mode         string
+	logFormat    string
+	letters      string
+	requeueDelay time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -90,8 +93,10 @@ each message is processed in one database transaction with its inbox row
 On SIGINT or SIGTERM it stops taking messages, finishes those in hand (commit,
 then acknowledge) and exits 0. Every log line carries event_id and correlation_id.
 
-There is no print provider in this build: a letter is "sent" by logging it.
-The tables must exist: run 'inboxctl migrate' first.`,
+Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
+the contract the golden black-box recorder serves); without it a letter is "sent"
+by logging it. A technical failure is redelivered after --requeue-delay, doubling
+per attempt up to one minute. The tables must exist: run 'inboxctl migrate' first.`,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json`,
 		Args: cobra.NoArgs,
@@ -128,10 +133,14 @@ The tables must exist: run 'inboxctl migrate' first.`,
 			if err != nil {
 				return err
 			}
-			h, err := invoice.NewHandler(invoice.Config{
-				Dialect: t.Dialect, Breaker: breaker,
-				Letters: &logLetters{log: logger, sent: map[string]bool{}},
-			})
+			if f.requeueDelay <= 0 {
+				return usageErr("--requeue-delay must be positive (got %s)", f.requeueDelay)
+			}
+			var letters invoice.LetterService = &logLetters{log: logger, sent: map[string]bool{}}
+			if u := orEnv(f.letters, envLetterService); u != "" {
+				letters = newHTTPLetters(u)
+			}
+			h, err := invoice.NewHandler(invoice.Config{Dialect: t.Dialect, Breaker: breaker, Letters: letters})
 			if err != nil {
 				return err
 			}
@@ -146,6 +155,7 @@ The tables must exist: run 'inboxctl migrate' first.`,
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: pub, DeadLetterQueue: f.dlq,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
+				RequeueDelayFunc: consumer.DoublingRequeueDelay(f.requeueDelay),
 			})
 			if err != nil {
 				src.Close()
@@ -171,5 +181,7 @@ The tables must exist: run 'inboxctl migrate' first.`,
 	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
 	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL to POST letters to (default $"+envLetterService+"; none: letters are logged)")
+	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	return c
 }

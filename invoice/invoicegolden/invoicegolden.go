@@ -6,12 +6,15 @@ package invoicegolden
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/invoice"
 	"github.com/inboxkit/inboxkit/invoice/legacy"
 )
@@ -38,7 +41,7 @@ var Tables = []golden.Table{
 
 func letters(env *golden.Env) invoice.LetterService {
 	return invoice.LetterServiceFunc(func(ctx context.Context, l invoice.Letter, key string) error {
-		return env.Call(ctx, LetterService, key, fmt.Sprintf("letter %s invoice %s to %s (%s), %s %s", l.LetterID, l.InvoiceNo, l.CustomerNo, l.Name, l.Amount, l.Currency))
+		return env.Call(ctx, LetterService, key, NewLetterRequest(l).Summary())
 	})
 }
 
@@ -110,4 +113,54 @@ func both(ctx context.Context, dir string, fn func(context.Context, string, gold
 	}
 	ref, err := fn(ctx, dir, Refactored(nil), append(opts, golden.Label(LabelRefactored))...)
 	return append(leg, ref...), err
+}
+
+// LetterRequest is the body of a letter-service call over HTTP, the
+// contract the black-box recorder serves (golden.BlackBox): the Java
+// fixtures in testdata/legacy-java and `inboxctl run --letter-service URL`
+// POST it as JSON, with the idempotency key (if any) in the
+// Idempotency-Key header.
+type LetterRequest struct {
+	LetterID   string `json:"letterId"`
+	InvoiceNo  string `json:"invoiceNo"`
+	CustomerNo string `json:"customerNo"`
+	Name       string `json:"name"`
+	Address    string `json:"address"`
+	Amount     string `json:"amount"`
+	Currency   string `json:"currency"`
+	EventID    string `json:"eventId"`
+}
+
+// NewLetterRequest is the request for a letter.
+func NewLetterRequest(l invoice.Letter) LetterRequest {
+	return LetterRequest{LetterID: l.LetterID, InvoiceNo: l.InvoiceNo, CustomerNo: l.CustomerNo, Name: l.Name,
+		Address: l.Address, Amount: l.Amount, Currency: l.Currency, EventID: l.EventID}
+}
+
+// Summary describes the letter the way the in-process transcripts do.
+func (r LetterRequest) Summary() string {
+	return fmt.Sprintf("letter %s invoice %s to %s (%s), %s %s", r.LetterID, r.InvoiceNo, r.CustomerNo, r.Name, r.Amount, r.Currency)
+}
+
+// BlackBox describes an invoice consumer process for golden.PlayBlackBox:
+// the invoice tables with the demo customers, the letter service, and the
+// transcript's tables. name heads the transcript; command starts one
+// instance (sh -c).
+func BlackBox(name, command string) golden.BlackBox {
+	return golden.BlackBox{
+		Name: name, Command: command, Service: LetterService, Tables: Tables,
+		SetupFunc: func(ctx context.Context, db *sql.DB) error {
+			if err := invoice.Migrate(ctx, db, "postgres"); err != nil {
+				return err
+			}
+			return invoice.SeedCustomers(ctx, db, inbox.Postgres)
+		},
+		SummaryFunc: func(body []byte) string {
+			var r LetterRequest
+			if err := json.Unmarshal(body, &r); err != nil {
+				return fmt.Sprintf("undecodable request %q", body)
+			}
+			return r.Summary()
+		},
+	}
 }
