@@ -886,8 +886,16 @@ func (r *bbRun) final(ctx context.Context) error {
 			fmt.Fprintf(&r.out, "   %s\n", u)
 		}
 	}
-	r.tr.Text = scrubBlackBox(strings.ReplaceAll(r.out.String(), r.queue, r.sc.Queue))
+	r.tr.Text = r.normalize(r.out.String())
 	return nil
+}
+
+// normalize replaces what differs between recordings: the unique queue name,
+// the service's URL (its port), ids and times.
+func (r *bbRun) normalize(text string) string {
+	text = strings.ReplaceAll(text, r.queue, r.sc.Queue)
+	text = strings.ReplaceAll(text, r.serviceURL, "<"+r.bb.Service+" URL>/")
+	return scrubBlackBox(text)
 }
 
 // keepHeader selects the message headers the transcript shows: the
@@ -951,7 +959,7 @@ func (r *bbRun) dumpSorted(ctx context.Context, title, key string, cols []string
 			cells[i] = cell(v)
 		}
 		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
-		lines = append(lines, scrubBlackBox(strings.Join(cells, " | ")))
+		lines = append(lines, r.normalize(strings.Join(cells, " | ")))
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("golden: dump %s: %w", title, err)

@@ -2,9 +2,11 @@ package golden_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -85,7 +87,11 @@ func javaCommand(class string) string {
 }
 
 // inboxctlCommand runs the refactored Go consumer the way an operator does.
-const inboxctlCommand = `"$INBOXCTL" migrate >/dev/null && exec "$INBOXCTL" run --queue "$INBOXKIT_QUEUE" ` +
+// The migrations run one at a time (flock): two `inboxctl migrate` at once
+// on PostgreSQL can fail with a duplicate pg_type row (CREATE TABLE IF NOT
+// EXISTS is not safe against itself), as the first record of
+// two-instances-racing showed.
+const inboxctlCommand = `flock "$INBOXCTL.lock" "$INBOXCTL" migrate >/dev/null && exec "$INBOXCTL" run --queue "$INBOXKIT_QUEUE" ` +
 	`--max-attempts "$INBOXKIT_MAX_ATTEMPTS" --reject-queue "$INBOXKIT_REJECT_QUEUE" --requeue-delay 200ms`
 
 func blackBoxSubjects(t *testing.T) map[string]golden.BlackBox {
@@ -121,4 +127,169 @@ func TestBlackBox(t *testing.T) {
 			golden.RunBlackBox(t, corpus, subjects[label], golden.Label(label), golden.Only(blackBoxSelection()...))
 		})
 	}
+}
+
+// record is what the three-way comparison reads from a black-box transcript.
+type record struct {
+	letters, sent map[string]int    // per invoice number
+	inbox         map[string]string // event id -> status
+	dlqReasons    []string          // reason of each DLQ.<queue> message ("" = the broker's own)
+	rejected      int               // messages on <queue>.REJECTED
+}
+
+func (r record) brokerDLQ() int {
+	n := 0
+	for _, reason := range r.dlqReasons {
+		if reason == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// parseRecord reads an approved black-box transcript.
+func parseRecord(text string) record {
+	r := record{letters: map[string]int{}, sent: map[string]int{}, inbox: map[string]string{}}
+	section := ""
+	for _, line := range strings.Split(text, "\n") {
+		if title, ok := strings.CutPrefix(line, "== "); ok {
+			section = title
+			continue
+		}
+		item := strings.TrimSpace(line)
+		if item == "" || strings.HasPrefix(item, "(") {
+			continue
+		}
+		cells := strings.Split(item, " | ")
+		switch {
+		case section == "calls to external services":
+			f := strings.Fields(item)
+			_, result, _ := strings.Cut(item, " -> ")
+			if len(f) > 6 && strings.HasPrefix(result, "sent") {
+				r.sent[f[6]]++ // "1. letter-service key=K letter <id> invoice INV-1 ..."
+			}
+		case strings.HasPrefix(section, "table shipping_letters"):
+			r.letters[cells[1]]++
+		case strings.HasPrefix(section, "inbox INBOX_EVENT_PROCESSING"):
+			r.inbox[cells[0]] = cells[2]
+		case section == "queue DLQ.invoices":
+			if strings.HasSuffix(strings.Fields(item)[0], ".") {
+				r.dlqReasons = append(r.dlqReasons, "")
+			} else if reason, ok := strings.CutPrefix(item, "inboxkit-dlq-reason: "); ok {
+				r.dlqReasons[len(r.dlqReasons)-1] = reason
+			}
+		case section == "queue invoices.REJECTED":
+			if strings.HasSuffix(strings.Fields(item)[0], ".") {
+				r.rejected++
+			}
+		}
+	}
+	return r
+}
+
+func readRecord(t *testing.T, dir, label string) record {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, golden.ApprovedFile(label)))
+	if err != nil {
+		t.Fatalf("%v (record it: INBOXKIT_BLACKBOX=all go test ./golden/ -run TestBlackBox -update)", err)
+	}
+	return parseRecord(string(b))
+}
+
+// TestLegacyVersusRefactoredBlackBox compares, per black-box case, the
+// approved records of the real legacy bean, the document's "after" bean
+// and inboxctl run (TestBlackBox keeps them true), and the Go port
+// invoice/legacy played in process: the port must do what the real bean
+// does; inboxkit may differ from the legacy only where intended (the same
+// table as TestLegacyVersusRefactored); the "after" bean's two flaws must
+// show, and inboxkit must show neither.
+func TestLegacyVersusRefactoredBlackBox(t *testing.T) {
+	var sum strings.Builder
+	fmt.Fprintf(&sum, "letters/sent per consumer; DLQ: messages in DLQ.invoices (b = the broker's, no reason); rej: rejected\n")
+	fmt.Fprintf(&sum, "%-35s %-17s %-17s %-30s %-34s %s\n", "case", "java legacy", "Go port", "java after", "inboxctl run", "inboxkit vs legacy")
+	for _, name := range blackBoxCases {
+		dir := filepath.Join(corpus, name)
+		leg, after, ctl := readRecord(t, dir, labelJavaLegacy), readRecord(t, dir, labelJavaAfter), readRecord(t, dir, labelInboxctl)
+		port, err := golden.PlayCase(t.Context(), dir, golden.SQLite, invoicegolden.Legacy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pe := effectsOf(port)
+
+		// The Go port against the real bean.
+		if !maps.Equal(pe.letters, leg.letters) || !maps.Equal(pe.sent, leg.sent) || pe.bdlq != leg.brokerDLQ() {
+			t.Errorf("%s: the Go port (invoice/legacy) differs from the real bean: letters %v sent %v broker DLQ %d, real bean letters %v sent %v broker DLQ %d",
+				name, pe.letters, pe.sent, pe.bdlq, leg.letters, leg.sent, leg.brokerDLQ())
+		}
+
+		// inboxkit's rules, and its differences from the real legacy bean.
+		for inv := range ctl.letters {
+			if ctl.letters[inv] > 1 || ctl.sent[inv] > 1 {
+				t.Errorf("%s: inboxctl run wrote %d letters and sent %d for %s; want at most one", name, ctl.letters[inv], ctl.sent[inv], inv)
+			}
+		}
+		if ctl.brokerDLQ() > 0 {
+			t.Errorf("%s: the broker dead-lettered a message of inboxctl run without a reason", name)
+		}
+		var got []string
+		if slices.ContainsFunc(slices.Concat(slices.Collect(maps.Values(leg.letters)), slices.Collect(maps.Values(leg.sent))), func(n int) bool { return n > 1 }) {
+			got = append(got, diffDuplicates)
+		}
+		if ctl.rejected > 0 || slices.Contains(slices.Collect(maps.Values(ctl.inbox)), "REJECTED") {
+			got = append(got, diffRejections)
+		}
+		if len(ctl.dlqReasons) > 0 || len(leg.dlqReasons) > 0 {
+			got = append(got, diffDeadLetters)
+		}
+		for inv := range leg.letters {
+			if ctl.letters[inv] == 0 {
+				got = append(got, diffNoEffect)
+				break
+			}
+		}
+		if want := intended[name]; !slices.Equal(got, want) {
+			t.Errorf("%s: the real legacy bean and inboxctl run differ in %v, intended %v", name, got, want)
+		}
+
+		// The "after" bean's flaws.
+		switch name {
+		case "two-instances-racing":
+			if total(after.sent) < 2 {
+				t.Errorf("%s: the \"after\" bean sent %d letters; its check-then-act should let both instances send", name, total(after.sent))
+			}
+			if total(ctl.sent) != 1 {
+				t.Errorf("%s: inboxctl run sent %d letters under two competing instances; want 1", name, total(ctl.sent))
+			}
+		case "letter-service-down-past-threshold":
+			if len(after.dlqReasons) != 1 || len(after.inbox) != 0 {
+				t.Errorf("%s: want the \"after\" bean's message in the DLQ with no inbox row (its TECHNICAL_FAILURE mark rolled back); got DLQ %v inbox %v", name, after.dlqReasons, after.inbox)
+			}
+			if ctl.inbox["E-1001"] != "DEAD_LETTERED" {
+				t.Errorf("%s: inboxctl run left inbox %v; want E-1001 DEAD_LETTERED", name, ctl.inbox)
+			}
+		}
+
+		diffs := strings.Join(got, ", ")
+		if diffs == "" {
+			diffs = "(same business effect)"
+		}
+		fmt.Fprintf(&sum, "%-35s %-17s %-17s %-30s %-34s %s\n", name,
+			fmt.Sprintf("%d/%d DLQ %db", total(leg.letters), total(leg.sent), leg.brokerDLQ()),
+			fmt.Sprintf("%d/%d DLQ %db", total(pe.letters), total(pe.sent), pe.bdlq),
+			fmt.Sprintf("%d/%d DLQ %d(%db) inbox %s", total(after.letters), total(after.sent), len(after.dlqReasons), after.brokerDLQ(), statuses(after.inbox)),
+			fmt.Sprintf("%d/%d DLQ %d rej %d inbox %s", total(ctl.letters), total(ctl.sent), len(ctl.dlqReasons), ctl.rejected, statuses(ctl.inbox)),
+			diffs)
+	}
+	t.Logf("real legacy bean, Go port, document's \"after\" bean and inboxkit (black-box records):\n%s", sum.String())
+}
+
+func statuses(inbox map[string]string) string {
+	if len(inbox) == 0 {
+		return "-"
+	}
+	var s []string
+	for _, k := range slices.Sorted(maps.Keys(inbox)) {
+		s = append(s, inbox[k])
+	}
+	return strings.Join(s, ",")
 }
