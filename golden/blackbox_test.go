@@ -293,3 +293,21 @@ func statuses(inbox map[string]string) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// TestBlackBoxRefusesInsideFaults: faults that need a hook inside the
+// process are refused before anything starts, naming the line and the way out.
+func TestBlackBoxRefusesInsideFaults(t *testing.T) {
+	for _, tt := range []struct{ step, want string }{
+		{"crash before-commit", "line 3: crash before-commit needs a hook inside the process"},
+		{"fail commit 1", "line 3: the black-box recorder plays only the service \"letter-service\", not \"commit\""},
+	} {
+		sc, err := golden.Parse([]byte("message a\n  body {}\n" + tt.step + "\nsend a\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = golden.PlayBlackBox(t.Context(), sc, invoicegolden.BlackBox("test", "true"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: PlayBlackBox = %v, want an error containing %q", tt.step, err, tt.want)
+		}
+	}
+}

@@ -35,6 +35,7 @@
 //	fail commit 1                  # the next commit fails with a database error
 //	crash before-commit            # the next delivery dies right before its commit
 //	crash after-commit             # the next acknowledgement is lost after the commit
+//	crash during letter-service    # the process dies inside the next letter-service call
 //	send inv-1                     # the producer sends; the broker delivers until idle
 //	send inv-1 parallel 2          # two copies at once, one to each instance
 //	note free text                 # copied into the transcript
@@ -65,6 +66,23 @@
 // writes approved files. With CI=true approved files are never written and a
 // missing one fails. [Verify] and [Approve] do the same without package
 // testing, for `inboxctl golden verify|approve DIR`.
+//
+// # Black-box recording
+//
+// [RunBlackBox], [PlayBlackBox], [VerifyBlackBox] and [RecordBlackBox] play
+// the same scenario files against a running consumer process instead of a
+// Go function (see [BlackBox]): the real legacy bean, as it runs in
+// production, recorded from the outside. The recorder publishes to the real
+// broker, serves the letter service over HTTP, kills and restarts the
+// process for "crash during letter-service", holds the service's calls
+// during "send M parallel N" so that competing instances overlap, waits
+// until nothing changes, and snapshots the business tables, the inbox table
+// (if the process made one), the queue, DLQ.<queue> and <queue>.REJECTED.
+// Its transcripts show no deliveries (a black box has none to show) and
+// normalize ids and times to unnumbered <id> and <time>. Steps that need a
+// hook inside the process (crash before-commit, crash after-commit, fail
+// commit) are refused. `inboxctl golden record --black-box --exec CMD DIR`
+// is the command line.
 //
 // # Databases
 //

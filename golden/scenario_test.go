@@ -28,6 +28,7 @@ fail commit 1
 crash before-commit
 crash after-commit
 note the producer resends
+crash during letter-service
 `
 	s, err := Parse([]byte(src))
 	if err != nil {
@@ -47,6 +48,7 @@ note the producer resends
 			{Kind: StepCrash, Point: CrashBeforeCommit, Line: 16},
 			{Kind: StepCrash, Point: CrashAfterCommit, Line: 17},
 			{Kind: StepNote, Text: "the producer resends", Line: 18},
+			{Kind: StepCrash, Point: CrashDuring, Service: "letter-service", Line: 19},
 		},
 	}
 	if !reflect.DeepEqual(s, want) {
@@ -66,6 +68,8 @@ func TestParseErrors(t *testing.T) {
 		{"fail letter-service many", "is not a number"},
 		{"fail letter-service 0", "is not a number from 1"},
 		{"crash sometime", "crash sometime: use crash before-commit"},
+		{"crash during", "crash during: use crash before-commit, crash after-commit or crash during SERVICE"},
+		{"crash before-commit letter-service", "crash before-commit letter-service: use"},
 		{"deliver a", "unknown directive \"deliver\""},
 		{"instances", "instances takes 1 to 1 arguments"},
 	} {

@@ -144,7 +144,7 @@ func (f *blackBoxFlags) config(cmd *cobra.Command) (golden.BlackBox, []golden.Op
 	if strings.TrimSpace(f.exec) == "" {
 		return golden.BlackBox{}, nil, usageErr("--black-box needs --exec COMMAND, the shell command that starts one consumer instance")
 	}
-	b := invoicegolden.BlackBox("process: "+f.exec, f.exec)
+	b := invoicegolden.BlackBox(f.label, f.exec) // the label heads the transcript: --exec holds paths of this machine
 	b.DB, b.Broker, b.OpenWire, b.Ready, b.Quiet = orEnv(f.db, envDB), orEnv(f.broker, envBroker), f.openwire, f.ready, f.quiet
 	b.Output = cmd.ErrOrStderr()
 	if b.Broker != "" && !strings.HasPrefix(b.Broker, "stomp://") {

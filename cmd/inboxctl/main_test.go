@@ -415,6 +415,10 @@ func TestUsageErrors(t *testing.T) {
 		{"log format", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--log-format", "xml"}, []string{"--log-format \"xml\""}},
 		{"golden no dir", "", []string{"golden", "verify", "/nonexistent/cases"}, []string{"no such file"}},
 		{"golden args", "", []string{"golden", "verify"}, []string{"accepts 1 arg"}},
+		{"golden record in process", "", []string{"golden", "record", "../../testdata/golden"}, []string{"record needs --black-box", "inboxctl golden approve DIR"}},
+		{"golden black box no exec", "", []string{"golden", "verify", "--black-box", "../../testdata/golden"}, []string{"--black-box needs --exec COMMAND"}},
+		{"golden black box broker", "", []string{"golden", "verify", "--black-box", "--exec", "true", "--broker", "amqp://x", "../../testdata/golden"}, []string{"speaks STOMP to ActiveMQ"}},
+		{"run requeue delay", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--requeue-delay", "0s"}, []string{"--requeue-delay must be positive"}},
 		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
 		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"does not answer", "app:xxxxx@127.0.0.1:1"}},
 	}
@@ -433,7 +437,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelpHasExamples(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range [][]string{{}, {"demo"}, {"migrate"}, {"run"}, {"publish"}, {"audit"}, {"dlq"}, {"dlq", "list"}, {"dlq", "replay"}, {"purge"}, {"check"}, {"golden"}, {"golden", "verify"}, {"golden", "approve"}} {
+	for _, cmd := range [][]string{{}, {"demo"}, {"migrate"}, {"run"}, {"publish"}, {"audit"}, {"dlq"}, {"dlq", "list"}, {"dlq", "replay"}, {"purge"}, {"check"}, {"golden"}, {"golden", "verify"}, {"golden", "approve"}, {"golden", "record"}} {
 		r := inboxctl(t, "", append(cmd, "--help")...)
 		wantCode(t, r, 0, "Examples:")
 	}
@@ -501,4 +505,30 @@ func TestAMQP10PublishAndList(t *testing.T) {
 	if strings.Contains(down.stdout+down.stderr, "topsecret") {
 		t.Errorf("password printed:\n%s", down)
 	}
+}
+
+// TestGoldenBlackBox records inboxctl run itself from the outside on one
+// case (real ActiveMQ and PostgreSQL), then verifies the record.
+func TestGoldenBlackBox(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "happy-path")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "golden", "happy-path", "scenario"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "scenario"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := fmt.Sprintf(`%[1]q migrate >/dev/null && exec %[1]q run --queue "$INBOXKIT_QUEUE" --max-attempts "$INBOXKIT_MAX_ATTEMPTS"`, binary)
+	args := []string{"--black-box", "--label", "go", "--ready", "consumer started", "--exec", exe,
+		"--db", dbtest.PostgresDSN(), "--broker", "stomp://" + stompAddr, dir}
+	wantCode(t, inboxctl(t, "", append([]string{"golden", "record"}, args...)...), 0, "recorded the black-box cases as approved.go.txt")
+	rec, err := os.ReadFile(filepath.Join(dir, "approved.go.txt"))
+	if err != nil || !strings.Contains(string(rec), "letter-service key=E-1001") || !strings.Contains(string(rec), "| PROCESSED |") {
+		t.Fatalf("record (%v):\n%s", err, rec)
+	}
+	wantCode(t, inboxctl(t, "", append([]string{"golden", "verify"}, args...)...), 0, "verified the black-box cases")
 }
