@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/inboxkit/inboxkit/inbox"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -319,9 +320,12 @@ func runCases(t *testing.T, dir string, play playFunc, o options) {
 	for _, c := range cases {
 		t.Run(filepath.Base(c), func(t *testing.T) {
 			t.Parallel()
-			m, _, err := verifyCase(t.Context(), c, play, o, Updating())
+			m, tr, err := verifyCase(t.Context(), c, play, o, Updating())
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tr != nil && tr.Elapsed > 0 {
+				t.Logf("recorded in %s", tr.Elapsed.Round(100*time.Millisecond))
 			}
 			if m == nil {
 				return

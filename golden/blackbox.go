@@ -261,6 +261,7 @@ func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, 
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	began := time.Now()
 	r := &bbRun{sc: sc, bb: bb, seen: map[string]bool{}}
 	if bb.Ready != "" {
 		r.ready = regexp.MustCompile(bb.Ready)
@@ -272,6 +273,7 @@ func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, 
 	if err := r.play(ctx); err != nil {
 		return nil, fmt.Errorf("%w\nlast output of the processes:\n%s", err, r.tail())
 	}
+	r.tr.Elapsed = time.Since(began)
 	return r.tr, nil
 }
 

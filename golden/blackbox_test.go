@@ -32,7 +32,7 @@ var blackBoxCases = []string{
 // recording starts real processes and waits for quiet);
 // INBOXKIT_BLACKBOX=all records every case of blackBoxCases,
 // INBOXKIT_BLACKBOX=case,case the cases named.
-var blackBoxDefault = []string{"crash-during-letter-call", "letter-service-down-then-up", "two-instances-racing"}
+var blackBoxDefault = []string{"crash-during-letter-call", "letter-service-down-past-threshold", "two-instances-racing"}
 
 func blackBoxSelection() []string {
 	switch v := os.Getenv("INBOXKIT_BLACKBOX"); v {

@@ -86,6 +86,9 @@ type Transcript struct {
 	Published []Published
 	// BrokerDeadLetters are the message names the broker dead-lettered.
 	BrokerDeadLetters []string
+	// Elapsed is the wall time of a black-box recording (start of the
+	// processes to the snapshot); 0 for Play.
+	Elapsed time.Duration
 }
 
 type instance struct {
