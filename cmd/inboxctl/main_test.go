@@ -124,7 +124,7 @@ func TestDemo(t *testing.T) {
 		`ev-1005\s+order-5\s+DEAD_LETTERED\s+MALFORMED_PAYLOAD\s+1`,
 		`ev-1006\s+order-6\s+PROCESSED\s+-\s+3`,
 		`letters sent\s+6\s+4`,
-		`shipping_letters rows\s+8\s+4`,
+		`shipping_letters rows\s+6\s+4`, // the legacy bean sends before its writes: a failed send leaves no row
 	} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Errorf("demo output lacks %s:\n%s", re, r.stdout)

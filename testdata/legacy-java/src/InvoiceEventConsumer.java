@@ -30,6 +30,8 @@ public class InvoiceEventConsumer implements InvoiceSupport.Bean {
 
     public static void main(String[] args) throws Exception {
         try (java.sql.Connection db = InvoiceSupport.db()) {
+            // Two instances starting at once: CREATE TABLE IF NOT EXISTS alone can fail on PostgreSQL.
+            db.createStatement().execute("SELECT pg_advisory_xact_lock(hashtext('INBOX_EVENT_PROCESSING'))");
             db.createStatement().execute("CREATE TABLE IF NOT EXISTS INBOX_EVENT_PROCESSING ("
                     + "EVENT_ID VARCHAR(120) NOT NULL, CONSUMER_NAME VARCHAR(80) NOT NULL, STATUS VARCHAR(20) NOT NULL,"
                     + " CORRELATION_ID VARCHAR(120), REASON_CODE VARCHAR(80), PROCESSED_AT TIMESTAMP,"
