@@ -674,6 +674,20 @@ func (r *bbRun) play(ctx context.Context) error {
 			r.crash++
 			r.mu.Unlock()
 			fmt.Fprintf(&r.out, "%d. fault: the process is killed (kill -9) during the next call of %s\n", n, st.Service)
+		case StepDatabase:
+			r.proxy.SetDown(st.Point == "down")
+			if st.Point == "down" {
+				fmt.Fprintf(&r.out, "%d. fault: the database is unreachable (the recorder's proxy drops and refuses connections)\n", n)
+				break
+			}
+			fmt.Fprintf(&r.out, "%d. the database is reachable again\n", n)
+			if err := r.settle(ctx); err != nil {
+				return fmt.Errorf("golden: step %d (database up): %w", n, err)
+			}
+			r.mu.Lock()
+			ncalls := len(r.calls)
+			r.mu.Unlock()
+			fmt.Fprintf(&r.out, "   quiet; %d call(s) of %s so far\n", ncalls, r.bb.Service)
 		case StepSend:
 			m := r.sc.Message(st.Message)
 			hdr := map[string]string{"amq-msg-type": "text"}
@@ -726,6 +740,13 @@ func (r *bbRun) settle(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if r.proxy.Down() {
+			// A consumer that hands messages back while the database is
+			// unreachable keeps them moving between the queue and the
+			// broker's scheduler: only calls, processes and rows count.
+			fp, _, _ = strings.Cut(fp, "|queues|")
+			queued = 0
+		}
 		if fp != last {
 			last, since = fp, time.Now()
 		} else if queued == 0 && time.Since(since) >= r.bb.Quiet {
@@ -766,6 +787,7 @@ func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {
 			rows.Close()
 		}
 	}
+	b.WriteString("|queues|")
 	queued := 0
 	for i, q := range r.queues() {
 		msgs, err := stomp.Browse(ctx, r.stompCfg, q, 0)

@@ -39,6 +39,22 @@ var blackBoxDefault = map[string][]string{
 	labelInboxctl:   {"two-instances-racing"},
 }
 
+// blackBoxOnly holds cases with steps only a black-box recording can play
+// (database down/up); TestInvoiceGolden never sees them.
+const blackBoxOnly = "../testdata/blackbox"
+
+// blackBoxOnlySelection: every case for every consumer with
+// INBOXKIT_BLACKBOX=all, inboxctl run's by default, none for a list.
+func blackBoxOnlySelection(label string) bool {
+	switch os.Getenv("INBOXKIT_BLACKBOX") {
+	case "all":
+		return true
+	case "":
+		return label == labelInboxctl
+	}
+	return false
+}
+
 func blackBoxSelection(label string) []string {
 	switch v := os.Getenv("INBOXKIT_BLACKBOX"); v {
 	case "all":
@@ -130,6 +146,9 @@ func TestBlackBox(t *testing.T) {
 		t.Run(label, func(t *testing.T) {
 			t.Parallel()
 			golden.RunBlackBox(t, corpus, subjects[label], golden.Label(label), golden.Only(blackBoxSelection(label)...))
+			if blackBoxOnlySelection(label) {
+				golden.RunBlackBox(t, blackBoxOnly, subjects[label], golden.Label(label))
+			}
 		})
 	}
 }
@@ -314,5 +333,23 @@ func TestBlackBoxRefusesInsideFaults(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: PlayBlackBox = %v, want an error containing %q", tt.step, err, tt.want)
 		}
+	}
+}
+
+// TestDatabaseStepIsBlackBoxOnly: the in-process harness refuses database
+// down with the line and the in-process alternative.
+func TestDatabaseStepIsBlackBoxOnly(t *testing.T) {
+	sc, err := golden.Parse([]byte("message a\n  body {}\ndatabase down\nsend a\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, cleanup, err := golden.OpenBackend(t.Context(), golden.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	_, err = golden.Play(t.Context(), db, sc, invoicegolden.Legacy())
+	if err == nil || !strings.Contains(err.Error(), "line 3: database down needs a black-box recording") {
+		t.Errorf("Play = %v, want the black-box-only refusal", err)
 	}
 }

@@ -36,6 +36,8 @@
 //	crash before-commit            # the next delivery dies right before its commit
 //	crash after-commit             # the next acknowledgement is lost after the commit
 //	crash during letter-service    # the process dies inside the next letter-service call
+//	database down                  # black box only: the database becomes unreachable
+//	database up                    # ... and reachable again
 //	send inv-1                     # the producer sends; the broker delivers until idle
 //	send inv-1 parallel 2          # two copies at once, one to each instance
 //	note free text                 # copied into the transcript
@@ -81,7 +83,9 @@
 // Its transcripts show no deliveries (a black box has none to show) and
 // normalize ids and times to unnumbered <id> and <time>. Steps that need a
 // hook inside the process (crash before-commit, crash after-commit, fail
-// commit) are refused. `inboxctl golden record --black-box --exec CMD DIR`
+// commit) are refused; "database down" / "database up" cut and restore the
+// recorder's TCP proxy between the process and PostgreSQL (the shared
+// server is never touched) and exist only for black-box recordings. `inboxctl golden record --black-box --exec CMD DIR`
 // is the command line.
 //
 // # Databases

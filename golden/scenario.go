@@ -57,6 +57,10 @@ const (
 	StepCrash StepKind = "crash"
 	// StepNote: a comment copied into the transcript.
 	StepNote StepKind = "note"
+	// StepDatabase: the database becomes unreachable ("database down") or
+	// reachable again ("database up"), in Point. Black-box recordings only:
+	// the recorder cuts its TCP proxy between the process and the database.
+	StepDatabase StepKind = "database"
 )
 
 // Crash points.
@@ -234,8 +238,16 @@ func Parse(data []byte) (*Scenario, error) {
 			}
 		case "note":
 			s.Steps = append(s.Steps, Step{Kind: StepNote, Text: strings.Join(f[1:], " "), Line: n})
+		case "database":
+			if err = args(1, 1); err != nil {
+				break
+			}
+			if f[1] != "down" && f[1] != "up" {
+				return nil, fail("database %s: use database down or database up", f[1])
+			}
+			s.Steps = append(s.Steps, Step{Kind: StepDatabase, Point: f[1], Line: n})
 		default:
-			return nil, fail("unknown directive %q (queue, max-attempts, broker-max-deliveries, instances, message, send, fail, crash, note)", f[0])
+			return nil, fail("unknown directive %q (queue, max-attempts, broker-max-deliveries, instances, message, send, fail, crash, database, note)", f[0])
 		}
 		if err != nil {
 			return nil, err
@@ -315,6 +327,8 @@ func Format(s *Scenario) []byte {
 			}
 		case StepNote:
 			fmt.Fprintf(&b, "note %s\n", st.Text)
+		case StepDatabase:
+			fmt.Fprintf(&b, "database %s\n", st.Point)
 		}
 	}
 	return b.Bytes()

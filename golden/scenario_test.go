@@ -69,6 +69,7 @@ func TestParseErrors(t *testing.T) {
 		{"fail letter-service 0", "is not a number from 1"},
 		{"crash sometime", "crash sometime: use crash before-commit"},
 		{"crash during", "crash during: use crash before-commit, crash after-commit or crash during SERVICE"},
+		{"database sideways", "database sideways: use database down or database up"},
 		{"crash before-commit letter-service", "crash before-commit letter-service: use"},
 		{"deliver a", "unknown directive \"deliver\""},
 		{"instances", "instances takes 1 to 1 arguments"},

@@ -46,6 +46,13 @@ func (p *tcpProxy) SetDown(down bool) {
 	}
 }
 
+// Down reports whether the way to the target is cut.
+func (p *tcpProxy) Down() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down
+}
+
 func (p *tcpProxy) accept() {
 	defer p.wg.Done()
 	for {
