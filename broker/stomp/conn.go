@@ -82,6 +82,7 @@ func (o *ConnOptions) setDefaults() {
 type Conn struct {
 	nc   net.Conn
 	opts ConnOptions
+	qa   *quickAcker // nil when the socket has none (not TCP, not Linux)
 
 	wmu sync.Mutex
 	bw  *bufio.Writer
@@ -128,6 +129,7 @@ func Connect(ctx context.Context, nc net.Conn, opts ConnOptions) (*Conn, error) 
 	c := &Conn{
 		nc:       nc,
 		opts:     opts,
+		qa:       newQuickAcker(nc),
 		bw:       bufio.NewWriter(nc),
 		receipts: make(map[string]chan error),
 		subs:     make(map[string]*Subscription),
@@ -222,6 +224,9 @@ func (r *deadlineReader) Read(p []byte) (int, error) {
 		r.c.nc.SetReadDeadline(time.Now().Add(3 * hb))
 	}
 	n, err := r.c.nc.Read(p)
+	if n > 0 {
+		r.c.qa.ack()
+	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() && r.c.recvHB > 0 {
 		err = fmt.Errorf("stomp: no data or heart-beat from the broker for %s: %w", 3*r.c.recvHB, err)

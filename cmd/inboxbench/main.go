@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/inboxbench                 # 2,000 messages, concurrency 1 and 4, all brokers
 //	go run ./cmd/inboxbench -n 5000 -c 1,4,8 -brokers stomp,embedded
+//	go run ./cmd/inboxbench -brokers stomp,stomp-stock   # also a stock-configured ActiveMQ
 //
 // For each broker and concurrency it creates a fresh PostgreSQL schema and
 // fresh queue, publishes n events (8 publishers, each publish confirmed by
@@ -15,6 +16,10 @@
 // business row, commit, acknowledge. Brokers:
 //
 //	stomp      ActiveMQ Classic over STOMP at 127.0.0.1:61613 (scripts/activemq start)
+//	stomp-stock  ActiveMQ with the shipped STOMP connector settings (no
+//	           transport.tcpNoDelay) at -stomp-stock-addr, started with
+//	           INBOXKIT_ACTIVEMQ_STOCK=1 INBOXKIT_ACTIVEMQ_DIR=/tmp/inboxkit-activemq-stock
+//	           INBOXKIT_ACTIVEMQ_OPENWIRE_PORT=61626 INBOXKIT_ACTIVEMQ_STOMP_PORT=61623 scripts/activemq start
 //	rabbitmq   RabbitMQ at amqp://guest:guest@127.0.0.1:5672/, quorum queues
 //	amqp10     the same RabbitMQ over AMQP 1.0 (plugin rabbitmq_amqp1_0), quorum queues
 //	jetstream  NATS JetStream at nats://127.0.0.1:4222
@@ -65,10 +70,13 @@ type broker struct {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+var stockAddr string
+
 func main() {
 	n := flag.Int("n", 2000, "messages per measurement")
 	conc := flag.String("c", "1,4", "comma-separated consumer concurrencies")
-	names := flag.String("brokers", "stomp,rabbitmq,amqp10,jetstream,embedded", "comma-separated brokers (stomp, rabbitmq, amqp10, jetstream, embedded)")
+	names := flag.String("brokers", "stomp,rabbitmq,amqp10,jetstream,embedded", "comma-separated brokers (stomp, rabbitmq, amqp10, jetstream, embedded; also stomp-stock)")
+	flag.StringVar(&stockAddr, "stomp-stock-addr", "127.0.0.1:61623", "STOMP address of the stock-configured ActiveMQ (broker stomp-stock)")
 	flag.Parse()
 	var concs []int
 	for _, s := range strings.Split(*conc, ",") {
@@ -189,8 +197,11 @@ func freshSchema(ctx context.Context, base string) (*sql.DB, func(), error) {
 func open(name string) (broker, func(), error) {
 	nop := func() {}
 	switch name {
-	case "stomp":
+	case "stomp", "stomp-stock":
 		cfg := stomp.Config{Addr: "127.0.0.1:61613"}
+		if name == "stomp-stock" {
+			cfg.Addr = stockAddr
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		c, err := stomp.Dial(ctx, cfg.Addr, stomp.ConnOptions{})
@@ -304,7 +315,7 @@ func open(name string) (broker, func(), error) {
 		}
 		return natsBroker(e.URL(), func() { e.Shutdown(); os.RemoveAll(dir) })
 	}
-	return broker{}, nil, fmt.Errorf("unknown broker (use stomp, rabbitmq, amqp10, jetstream, embedded)")
+	return broker{}, nil, fmt.Errorf("unknown broker (use stomp, stomp-stock, rabbitmq, amqp10, jetstream, embedded)")
 }
 
 func natsBroker(u string, stop func()) (broker, func(), error) {

@@ -421,6 +421,8 @@ func TestUsageErrors(t *testing.T) {
 		{"run requeue delay", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--requeue-delay", "0s"}, []string{"--requeue-delay must be positive"}},
 		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
 		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"does not answer", "app:xxxxx@127.0.0.1:1"}},
+		// issue 11.3: a one-letter password masked every "p" ("xxxxxostgres", "dial tcxxxxx")
+		{"db down, one-letter password", "", []string{"check", "--db", "postgres://u:p@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2"}, []string{"database postgres://u:xxxxx@127.0.0.1:1/postgres?", "dial tcp 127.0.0.1:1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,7 +18,8 @@
 //	embedded[:DIR]                        a NATS JetStream server inside this process
 //
 // Passwords never appear in what this package returns for display
-// (Redact), and Scrub removes every password it has parsed from any text.
+// (Redact), and Scrub masks the password of every URL or driver DSN in a
+// text, and nothing else.
 package target
 
 import (
@@ -26,8 +27,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
-	"sync"
 
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -73,32 +74,31 @@ type Broker struct {
 	Display string
 }
 
-var (
-	mu      sync.Mutex
-	secrets []string
-)
+// urlUserInfo matches a URL's scheme and user info (up to the last '@'
+// before the host): the part url.URL.Redacted masks.
+var urlUserInfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/?#@]*(?:@[^\s/?#@]*)*)@`)
 
-func remember(pw string) {
-	if pw == "" {
-		return
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
-}
+// dsnUserInfo matches the user:password@ of a go-sql-driver/mysql DSN
+// (user:pass@tcp(host:port)/db).
+var dsnUserInfo = regexp.MustCompile(`([^\s:/@(]+):(\S*)@((?:tcp|tcp6|unix)\()`)
 
-// Scrub replaces every password parsed so far by this package with "xxxxx".
-// inboxctl passes all its output of errors through it, because a driver
-// error may quote a DSN.
+// Scrub masks the password in the user info of every URL in s (the rule of
+// url.URL.Redacted: "scheme://user:xxxxx@host") and of every MySQL driver
+// DSN ("user:xxxxx@tcp(host)"), and changes nothing else. inboxctl passes
+// all its output of errors through it, because a driver error may quote a
+// DSN. It does not look for a password elsewhere: replacing every
+// occurrence of a short password would corrupt the text (with the password
+// "p", "postgres" and "tcp" would be masked too).
 func Scrub(s string) string {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, pw := range secrets {
-		if pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
+	s = urlUserInfo.ReplaceAllStringFunc(s, func(m string) string {
+		sub := urlUserInfo.FindStringSubmatch(m)
+		user, _, hasPW := strings.Cut(sub[2], ":")
+		if !hasPW {
+			return m
 		}
-	}
-	return s
+		return sub[1] + user + ":xxxxx@"
+	})
+	return dsnUserInfo.ReplaceAllString(s, "${1}:xxxxx@${3}")
 }
 
 // Redact returns raw with the password of its userinfo replaced by "xxxxx".
@@ -139,9 +139,6 @@ func ParseDB(raw string) (DB, error) {
 		if err != nil {
 			return DB{}, usage("database URL is not a valid URL (%s): %s", hideURLError(err), dbExamples)
 		}
-		if pw, ok := u.User.Password(); ok {
-			remember(pw)
-		}
 		if u.Host == "" {
 			return DB{}, usage("database URL %s has no host: e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable", u.Redacted())
 		}
@@ -166,11 +163,6 @@ func ParseDB(raw string) (DB, error) {
 		}
 		return DB{Driver: "sqlite", DSN: SQLiteDSN(path), Dialect: inbox.SQLite, Display: "sqlite:" + path}, nil
 	case "oracle", "godror":
-		if u, err := url.Parse(raw); err == nil {
-			if pw, ok := u.User.Password(); ok {
-				remember(pw)
-			}
-		}
 		return DB{}, &UsageError{msg: fmt.Sprintf("database %s: Oracle is %s (the godror driver needs cgo and the Oracle client libraries, and is not compiled in); the schema is schema/oracle.sql — or use postgres://, mysql:// or sqlite:", Redact(raw), ErrUnsupported)}
 	}
 	return DB{}, usage("database scheme %q is not supported: %s", scheme, dbExamples)
@@ -210,7 +202,6 @@ func mysqlDSN(u *url.URL) (string, error) {
 	if u.User != nil {
 		b.WriteString(u.User.Username())
 		if pw, ok := u.User.Password(); ok {
-			remember(pw)
 			b.WriteString(":" + pw)
 		}
 		b.WriteString("@")
@@ -239,10 +230,7 @@ func ParseBroker(raw string) (Broker, error) {
 	if err != nil {
 		return Broker{}, usage("broker URL is not a valid URL (%s): %s", hideURLError(err), brokerExamples)
 	}
-	pw, hasPW := u.User.Password()
-	if hasPW {
-		remember(pw)
-	}
+	pw, _ := u.User.Password()
 	b := Broker{Display: u.Redacted()}
 	switch strings.ToLower(u.Scheme) {
 	case "stomp", "tcp":

@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -62,8 +63,8 @@ func TestParseBroker(t *testing.T) {
 	if err != nil || b.Kind != STOMP || b.Addr != "127.0.0.1:61613" || b.Login != "admin" || b.Passcode != "topsecret" || strings.Contains(b.Display, "topsecret") {
 		t.Errorf("stomp: %+v %v", b, err)
 	}
-	if Scrub("dial admin:topsecret failed") != "dial admin:xxxxx failed" {
-		t.Errorf("Scrub did not remove the passcode")
+	if got := Scrub("broker stomp://admin:topsecret@127.0.0.1:61613: dial failed"); got != "broker stomp://admin:xxxxx@127.0.0.1:61613: dial failed" {
+		t.Errorf("Scrub did not remove the passcode: %s", got)
 	}
 	b, err = ParseBroker("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil || b.Kind != AMQP || b.Display != "amqp://guest:xxxxx@127.0.0.1:5672/" {
@@ -86,6 +87,50 @@ func TestParseBroker(t *testing.T) {
 	for _, bad := range []string{"", "kafka://x:9092", "127.0.0.1:61613", "stomp://", "amqp10://"} {
 		if _, err := ParseBroker(bad); err == nil {
 			t.Errorf("ParseBroker(%q) accepted", bad)
+		}
+	}
+}
+
+// TestScrubShortPasswords is the regression test of issue 11.3: with a one-
+// or two-letter password every occurrence of it was masked, so
+// "postgres://u:p@..." came out as "xxxxxostgres://..." and "dial tcp" as
+// "dial tcxxxxx". Only the user info of a URL (url.URL.Redacted) or of a
+// MySQL DSN is masked.
+func TestScrubShortPasswords(t *testing.T) {
+	for _, pw := range []string{"p", "po", "tc", "s", "1"} {
+		for _, raw := range []string{
+			"postgres://u:" + pw + "@127.0.0.1:1/postgres?sslmode=disable",
+			"mysql://u:" + pw + "@127.0.0.1:1/postgres",
+			"amqp://u:" + pw + "@127.0.0.1:1/",
+			"stomp://u:" + pw + "@127.0.0.1:1",
+		} {
+			// Parse first: before the fix parsing remembered the password.
+			_, _ = ParseDB(raw)
+			_, _ = ParseBroker(raw)
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tail := ": dial tcp 127.0.0.1:1: connect: connection refused (user=u database=postgres sslmode=disable)"
+			want := u.Redacted() + tail
+			if got := Scrub(raw + tail); got != want {
+				t.Errorf("password %q:\n got %s\nwant %s", pw, got, want)
+			}
+		}
+		dsn := "u:" + pw + "@tcp(127.0.0.1:3306)/postgres?parseTime=true"
+		if got, want := Scrub("open "+dsn+": tcp refused"), "open u:xxxxx@tcp(127.0.0.1:3306)/postgres?parseTime=true: tcp refused"; got != want {
+			t.Errorf("mysql DSN, password %q:\n got %s\nwant %s", pw, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"postgres://u:p%40ss@h/db x": "postgres://u:xxxxx@h/db x",
+		"postgres://u:p@ss@h/db":     "postgres://u:xxxxx@h/db",
+		"postgres://u@h/db":          "postgres://u@h/db",
+		"mail p@example.org, tcp":    "mail p@example.org, tcp",
+		"no url: p":                  "no url: p",
+	} {
+		if got := Scrub(in); got != want {
+			t.Errorf("Scrub(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
