@@ -126,7 +126,19 @@ type Config struct {
 	// OnSettled, if set, is called after each delivery was settled (for
 	// metrics, progress and tests). It must not block for long.
 	OnSettled func(Settled)
+	// ShutdownTimeout bounds Run's drain after its ctx is done. Deliveries
+	// still in hand after it (a hung database connection, a handler that
+	// does not return) are abandoned: their context is cancelled, they are
+	// not acknowledged (the broker delivers them again, the inbox makes any
+	// that did commit a duplicate), they are logged, and Run returns an
+	// error wrapping ErrShutdownTimeout. Defaults to 30s; negative waits
+	// without bound.
+	ShutdownTimeout time.Duration
 }
+
+// ErrShutdownTimeout is wrapped by Run's error when deliveries in hand were
+// abandoned after Config.ShutdownTimeout.
+var ErrShutdownTimeout = errors.New("consumer: shutdown timeout: deliveries in hand abandoned")
 
 func (c *Config) setDefaults() {
 	if c.EventIDHeader == "" {
@@ -161,6 +173,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Clock == nil {
 		c.Clock = inboxkit.SystemClock{}
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
 	}
 }
 
@@ -212,6 +227,10 @@ func DoublingRequeueDelay(base time.Duration) func(attempts int) time.Duration {
 type Consumer struct {
 	cfg     Config
 	workers []*inbox.Worker
+
+	mu     sync.Mutex
+	nextID uint64
+	inHand map[uint64]inboxkit.Message // deliveries being handled by Run
 }
 
 // New checks cfg and returns a Consumer.
@@ -220,7 +239,7 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg}
+	c := &Consumer{cfg: cfg, inHand: map[uint64]inboxkit.Message{}}
 	if cfg.Mode == ModeStoreThenProcess {
 		for i := 0; i < cfg.Concurrency; i++ {
 			w, err := cfg.Store.NewWorker(inbox.WorkerConfig{
@@ -245,15 +264,21 @@ func New(cfg Config) (*Consumer, error) {
 func (c *Consumer) Workers() []*inbox.Worker { return c.workers }
 
 // Run receives and handles deliveries with Config.Concurrency goroutines
-// until ctx is done, then drains: it stops intake, lets the deliveries in
-// hand finish (their inbox transaction commits and they are acknowledged),
-// and closes the source. It returns nil after a drain caused by ctx, or the
-// source's error: a Receive error (the source could not repair itself)
-// drains every goroutine the same way and is returned, so the process can
-// exit and be restarted.
+// until ctx is done, then drains: it logs "draining N deliveries", stops
+// intake, lets the deliveries in hand finish (their inbox transaction
+// commits and they are acknowledged), and closes the source. It returns nil
+// after a drain caused by ctx, or the source's error: a Receive error (the
+// source could not repair itself) drains every goroutine the same way and
+// is returned, so the process can exit and be restarted. A drain that takes
+// longer than Config.ShutdownTimeout abandons what is still in hand and
+// returns an error wrapping ErrShutdownTimeout, without waiting for it.
 func (c *Consumer) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// Deliveries in hand are finished when ctx is done, and cancelled only
+	// when the drain times out.
+	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
 	var wg sync.WaitGroup
 	errs := make(chan error, c.cfg.Concurrency)
 	for _, w := range c.workers {
@@ -267,13 +292,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.loop(ctx); err != nil {
+			if err := c.loop(ctx, work); err != nil {
 				errs <- err
 				stop() // the others drain too
 			}
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	if err := c.drain(ctx, done, abandon); err != nil {
+		_ = c.cfg.Source.Close() // hands back what is not acknowledged
+		return err
+	}
 	close(errs)
 	cerr := c.cfg.Source.Close()
 	for err := range errs {
@@ -285,7 +318,74 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Consumer) loop(ctx context.Context) error {
+// drain waits for done; once ctx is done it logs what is in hand and waits
+// at most ShutdownTimeout more. On timeout it abandons the deliveries in
+// hand, logs them and returns an error wrapping ErrShutdownTimeout.
+func (c *Consumer) drain(ctx context.Context, done <-chan struct{}, abandon context.CancelFunc) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	held := c.held()
+	c.cfg.Logger.Info(fmt.Sprintf("draining %d deliveries", len(held)), "consumer", c.cfg.Name,
+		"event_ids", eventIDs(held), "shutdown_timeout", c.cfg.ShutdownTimeout)
+	if c.cfg.ShutdownTimeout < 0 {
+		<-done
+		return nil
+	}
+	t := time.NewTimer(c.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+	}
+	held = c.held()
+	abandon()
+	for _, m := range held {
+		c.cfg.Logger.Error("shutdown timeout: delivery abandoned, not acknowledged (the broker delivers it again)",
+			"consumer", c.cfg.Name, "event_id", m.ID, "correlation_id", m.CorrelationID, "shutdown_timeout", c.cfg.ShutdownTimeout)
+	}
+	return fmt.Errorf("%w: %d after %s (event ids %v); they were not acknowledged and come again from the broker",
+		ErrShutdownTimeout, len(held), c.cfg.ShutdownTimeout, eventIDs(held))
+}
+
+// hold records a delivery in hand; release forgets it.
+func (c *Consumer) hold(m inboxkit.Message) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	c.inHand[c.nextID] = m
+	return c.nextID
+}
+
+func (c *Consumer) release(id uint64) {
+	c.mu.Lock()
+	delete(c.inHand, id)
+	c.mu.Unlock()
+}
+
+func (c *Consumer) held() []inboxkit.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ms := make([]inboxkit.Message, 0, len(c.inHand))
+	for _, m := range c.inHand {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+func eventIDs(ms []inboxkit.Message) []string {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// loop receives until ctx is done and handles each delivery with work.
+func (c *Consumer) loop(ctx, work context.Context) error {
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -307,7 +407,9 @@ func (c *Consumer) loop(ctx context.Context) error {
 			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
 		}
 		// A delivery in hand is finished even when ctx is cancelled now.
-		c.Handle(context.WithoutCancel(ctx), d)
+		id := c.hold(c.Message(d))
+		c.Handle(work, d)
+		c.release(id)
 	}
 }
 

@@ -57,7 +57,7 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(stderr)
 	defer stop()
 	root := newRoot()
 	root.SetArgs(args)
@@ -85,6 +85,35 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "inboxctl: "+target.Scrub(err.Error()))
 	return code
+}
+
+// signalContext returns a context cancelled by the first SIGINT or SIGTERM
+// (commands then finish what they hold: run drains); a second one exits the
+// process at once with exit code 1.
+func signalContext(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "inboxctl: second signal (%v): exiting at once; messages in hand were not acknowledged and come again from the broker\n", s)
+			os.Exit(exitFindings)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
 func newRoot() *cobra.Command {

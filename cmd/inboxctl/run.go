@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -77,6 +78,7 @@ type runFlags struct {
 	logFormat    string
 	letters      string
 	requeueDelay time.Duration
+	shutdown     time.Duration
 }
 
 func newRunCmd() *cobra.Command {
@@ -90,8 +92,12 @@ each message is processed in one database transaction with its inbox row
 (and sent to --reject-queue when set), technical failures are retried up to
 --max-attempts, then dead-lettered to --dlq with their reason.
 
-On SIGINT or SIGTERM it stops taking messages, finishes those in hand (commit,
-then acknowledge) and exits 0. Every log line carries event_id and correlation_id.
+On SIGINT or SIGTERM it logs "draining N deliveries", stops taking messages,
+finishes those in hand (commit, then acknowledge) and exits 0. If that takes
+longer than --shutdown-timeout (a hung database connection), the deliveries
+still in hand are handed back unacknowledged (the broker delivers them again),
+each is logged, and it exits 1. A second SIGINT or SIGTERM exits 1 at once.
+Every log line carries event_id and correlation_id.
 
 Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
 the contract the golden black-box recorder serves); without it a letter is "sent"
@@ -107,6 +113,9 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 			mode := consumer.Mode(f.mode)
 			if mode != consumer.ModeTransactional && mode != consumer.ModeStoreThenProcess {
 				return usageErr("--mode %q is unknown: use transactional (the inbox row and the business change in one transaction) or store-then-process (store and acknowledge at once, leased workers process)", f.mode)
+			}
+			if f.shutdown <= 0 {
+				return usageErr("--shutdown-timeout must be positive (got %s): it bounds the drain on SIGTERM", f.shutdown)
 			}
 			if f.concurrency < 1 {
 				return usageErr("--concurrency must be at least 1 (got %d)", f.concurrency)
@@ -156,6 +165,7 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: pub, DeadLetterQueue: f.dlq,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
 				RequeueDelayFunc: consumer.DoublingRequeueDelay(f.requeueDelay),
+				ShutdownTimeout:  f.shutdown,
 			})
 			if err != nil {
 				src.Close()
@@ -164,6 +174,10 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display,
 				"broker", b.t.Display, "max_attempts", st.Config().MaxAttempts, "concurrency", f.concurrency, "mode", f.mode)
 			err = cons.Run(ctx)
+			if errors.Is(err, consumer.ErrShutdownTimeout) {
+				logger.Error("consumer stopped: shutdown timeout", "consumer", f.name, "error", err.Error())
+				return &exitError{code: exitFindings, err: err}
+			}
 			if err != nil {
 				return err
 			}
@@ -183,5 +197,6 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL to POST letters to (default $"+envLetterService+"; none: letters are logged)")
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
+	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	return c
 }
