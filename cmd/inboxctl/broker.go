@@ -22,6 +22,52 @@ import (
 	"github.com/inboxkit/inboxkit/dlq"
 )
 
+// openLastingBroker is openBroker for a command whose messages must outlive
+// it (publish, dlq): a bare "embedded" would start a server in a temporary
+// directory that is gone when the command ends, so it is refused.
+func openLastingBroker(raw, command string) (*broker, error) {
+	if t, err := target.ParseBroker(orEnv(raw, envBroker)); err == nil && t.Kind == target.Embedded && t.Dir == "" {
+		return nil, usageErr("%s --broker embedded: the in-process server would be gone when the command ends, and its messages with it;\n\tuse embedded:DIR (a JetStream store directory kept between commands, as 'inboxctl run --broker embedded:DIR' uses) or a real broker (stomp://, amqp://, nats://)", command)
+	}
+	return openBroker(raw, nil)
+}
+
+// requireQueue fails (exit 1) when queue does not exist, without creating
+// it: a passive declare on RabbitMQ, a stream lookup on JetStream. ActiveMQ
+// cannot tell over STOMP (see noteSTOMPQueue).
+func (b *broker) requireQueue(ctx context.Context, queue string) error {
+	var exists bool
+	var err error
+	switch b.t.Kind {
+	case target.STOMP:
+		return nil
+	case target.AMQP:
+		exists, err = rabbitmq.QueueExists(ctx, b.t.URL, queue)
+	default:
+		exists, err = jetstream.StreamExists(ctx, b.natsURL, streamName(queue))
+	}
+	if err != nil {
+		return b.fail("look up "+queue, err)
+	}
+	if !exists {
+		return &exitError{code: exitFindings, err: fmt.Errorf("queue %s does not exist on %s (nothing was created): check the name, e.g. DLQ.<queue> for the dead letters of <queue>", queue, b.t.Display)}
+	}
+	return nil
+}
+
+// noteSTOMPQueue says, when a look at queue on ActiveMQ found nothing, that
+// the queue may not have existed and now does. ActiveMQ creates a queue on
+// any SUBSCRIBE, browsers included, and over STOMP offers no way to ask
+// whether it exists: its advisory topic (ActiveMQ.Advisory.Queue) reaches a
+// STOMP client only through an XStream transformation that a Debian or
+// distribution install may lack, and JMX, Jolokia and the statistics plugin
+// are off in a stock broker.
+func (b *broker) noteSTOMPQueue(w io.Writer, queue string) {
+	if b.t.Kind == target.STOMP {
+		fmt.Fprintf(w, "note: %s has no messages. ActiveMQ cannot tell over STOMP whether a queue exists without creating it: if %s is mistyped, an empty queue of that name now exists on the broker (delete it in the web console)\n", queue, queue)
+	}
+}
+
 // broker opens sources and publishers on one broker URL.
 type broker struct {
 	t      target.Broker

@@ -92,14 +92,20 @@ received and handed back unchanged.`,
 				return usageErr("dlq list needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
 			}
 			ctx := cmd.Context()
-			b, err := openBroker(brokerURL, nil)
+			b, err := openLastingBroker(brokerURL, "dlq list")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
+			if err := b.requireQueue(ctx, queue); err != nil {
+				return err
+			}
 			ms, err := b.Browse(ctx, queue, limit)
 			if err != nil {
 				return err
+			}
+			if len(ms) == 0 {
+				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
 			es := make([]dlqEntry, 0, len(ms))
 			for _, m := range ms {
@@ -152,11 +158,14 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 				return err
 			}
 			defer st.DB().Close()
-			b, err := openBroker(brokerURL, nil)
+			b, err := openLastingBroker(brokerURL, "dlq replay")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
+			if err := b.requireQueue(ctx, queue); err != nil {
+				return err
+			}
 			src, err := b.Source(ctx, queue, "inboxctl-dlq", 10)
 			if err != nil {
 				return err
@@ -178,6 +187,9 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 			fmt.Fprintf(out, "%d replayed, %d left in %s\n", len(rep.Replayed), len(rep.Skipped), queue)
 			if err != nil {
 				return err
+			}
+			if len(rep.Replayed) == 0 && len(rep.Skipped) == 0 {
+				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
 			if eventID != "" && len(rep.Replayed) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no dead letter with event id %q in %s\n", eventID, queue)

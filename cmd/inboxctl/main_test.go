@@ -422,6 +422,10 @@ func TestUsageErrors(t *testing.T) {
 		{"run requeue delay", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--requeue-delay", "0s"}, []string{"--requeue-delay must be positive"}},
 		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
 		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"does not answer", "app:xxxxx@127.0.0.1:1"}},
+		// issue 11.6: messages must not vanish into a server that is gone when the command ends
+		{"publish embedded", invoiceLine("e-1", "c-1", "INV-1", "K-100") + "\n", []string{"publish", "--broker", "embedded", "--queue", "q", "--file", "-"}, []string{"publish --broker embedded", "embedded:DIR"}},
+		{"dlq list embedded", "", []string{"dlq", "list", "--broker", "embedded", "--queue", "DLQ.q"}, []string{"dlq list --broker embedded", "embedded:DIR"}},
+		{"dlq replay embedded", "", []string{"dlq", "replay", "--broker", "embedded", "--queue", "DLQ.q", "--all", "--db", sqlite}, []string{"dlq replay --broker embedded", "embedded:DIR"}},
 		// issue 11.3: a one-letter password masked every "p" ("xxxxxostgres", "dial tcxxxxx")
 		{"db down, one-letter password", "", []string{"check", "--db", "postgres://u:p@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=2"}, []string{"database postgres://u:xxxxx@127.0.0.1:1/postgres?", "dial tcp 127.0.0.1:1"}},
 	}

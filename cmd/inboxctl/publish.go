@@ -107,7 +107,7 @@ Each message is confirmed by the broker before the next is sent.`,
 				return usageErr("read %s: %v (nothing was published)", name, err)
 			}
 			ctx := cmd.Context()
-			b, err := openBroker(brokerURL, nil)
+			b, err := openLastingBroker(brokerURL, "publish")
 			if err != nil {
 				return err
 			}
