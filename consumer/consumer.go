@@ -450,6 +450,11 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
 	}
+	if o, ok := d.(OversizeDelivery); ok {
+		if size, _ := o.Oversize(); size > 0 {
+			return c.oversize(ctx, o, m, entry)
+		}
+	}
 	if c.cfg.Mode == ModeStoreThenProcess {
 		return c.store(ctx, d, m, entry)
 	}

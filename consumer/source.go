@@ -60,3 +60,24 @@ type Features struct {
 	// still publishes its own envelope and never relies on it).
 	NativeDLQ bool
 }
+
+// OversizeDelivery is implemented by a Delivery whose body the source did
+// not take because it is over the source's size limit (see
+// broker/stomp's Limits). Its Message has the headers but no body. The
+// runtime never runs the handler for it: it calls Reject, which moves the
+// whole message to the broker's own dead-letter queue, records the event
+// (when the headers name one) as DEAD_LETTERED with reason
+// ReasonMessageTooLarge, and logs it. Ack and Requeue are not called.
+type OversizeDelivery interface {
+	Delivery
+	// Oversize returns the body size and the limit it is over; size 0
+	// means the delivery is whole and an ordinary one.
+	Oversize() (size, limit int)
+	// Reject hands the message to the broker's dead-letter queue (a STOMP
+	// NACK on ActiveMQ), body included.
+	Reject(ctx context.Context) error
+}
+
+// ReasonMessageTooLarge is the reason code of a message over the source's
+// size limit.
+const ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"

@@ -57,6 +57,11 @@ type Frame struct {
 	Command string
 	Headers []Header
 	Body    []byte
+	// Oversize is set on a MESSAGE frame whose body was over
+	// Limits.MaxBodySize: its length in bytes. The body was read past and
+	// dropped (Body is nil), so the stream stays in step and the message can
+	// be negatively acknowledged.
+	Oversize int
 }
 
 // NewFrame returns a frame with the given command and header pairs
@@ -287,7 +292,21 @@ func (fr *FrameReader) ReadFrame() (*Frame, error) {
 			return nil, fmt.Errorf("%w: invalid content-length %q", ErrMalformedFrame, truncate(cl, 40))
 		}
 		if n > fr.limits.MaxBodySize {
-			return nil, fmt.Errorf("%w: content-length %d > %d", ErrFrameTooLarge, n, fr.limits.MaxBodySize)
+			if f.Command != CmdMessage {
+				return nil, fmt.Errorf("%w: content-length %d > %d", ErrFrameTooLarge, n, fr.limits.MaxBodySize)
+			}
+			// Skip the body, so that the message can be settled and the
+			// ones behind it received.
+			if _, err := io.CopyN(io.Discard, fr.r, int64(n)); err != nil {
+				return nil, noEOF(err)
+			}
+			if nul, err := fr.r.ReadByte(); err != nil {
+				return nil, noEOF(err)
+			} else if nul != 0 {
+				return nil, fmt.Errorf("%w: no NUL after %d body bytes", ErrMalformedFrame, n)
+			}
+			f.Oversize = n
+			return f, nil
 		}
 		f.Body = make([]byte, n)
 		if _, err := io.ReadFull(fr.r, f.Body); err != nil {
@@ -303,10 +322,23 @@ func (fr *FrameReader) ReadFrame() (*Frame, error) {
 		return f, nil
 	}
 	var body []byte
+	skipped := 0 // body bytes dropped, of an oversize MESSAGE
 	for {
 		chunk, err := fr.r.ReadSlice(0)
-		if len(body)+len(chunk) > fr.limits.MaxBodySize+1 { // +1: the NUL
-			return nil, fmt.Errorf("%w (> %d bytes without content-length)", ErrFrameTooLarge, fr.limits.MaxBodySize)
+		if skipped > 0 || len(body)+len(chunk) > fr.limits.MaxBodySize+1 { // +1: the NUL
+			if f.Command != CmdMessage {
+				return nil, fmt.Errorf("%w (> %d bytes without content-length)", ErrFrameTooLarge, fr.limits.MaxBodySize)
+			}
+			skipped += len(body) + len(chunk)
+			body = nil
+			if err == nil {
+				f.Oversize = skipped - 1 // the NUL
+				return f, nil
+			}
+			if !errors.Is(err, bufio.ErrBufferFull) {
+				return nil, noEOF(err)
+			}
+			continue
 		}
 		body = append(body, chunk...)
 		if err == nil {

@@ -108,8 +108,8 @@ func TestReadFrameErrors(t *testing.T) {
 		{"bad content-length", "MESSAGE\ncontent-length:x\n\n\x00", ErrMalformedFrame},
 		{"negative content-length", "MESSAGE\ncontent-length:-1\n\n\x00", ErrMalformedFrame},
 		{"no NUL after body", "MESSAGE\ncontent-length:2\n\nabc\x00", ErrMalformedFrame},
-		{"body too large (content-length)", "MESSAGE\ncontent-length:9\n\n123456789\x00", ErrFrameTooLarge},
-		{"body too large (NUL)", "MESSAGE\n\n" + strings.Repeat("x", 100) + "\x00", ErrFrameTooLarge},
+		{"body too large (content-length)", "ERROR\ncontent-length:9\n\n123456789\x00", ErrFrameTooLarge},
+		{"body too large (NUL)", "ERROR\n\n" + strings.Repeat("x", 100) + "\x00", ErrFrameTooLarge},
 		{"too many headers", "MESSAGE\na:1\nb:2\nc:3\n\n\x00", ErrTooManyHeaders},
 		{"line too long", "MESSAGE\na:" + strings.Repeat("x", 40) + "\n\n\x00", ErrLineTooLong},
 		{"truncated headers", "MESSAGE\na:1\n", io.ErrUnexpectedEOF},
@@ -199,4 +199,31 @@ func FuzzReadFrame(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Issue 11.11: an oversize MESSAGE broke the connection, and the same
+// message came first again after every reconnect. Its body is now skipped:
+// the frame comes with Oversize set and the next frame is read normally.
+func TestReadFrameSkipsOversizeMessage(t *testing.T) {
+	small := Limits{MaxBodySize: 8, MaxHeaders: 4, MaxLineLength: 32}
+	for _, tc := range []struct {
+		in   string
+		size int
+	}{
+		{"MESSAGE\nmessage-id:big\ncontent-length:20\n\n" + strings.Repeat("x", 20) + "\x00", 20},
+		{"MESSAGE\nmessage-id:big\n\n" + strings.Repeat("x", 100) + "\x00", 100},
+	} {
+		fr := NewFrameReader(strings.NewReader(tc.in+"\nMESSAGE\nmessage-id:small\n\nok\x00"), small)
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("oversize MESSAGE: %v", err)
+		}
+		if f.Value("message-id") != "big" || f.Body != nil || f.Oversize != tc.size {
+			t.Fatalf("oversize frame: id %q body %d bytes oversize %d, want big, 0, %d", f.Value("message-id"), len(f.Body), f.Oversize, tc.size)
+		}
+		f, err = fr.ReadFrame()
+		if err != nil || f.Value("message-id") != "small" || string(f.Body) != "ok" {
+			t.Fatalf("next frame: %+v %v", f, err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,9 @@ type Config struct {
 	// ErrorFunc, when set, is called with every connection error a Source
 	// recovers from by reconnecting (for logs). Default: nil.
 	ErrorFunc func(error)
+	// Logger, when set, logs a Source's connection errors with their cause,
+	// at most once per minute. Default: nil (no log).
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -140,6 +144,10 @@ type Source struct {
 	cfg  Config
 	dest string
 
+	limit      int            // Limits.MaxBodySize in effect
+	lastLog    time.Time      // last connection error logged
+	suppressed int            // connection errors not logged since
+
 	deliveries chan *Delivery // unbuffered: at most one in hand of the pump
 	closed     chan struct{}
 	closeOnce  sync.Once
@@ -165,6 +173,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	s := &Source{
 		cfg:        cfg,
 		dest:       QueueDestination(cfg.Queue),
+		limit:      cfg.Limits.withDefaults().MaxBodySize,
 		deliveries: make(chan *Delivery),
 		closed:     make(chan struct{}),
 	}
@@ -210,9 +219,7 @@ func (s *Source) run(sub *Subscription) {
 		if ctx.Err() != nil {
 			return
 		}
-		if s.cfg.ErrorFunc != nil {
-			s.cfg.ErrorFunc(err)
-		}
+		s.report(err)
 		backoff := s.cfg.ReconnectBackoff
 		for {
 			select {
@@ -227,12 +234,28 @@ func (s *Source) run(sub *Subscription) {
 			if ctx.Err() != nil {
 				return
 			}
-			if s.cfg.ErrorFunc != nil {
-				s.cfg.ErrorFunc(err)
-			}
+			s.report(err)
 			backoff = min(2*backoff, s.cfg.MaxReconnectBackoff)
 		}
 	}
+}
+
+// report passes a connection error to ErrorFunc and logs it with its cause,
+// at most once per minute (with the number of errors not logged since).
+func (s *Source) report(err error) {
+	if s.cfg.ErrorFunc != nil {
+		s.cfg.ErrorFunc(err)
+	}
+	if s.cfg.Logger == nil {
+		return
+	}
+	if now := time.Now(); s.lastLog.IsZero() || now.Sub(s.lastLog) >= time.Minute {
+		s.cfg.Logger.Warn("stomp: connection to the broker failed, reconnecting", "queue", s.cfg.Queue, "addr", s.cfg.Addr,
+			"error", err.Error(), "errors_not_logged", s.suppressed)
+		s.lastLog, s.suppressed = now, 0
+		return
+	}
+	s.suppressed++
 }
 
 func (s *Source) pump(ctx context.Context, sub *Subscription) error {
@@ -241,7 +264,7 @@ func (s *Source) pump(ctx context.Context, sub *Subscription) error {
 		if err != nil {
 			return err
 		}
-		d := &Delivery{conn: sub.Conn(), ackID: f.Value("ack"), msg: messageFromFrame(f)}
+		d := &Delivery{conn: sub.Conn(), ackID: f.Value("ack"), msg: messageFromFrame(f), oversize: f.Oversize, limit: s.limit}
 		select {
 		case s.deliveries <- d:
 		case <-ctx.Done():
@@ -296,12 +319,29 @@ func (s *Source) Conn() *Conn {
 // Delivery is one MESSAGE received by a Source. It implements
 // consumer.Delivery.
 type Delivery struct {
-	conn  *Conn
-	ackID string
-	msg   inboxkit.Message
+	conn     *Conn
+	ackID    string
+	msg      inboxkit.Message
+	oversize int // body size over limit (the body was dropped), or 0
+	limit    int
 }
 
-var _ consumer.Delivery = (*Delivery)(nil)
+var _ consumer.OversizeDelivery = (*Delivery)(nil)
+
+// Oversize returns the size of a body over Limits.MaxBodySize, which was
+// not read (the message has no body), and the limit; 0, limit for an
+// ordinary delivery.
+func (d *Delivery) Oversize() (size, limit int) { return d.oversize, d.limit }
+
+// Reject sends a NACK: ActiveMQ moves the message, body included, to its
+// dead-letter queue (DLQ.<queue> with the individualDeadLetterStrategy,
+// ActiveMQ.DLQ by default) unless its redeliveryPlugin redelivers it.
+func (d *Delivery) Reject(ctx context.Context) error {
+	if err := d.conn.Nack(ctx, d.ackID); err != nil {
+		return fmt.Errorf("stomp: nack %s: %w", d.msg.BrokerMessageID, err)
+	}
+	return nil
+}
 
 // Message returns the received message.
 func (d *Delivery) Message() inboxkit.Message { return d.msg }

@@ -141,7 +141,7 @@ func (b *broker) fail(what string, err error) error {
 }
 
 func (b *broker) stompConfig(queue string, prefetch int) stomp.Config {
-	return stomp.Config{Addr: b.t.Addr, Login: b.t.Login, Passcode: b.t.Passcode, Queue: queue, Prefetch: prefetch}
+	return stomp.Config{Addr: b.t.Addr, Login: b.t.Login, Passcode: b.t.Passcode, Queue: queue, Prefetch: prefetch, Logger: b.logger}
 }
 
 // streamName is the JetStream stream holding subject: INBOXKIT_ and the
