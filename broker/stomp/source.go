@@ -144,9 +144,9 @@ type Source struct {
 	cfg  Config
 	dest string
 
-	limit      int            // Limits.MaxBodySize in effect
-	lastLog    time.Time      // last connection error logged
-	suppressed int            // connection errors not logged since
+	limit      int       // Limits.MaxBodySize in effect
+	lastLog    time.Time // last connection error logged
+	suppressed int       // connection errors not logged since
 
 	deliveries chan *Delivery // unbuffered: at most one in hand of the pump
 	closed     chan struct{}
