@@ -34,17 +34,20 @@ func openLastingBroker(raw, command string) (*broker, error) {
 
 // requireQueue fails (exit 1) when queue does not exist, without creating
 // it: a passive declare on RabbitMQ, a stream lookup on JetStream. ActiveMQ
-// cannot tell over STOMP (see noteSTOMPQueue).
+// cannot tell over STOMP (see noteSTOMPQueue); AMQP 1.0 is not checked.
 func (b *broker) requireQueue(ctx context.Context, queue string) error {
 	var exists bool
 	var err error
 	switch b.t.Kind {
-	case target.STOMP:
-		return nil
 	case target.AMQP:
 		exists, err = rabbitmq.QueueExists(ctx, b.t.URL, queue)
-	default:
+	case target.NATS, target.Embedded:
 		exists, err = jetstream.StreamExists(ctx, b.natsURL, streamName(queue))
+	default:
+		// STOMP: see noteSTOMPQueue. AMQP 1.0: not checked here (on
+		// RabbitMQ's plugin a receiver attaches only an existing queue;
+		// other brokers decide by their own auto-create settings).
+		return nil
 	}
 	if err != nil {
 		return b.fail("look up "+queue, err)
