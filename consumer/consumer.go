@@ -15,6 +15,7 @@ import (
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/failpoint"
 )
 
 // Handler does the business work for one message inside the inbox
@@ -545,6 +546,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 		s.Err = fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
 	}
+	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark) // no-op unless built with -tags failpoints
 	var resErr error
 	if s.Result.Err != nil {
 		resErr = s.Result.Err
@@ -585,6 +587,7 @@ func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbo
 
 func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a Action) Settled {
 	s.Action = a
+	failpoint.Hit(failpoint.AfterCommitBeforeAck)
 	if err := d.Ack(ctx); err != nil {
 		// The broker will deliver again; the inbox makes that a duplicate.
 		s.Err = fmt.Errorf("consumer: ack: %w", err)
@@ -672,6 +675,7 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
 		return fmt.Errorf("consumer: publish to dead-letter queue %s: %w", c.cfg.DeadLetterQueue, err)
 	}
+	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark)
 	s := Settled{Message: m, Result: res, Action: ActionDeadLetter}
 	s.Result.Status = inboxkit.StatusDeadLettered
 	c.log(s)

@@ -14,6 +14,7 @@ import (
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/internal/failpoint"
 	"github.com/inboxkit/inboxkit/invoice"
 )
 
@@ -43,10 +44,13 @@ type logLetters struct {
 // msgKey carries the message being handled to the letter service's log.
 type msgKey struct{}
 
-// withMessage wraps h so that the message reaches logLetters through ctx.
+// withMessage wraps h so that the message reaches logLetters through ctx,
+// and holds the mid-handler failpoint.
 func withMessage(h consumer.Handler) consumer.Handler {
 	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
-		return h(context.WithValue(ctx, msgKey{}, m), tx, m)
+		err := h(context.WithValue(ctx, msgKey{}, m), tx, m)
+		failpoint.Hit(failpoint.MidHandler) // business rows written, not committed; no-op unless -tags failpoints
+		return err
 	}
 }
 
