@@ -1,0 +1,193 @@
+// Command inboxtorture is the torture rig of inboxkit: it proves with a
+// ledger that the invoice consumer does every event's business effect
+// exactly once, loses nothing and leaves nothing stuck while its processes
+// are killed (kill -9 at random times, and at named failpoints), restarted,
+// and the database and the broker restart under them.
+//
+// It publishes --messages invoice events (valid ones, business rejects and
+// poison messages in known numbers) with --resend-pct producer resends, some
+// while the first copy is in flight, some after it was finished; runs
+// --consumers `inboxctl run` processes built with -tags failpoints
+// competing on one queue; kills and restarts them; waits until the inbox is
+// quiet; then checks every event against the database and the dead-letter
+// queue and prints one table. Exit 0 when the ledger balances, 1 when any
+// event is lost, doubled or stuck, 2 on a usage or setup error.
+//
+//	go run ./cmd/inboxtorture --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker
+//
+// The database is a fresh PostgreSQL database created for the run (dropped
+// afterwards unless --keep or the ledger fails). Run it from the repository
+// root: it builds cmd/inboxctl with the failpoints tag and the default
+// ActiveMQ restart uses scripts/activemq.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/inboxkit/inboxkit/internal/failpoint"
+)
+
+// config is the rig's configuration (the flags).
+type config struct {
+	broker      string // stomp, rabbitmq, nats or a URL
+	brokerURL   string
+	adminDB     string
+	inboxctl    string
+	messages    int
+	resendPct   int
+	rejects     int
+	poison      int
+	consumers   int
+	concurrency int
+	mode        string
+	maxAttempts int
+	kills       int
+	failpoints  string
+	restartDB   bool
+	restartBrk  bool
+	dbRestart   string
+	brkRestart  string
+	timeout     time.Duration
+	quiet       time.Duration
+	seed        uint64
+	logDir      string
+	keep        bool
+	verbose     bool
+}
+
+const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-dlq-publish-before-mark:0.05"
+
+// Default restart commands: the machine's own start commands.
+const (
+	pgRestart   = `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main restart`
+	amqRestart  = `scripts/activemq restart`
+	rmqRestart  = `rabbitmqctl stop_app && rabbitmqctl start_app`
+	natsRestart = `start-stop-daemon --stop --oknodo --retry 10 --exec /usr/sbin/nats-server && ` +
+		`start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log`
+)
+
+var brokers = map[string]struct{ url, restart string }{
+	"stomp":     {"stomp://127.0.0.1:61613", amqRestart},
+	"activemq":  {"stomp://127.0.0.1:61613", amqRestart},
+	"rabbitmq":  {"amqp://guest:guest@127.0.0.1:5672/", rmqRestart},
+	"nats":      {"nats://127.0.0.1:4222", natsRestart},
+	"jetstream": {"nats://127.0.0.1:4222", natsRestart},
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("inboxtorture", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.broker, "broker", "stomp", "stomp (ActiveMQ), rabbitmq, nats (JetStream), or a URL stomp://, amqp://, nats://")
+	fs.StringVar(&c.adminDB, "db", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL URL of a database the rig may connect to; the run gets its own fresh database on that server")
+	fs.StringVar(&c.inboxctl, "inboxctl", "", "inboxctl binary built with -tags failpoints (default: build it from ./cmd/inboxctl)")
+	fs.IntVar(&c.messages, "messages", 10000, "distinct events published")
+	fs.IntVar(&c.resendPct, "resend-pct", 20, "producer resends in percent of --messages (half while in flight, half after processing)")
+	fs.IntVar(&c.rejects, "rejects", -1, "events the business rejects (unknown customer); default 2% of --messages")
+	fs.IntVar(&c.poison, "poison", -1, "poison events (malformed JSON); default 1% of --messages")
+	fs.IntVar(&c.consumers, "consumers", 4, "competing inboxctl run processes")
+	fs.IntVar(&c.concurrency, "concurrency", 2, "inboxctl run --concurrency of each process")
+	fs.StringVar(&c.mode, "mode", "transactional", "inboxctl run --mode: transactional or store-then-process")
+	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "inboxctl run --max-attempts")
+	fs.IntVar(&c.kills, "kills", 10, "kill -9 of random consumers at random points of the run")
+	fs.StringVar(&c.failpoints, "failpoints", defaultFailpoints, "INBOXKIT_FAILPOINTS of the consumers ('' for none)")
+	fs.BoolVar(&c.restartDB, "restart-db", false, "restart PostgreSQL once mid-run (--db-restart-cmd)")
+	fs.BoolVar(&c.restartBrk, "restart-broker", false, "restart the broker once mid-run (--broker-restart-cmd)")
+	fs.StringVar(&c.dbRestart, "db-restart-cmd", pgRestart, "shell command that restarts the database")
+	fs.StringVar(&c.brkRestart, "broker-restart-cmd", "", "shell command that restarts the broker (default: the machine's command for --broker)")
+	fs.DurationVar(&c.timeout, "timeout", 15*time.Minute, "give up waiting for quiet after this long (what is left counts as stuck)")
+	fs.DurationVar(&c.quiet, "quiet", 5*time.Second, "the inbox must not change for this long after every event is final")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock); printed, so a run can be repeated")
+	fs.StringVar(&c.logDir, "logs", "", "directory for the consumers' logs (default: none kept)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the run's database")
+	fs.BoolVar(&c.verbose, "v", false, "log progress")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  go run ./cmd/inboxtorture --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if b, ok := brokers[c.broker]; ok {
+		c.brokerURL = b.url
+		if c.brkRestart == "" {
+			c.brkRestart = b.restart
+		}
+	} else if strings.Contains(c.broker, "://") {
+		c.brokerURL = c.broker
+		if c.restartBrk && c.brkRestart == "" {
+			return c, errors.New("--restart-broker with a broker URL needs --broker-restart-cmd")
+		}
+	} else {
+		return c, fmt.Errorf("--broker %q: use stomp, rabbitmq, nats or a URL", c.broker)
+	}
+	if c.rejects < 0 {
+		c.rejects = c.messages / 50
+	}
+	if c.poison < 0 {
+		c.poison = c.messages / 100
+	}
+	switch {
+	case c.messages < 1:
+		return c, errors.New("--messages must be at least 1")
+	case c.resendPct < 0 || c.resendPct > 100:
+		return c, errors.New("--resend-pct must be 0 to 100")
+	case c.consumers < 1:
+		return c, errors.New("--consumers must be at least 1")
+	case c.mode != "transactional" && c.mode != "store-then-process":
+		return c, fmt.Errorf("--mode %q: use transactional or store-then-process", c.mode)
+	case c.kills < 0:
+		return c, errors.New("--kills must not be negative")
+	}
+	if _, err := failpoint.Parse(c.failpoints); err != nil {
+		return c, fmt.Errorf("--failpoints: %v", err)
+	}
+	return c, nil
+}
+
+const summary = `inboxtorture publishes invoice events with producer resends, rejects and poison
+messages, runs competing inboxctl consumers built with -tags failpoints, kills
+them (kill -9 and failpoints) and restarts them, optionally restarts the
+database and the broker, then checks a ledger: every valid event exactly one
+business row, every reject REJECTED without one, every poison message in the
+DLQ and DEAD_LETTERED, nothing left RECEIVED, IN_PROGRESS or
+TECHNICAL_FAILURE, inboxctl check clean. Exit 1 on any lost, doubled or stuck event.`
+
+func main() {
+	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := run(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
+		return 2
+	}
+	res.print(stdout)
+	if !res.ok() {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/inboxkit/inboxkit/internal/failpoint"
+)
+
+const consumerName = "invoice-consumer"
+
+// rig is one run.
+type rig struct {
+	cfg      config
+	log      func(string, ...any)
+	inboxctl string
+	dbURL    string
+	db       *sql.DB
+	queue    string
+	dlq      string
+	plan     *plan
+	sup      *supervisor
+
+	published   atomic.Int64 // messages confirmed by inboxctl publish
+	retried     atomic.Int64 // messages published again after a failed chunk
+	lateSent    atomic.Int64
+	publishDone atomic.Bool
+
+	mu             sync.Mutex
+	dbRestarts     int
+	brokerRestarts int
+	restartErrs    []string
+}
+
+// run sets up, tortures, waits for quiet and checks the ledger.
+func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
+	if cfg.seed == 0 {
+		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
+	runID := fmt.Sprintf("%06x", rnd.Uint32()&0xffffff)
+	r := &rig{cfg: cfg, queue: "torture." + runID, dlq: "DLQ.torture." + runID}
+	r.log = func(format string, args ...any) {
+		if cfg.verbose {
+			fmt.Fprintf(stderr, "%s inboxtorture: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		}
+	}
+	start := time.Now()
+	tmp, err := os.MkdirTemp("", "inboxtorture-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	r.inboxctl = cfg.inboxctl
+	if r.inboxctl == "" {
+		r.inboxctl = filepath.Join(tmp, "inboxctl")
+		r.log("building inboxctl with -tags failpoints")
+		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", r.inboxctl, "./cmd/inboxctl").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("go build -tags failpoints ./cmd/inboxctl (run the rig from the repository root, or give --inboxctl): %v\n%s", err, out)
+		}
+	}
+	if cfg.failpoints != "" {
+		// A binary without the tag would silently never fire.
+		out, _ := exec.Command("go", "version", "-m", r.inboxctl).Output()
+		if !bytes.Contains(out, []byte("-tags=failpoints")) {
+			return nil, fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", r.inboxctl)
+		}
+	}
+
+	if err := brokerAnswers(cfg.brokerURL); err != nil {
+		return nil, err
+	}
+	dbName := "inboxtorture_" + runID
+	if err := r.createDB(ctx, dbName); err != nil {
+		return nil, err
+	}
+	dropDB := !cfg.keep
+	defer func() {
+		r.db.Close()
+		if dropDB {
+			r.dropDB(dbName)
+		}
+	}()
+	if out, err := r.inboxctlRun(ctx, "migrate", "--db", r.dbURL, "--seed-customers"); err != nil {
+		return nil, fmt.Errorf("inboxctl migrate: %v\n%s", err, out)
+	}
+
+	r.plan, err = newPlan(runID, cfg.messages, cfg.rejects, cfg.poison, cfg.resendPct, rnd)
+	if err != nil {
+		return nil, err
+	}
+	logDir := cfg.logDir
+	if logDir != "" {
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"run", "--db", r.dbURL, "--broker", cfg.brokerURL, "--queue", r.queue, "--dlq", r.dlq,
+		"--concurrency", fmt.Sprint(cfg.concurrency), "--mode", cfg.mode, "--max-attempts", fmt.Sprint(cfg.maxAttempts), "--log-format", "json"}
+	r.sup = newSupervisor(r.inboxctl, args, []string{failpoint.EnvVar + "=" + cfg.failpoints}, logDir, r.log)
+	for i := 0; i < cfg.consumers; i++ {
+		if err := r.sup.start(i, 0); err != nil {
+			r.sup.stop(10 * time.Second)
+			return nil, err
+		}
+	}
+	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, dbName, cfg.seed)
+
+	pctx, cancelPub := context.WithCancel(ctx)
+	var pubWG sync.WaitGroup
+	pubWG.Add(1)
+	go func() {
+		defer pubWG.Done()
+		r.publish(pctx, rnd.Uint64())
+	}()
+	kills, timedOut := r.torture(ctx, rand.New(rand.NewPCG(rnd.Uint64(), 7)))
+	cancelPub()
+	pubWG.Wait()
+	r.sup.stop(30 * time.Second)
+
+	res, err := r.ledger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.broker, res.mode, res.seed, res.runID = cfg.broker, cfg.mode, cfg.seed, runID
+	res.messages = cfg.messages
+	res.rejects, res.poison = r.plan.count(reject), r.plan.count(poison)
+	res.resends = len(r.plan.order) - cfg.messages + int(r.lateSent.Load())
+	res.resendsInFlight, res.resendsLate = r.plan.inFlight, int(r.lateSent.Load())
+	res.producerRetries = int(r.retried.Load())
+	res.kills = kills
+	res.deaths, res.restarts = r.sup.counts()
+	res.dbRestarts, res.brokerRestarts, res.restartErrs = r.dbRestarts, r.brokerRestarts, r.restartErrs
+	res.timedOut = timedOut
+	res.duration = time.Since(start)
+	if !res.ok() {
+		dropDB = false
+		res.keptDB = dbName
+	}
+	return res, nil
+}
+
+func (r *rig) inboxctlRun(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.inboxctl, args...)
+	cmd.Env = append(os.Environ(), failpoint.EnvVar+"=") // the rig's own calls never die
+	return cmd.CombinedOutput()
+}
+
+func (r *rig) createDB(ctx context.Context, name string) error {
+	admin, err := sql.Open("pgx", r.cfg.adminDB)
+	if err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		return fmt.Errorf("create database %s on --db: %v\n\tis PostgreSQL running? start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start", name, err)
+	}
+	u, err := url.Parse(r.cfg.adminDB)
+	if err != nil {
+		return fmt.Errorf("--db: %v", err)
+	}
+	u.Path = "/" + name
+	r.dbURL = u.String()
+	r.db, err = sql.Open("pgx", r.dbURL)
+	return err
+}
+
+func (r *rig) dropDB(name string) {
+	admin, err := sql.Open("pgx", r.cfg.adminDB)
+	if err != nil {
+		return
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		r.log("drop database %s: %v", name, err)
+	}
+}
+
+// publish sends the plan through `inboxctl publish` in chunks; a chunk that
+// fails (broker restarting) is sent again whole, as a producer that does
+// not know what got through does. Late resends go out once their first
+// copy has a final row.
+func (r *rig) publish(ctx context.Context, seed uint64) {
+	defer r.publishDone.Store(true)
+	rnd := rand.New(rand.NewPCG(seed, 3))
+	const chunk = 250
+	late := append([]int(nil), r.plan.late...)
+	rnd.Shuffle(len(late), func(i, j int) { late[i], late[j] = late[j], late[i] })
+	order := r.plan.order
+	for len(order) > 0 || len(late) > 0 {
+		if ctx.Err() != nil {
+			return
+		}
+		var lines [][]byte
+		n := min(chunk, len(order))
+		for _, e := range order[:n] {
+			lines = append(lines, r.plan.events[e].line)
+		}
+		order = order[n:]
+		if len(late) > 0 {
+			final := r.finalIDs(ctx)
+			var keep []int
+			for _, e := range late {
+				if final[r.plan.events[e].id] && len(lines) < 2*chunk {
+					lines = append(lines, r.plan.events[e].line)
+					r.lateSent.Add(1)
+				} else {
+					keep = append(keep, e)
+				}
+			}
+			late = keep
+		}
+		if len(lines) == 0 {
+			time.Sleep(300 * time.Millisecond)
+			continue
+		}
+		r.publishLines(ctx, lines)
+	}
+}
+
+func (r *rig) publishLines(ctx context.Context, lines [][]byte) {
+	input := append(bytes.Join(lines, []byte("\n")), '\n')
+	for try := 0; ctx.Err() == nil; try++ {
+		cmd := exec.CommandContext(ctx, r.inboxctl, "publish", "--broker", r.cfg.brokerURL, "--queue", r.queue, "--file", "-")
+		cmd.Stdin = bytes.NewReader(input)
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			r.published.Add(int64(len(lines)))
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.retried.Add(int64(len(lines)))
+		r.log("publish of %d messages failed (try %d), sending the chunk again: %v: %s", len(lines), try+1, err, bytes.TrimSpace(out))
+		time.Sleep(time.Second)
+	}
+}
+
+// finalIDs returns the event ids with a final row.
+func (r *rig) finalIDs(ctx context.Context) map[string]bool {
+	out := map[string]bool{}
+	rows, err := r.db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOX_EVENT_PROCESSING WHERE STATUS IN ('PROCESSED','REJECTED','DEAD_LETTERED')`)
+	if err != nil {
+		return out
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// snapshot is the inbox at one moment.
+type snapshot struct {
+	final, open, rows int
+	sig               string
+}
+
+func (r *rig) snapshot(ctx context.Context) (snapshot, error) {
+	var s snapshot
+	rows, err := r.db.QueryContext(ctx, `SELECT STATUS, COUNT(*), COALESCE(SUM(ATTEMPTS),0), COALESCE(MAX(UPDATED_AT), MAX(CREATED_AT)) FROM INBOX_EVENT_PROCESSING GROUP BY STATUS ORDER BY STATUS`)
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	var sig strings.Builder
+	for rows.Next() {
+		var st string
+		var n, attempts int
+		var at sql.NullTime
+		if err := rows.Scan(&st, &n, &attempts, &at); err != nil {
+			return s, err
+		}
+		fmt.Fprintf(&sig, "%s=%d/%d/%v ", st, n, attempts, at.Time.UnixNano())
+		s.rows += n
+		switch st {
+		case "PROCESSED", "REJECTED", "DEAD_LETTERED":
+			s.final += n
+		default:
+			s.open += n
+		}
+	}
+	s.sig = sig.String()
+	return s, rows.Err()
+}
+
+// torture kills consumers at random points of the progress, restarts the
+// database and the broker when asked, and returns when the inbox is quiet
+// (or at the timeout).
+func (r *rig) torture(ctx context.Context, rnd *rand.Rand) (kills int, timedOut bool) {
+	cfg := r.cfg
+	at := make([]float64, cfg.kills)
+	for i := range at {
+		at[i] = 0.03 + 0.85*rnd.Float64()
+	}
+	sort.Float64s(at)
+	dbAt, brokerAt := 0.4, 0.6
+	dbDone, brokerDone := !cfg.restartDB, !cfg.restartBrk
+	var restarts sync.WaitGroup
+	deadline := time.Now().Add(cfg.timeout)
+	var lastKill time.Time
+	var quietSince time.Time
+	var lastSig string
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	defer restarts.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return kills, true
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			r.log("timeout: not quiet after %v", cfg.timeout)
+			return kills, true
+		}
+		s, err := r.snapshot(ctx)
+		if err != nil {
+			continue // the database may be restarting
+		}
+		progress := float64(s.final) / float64(cfg.messages)
+		if len(at) > 0 && progress >= at[0] && time.Since(lastKill) > 300*time.Millisecond {
+			slot := rnd.IntN(cfg.consumers)
+			for i := 0; i < cfg.consumers; i++ {
+				if r.sup.kill((slot + i) % cfg.consumers) {
+					kills++
+					at = at[1:]
+					lastKill = time.Now()
+					r.log("kill -9 consumer %d at %.0f%% final", (slot+i)%cfg.consumers, 100*progress)
+					break
+				}
+			}
+		}
+		if !dbDone && progress >= dbAt {
+			dbDone = true
+			restarts.Add(1)
+			go func() { defer restarts.Done(); r.restart("database", cfg.dbRestart, &r.dbRestarts) }()
+		}
+		if !brokerDone && progress >= brokerAt {
+			brokerDone = true
+			restarts.Add(1)
+			go func() { defer restarts.Done(); r.restart("broker", cfg.brkRestart, &r.brokerRestarts) }()
+		}
+		busy := len(at) > 0 || !dbDone || !brokerDone || !r.publishDone.Load() || s.final < cfg.messages || s.open > 0
+		if busy || s.sig != lastSig {
+			quietSince, lastSig = time.Now(), s.sig
+			continue
+		}
+		if time.Since(quietSince) >= cfg.quiet {
+			restarts.Wait()
+			return kills, false
+		}
+	}
+}
+
+func (r *rig) restart(what, command string, count *int) {
+	r.log("restarting the %s: %s", what, command)
+	cmd := exec.Command("bash", "-c", command)
+	out, err := cmd.CombinedOutput()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.restartErrs = append(r.restartErrs, fmt.Sprintf("%s restart (%s): %v: %s", what, command, err, bytes.TrimSpace(out)))
+		return
+	}
+	*count++
+	r.log("%s restarted", what)
+}
+
+// brokerAnswers fails early, naming the start command, when nothing
+// listens on the broker's address.
+func brokerAnswers(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("--broker %q is not a URL with a host", raw)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 3*time.Second)
+	if err != nil {
+		start := map[string]string{"stomp": "scripts/activemq start", "amqp": "rabbitmq-server -detached",
+			"nats": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"}[u.Scheme]
+		return fmt.Errorf("broker %s://%s does not answer: %v\n\tstart it with: %s", u.Scheme, u.Host, err, start)
+	}
+	return c.Close()
+}
