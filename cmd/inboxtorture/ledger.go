@@ -29,6 +29,7 @@ type result struct {
 
 	lost, doubled, stuck []string // "event: what", one per event
 	dlqCopies            int      // messages in the DLQ
+	dlqOther             int      // of them, not of a poison event
 	check                string   // inboxctl check output when it found something
 	keptDB               string
 }
@@ -77,8 +78,11 @@ func (r *rig) ledger(ctx context.Context) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range inDLQ {
+	for id, n := range inDLQ {
 		res.dlqCopies += n
+		if ev := r.plan.byID[id]; ev == nil || ev.kind != poison {
+			res.dlqOther += n
+		}
 	}
 	for _, ev := range r.plan.events {
 		x, has := rows[ev.id]
@@ -186,8 +190,8 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d/%d\t%d\t%d\t%d\t%s\t%.1fs\t\n", r.broker, r.mode, r.messages, r.resends, r.deaths[deathKill],
 		strings.Join(other, ", "), r.restarts, r.dbRestarts, r.brokerRestarts, len(r.lost), len(r.doubled), len(r.stuck), check, r.duration.Seconds())
 	tw.Flush()
-	fmt.Fprintf(w, "messages: %d valid, %d rejects, %d poison; resends: %d in flight, %d after the first copy was final, %d more from re-sent chunks; %d DLQ copies; seed %d\n",
-		r.messages-r.rejects-r.poison, r.rejects, r.poison, r.resendsInFlight, r.resendsLate, r.producerRetries, r.dlqCopies, r.seed)
+	fmt.Fprintf(w, "messages: %d valid, %d rejects, %d poison; resends: %d in flight, %d after the first copy was final, %d more from re-sent chunks; %d DLQ copies (%d not of poison events); seed %d\n",
+		r.messages-r.rejects-r.poison, r.rejects, r.poison, r.resendsInFlight, r.resendsLate, r.producerRetries, r.dlqCopies, r.dlqOther, r.seed)
 	if r.timedOut {
 		fmt.Fprintln(w, "TIMEOUT: the inbox was not quiet in time; what was open counts as stuck")
 	}

@@ -124,14 +124,15 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 	}
 	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, dbName, cfg.seed)
 
+	pubSeed, killSeed := rnd.Uint64(), rnd.Uint64()
 	pctx, cancelPub := context.WithCancel(ctx)
 	var pubWG sync.WaitGroup
 	pubWG.Add(1)
 	go func() {
 		defer pubWG.Done()
-		r.publish(pctx, rnd.Uint64())
+		r.publish(pctx, pubSeed)
 	}()
-	kills, timedOut := r.torture(ctx, rand.New(rand.NewPCG(rnd.Uint64(), 7)))
+	kills, timedOut := r.torture(ctx, rand.New(rand.NewPCG(killSeed, 7)))
 	cancelPub()
 	pubWG.Wait()
 	r.sup.stop(30 * time.Second)
