@@ -45,6 +45,7 @@ type proc struct {
 	slot   int
 	gen    int
 	cmd    *exec.Cmd
+	began  time.Time
 	killed bool // by the rig
 	fp     string
 	done   chan struct{}
@@ -77,7 +78,7 @@ func (s *supervisor) start(slot, gen int) error {
 		}
 		return fmt.Errorf("start %s: %w", s.args[0], err)
 	}
-	p := &proc{slot: slot, gen: gen, cmd: cmd, done: make(chan struct{})}
+	p := &proc{slot: slot, gen: gen, cmd: cmd, began: time.Now(), done: make(chan struct{})}
 	s.mu.Lock()
 	if slot < len(s.procs) {
 		s.procs[slot] = p
@@ -143,7 +144,11 @@ func (s *supervisor) ended(p *proc, err error, tail []string) {
 	if stopped {
 		return
 	}
-	time.Sleep(200 * time.Millisecond)
+	if time.Since(p.began) < 2*time.Second && why == deathError {
+		time.Sleep(time.Second) // a service is down: do not spin
+	} else {
+		time.Sleep(200 * time.Millisecond)
+	}
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
 	if s.stopped {
