@@ -200,7 +200,9 @@ func parseHeartBeat(v string) (sx, sy time.Duration, ok bool) {
 	if err1 != nil || err2 != nil || x < 0 || y < 0 {
 		return 0, 0, false
 	}
-	return time.Duration(x) * time.Millisecond, time.Duration(y) * time.Millisecond, true
+	// A day at most: larger values overflowed the read deadline (3 intervals).
+	const maxMillis = int64(24 * time.Hour / time.Millisecond)
+	return time.Duration(min(x, maxMillis)) * time.Millisecond, time.Duration(min(y, maxMillis)) * time.Millisecond, true
 }
 
 func ctxErr(ctx context.Context, err error) error {

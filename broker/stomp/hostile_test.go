@@ -1,0 +1,390 @@
+package stomp_test
+
+// Hostile peers: a STOMP "server" on 127.0.0.1:0 that sends malformed or
+// oversized frames, stops reading, or sends slowly. The client must fail
+// with a clear error (wrapping ErrConnClosed and naming the problem), leave
+// no goroutine behind, and never report a message as done that was not:
+// a Publish without the broker's RECEIPT fails, an Ack on a broken
+// connection fails (so the broker redelivers).
+//
+// These tests do not call t.Parallel: they count the goroutines of this
+// package, which parallel tests would disturb.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/stomp"
+)
+
+// hostile is a listener that runs script on every accepted connection
+// after answering CONNECT with CONNECTED (unless script is a handshake
+// script, see handshake).
+type hostile struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+// serve answers every connection's CONNECT with connected (a raw frame),
+// then runs script. Cleanup closes everything and waits for the scripts.
+func serve(t *testing.T, connected string, script func(r *bufio.Reader, c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hostile{ln: ln}
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := stomp.NewFrameReader(r, stomp.Limits{}).ReadFrame(); err != nil {
+					return
+				}
+				if _, err := c.Write([]byte(connected)); err != nil {
+					return
+				}
+				script(r, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		h.mu.Lock()
+		for _, c := range h.conns {
+			c.Close()
+		}
+		h.mu.Unlock()
+		h.wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+const connected = "CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"
+
+// noLeak fails the test when goroutines running this package's code are
+// still alive after it (they get a few seconds to end).
+func noLeak(t *testing.T) {
+	t.Helper()
+	before := stompGoroutines()
+	t.Cleanup(func() {
+		var now []string
+		for i := 0; i < 100; i++ {
+			if now = stompGoroutines(); len(now) <= len(before) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Errorf("%d goroutine(s) of package stomp left (%d before):\n%s", len(now), len(before), strings.Join(now, "\n\n"))
+	})
+}
+
+func stompGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "inboxkit/broker/stomp.") && !strings.Contains(g, "broker/stomp_test.") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// drain reads and discards frames until the connection ends.
+func drain(r *bufio.Reader, c net.Conn) {
+	_, _ = bytes.NewBuffer(nil).ReadFrom(r)
+}
+
+// answerThen reads the client's first frame (the SUBSCRIBE), answers its
+// receipt, then writes raw and drains; with hangup it closes instead.
+func answerThen(raw string, hangup bool) func(r *bufio.Reader, c net.Conn) {
+	return func(r *bufio.Reader, c net.Conn) {
+		f, err := stomp.NewFrameReader(r, stomp.Limits{}).ReadFrame()
+		if err != nil {
+			return
+		}
+		if id := f.Value("receipt"); id != "" {
+			stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id))
+		}
+		if _, err := c.Write([]byte(raw)); err != nil || hangup {
+			return
+		}
+		drain(r, c)
+	}
+}
+
+func TestHostileMalformedFrames(t *testing.T) {
+	big := strings.Repeat("x", 5000)
+	for _, tt := range []struct {
+		name, raw string
+		want      error
+	}{
+		{"invalid command", "hello there\n\n\x00", stomp.ErrMalformedFrame}, // (an unknown upper-case command is skipped)
+		{"header without colon", "MESSAGE\nsubscription\n\n\x00", stomp.ErrMalformedFrame},
+		{"bad escape", "MESSAGE\nsubscription:s-1\nk:a\\tb\n\n\x00", stomp.ErrInvalidEncoding},
+		{"bad content-length", "MESSAGE\ncontent-length:-4\n\nabcd\x00", stomp.ErrMalformedFrame},
+		{"no NUL after body", "MESSAGE\ncontent-length:2\n\nabcd\x00", stomp.ErrMalformedFrame},
+		{"binary garbage", "\x00\x01\x02\xff\xfe\n\n\x00", stomp.ErrMalformedFrame},
+		{"oversized body", "MESSAGE\nsubscription:s-1\n\n" + big + "\x00", stomp.ErrFrameTooLarge},
+		{"oversized content-length", "MESSAGE\ncontent-length:99999999999\n\n\x00", stomp.ErrFrameTooLarge},
+		{"too many headers", "MESSAGE\n" + strings.Repeat("h:v\n", 40) + "\n\x00", stomp.ErrTooManyHeaders},
+		{"line too long", "MESSAGE\nk:" + big + "\n\n\x00", stomp.ErrLineTooLong},
+		{"cut mid-frame", "MESSAGE\nsubscription:s-1\ncontent-length:100\n\nabc", nil}, // then the server hangs up
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			noLeak(t)
+			addr := serve(t, connected, answerThen(tt.raw, tt.want == nil))
+			limits := stomp.Limits{MaxBodySize: 1024, MaxHeaders: 16, MaxLineLength: 1024}
+			c, err := stomp.Dial(testCtx(t), addr, stomp.ConnOptions{HeartBeat: -1, Limits: limits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub, err := c.Subscribe(testCtx(t), "/queue/q", stomp.SubscribeOptions{Prefetch: 1})
+			if err != nil {
+				t.Fatalf("subscribe: %v", err)
+			}
+			f, err := sub.Next(testCtx(t))
+			if err == nil {
+				t.Fatalf("a %s frame was delivered: %s", tt.name, f)
+			}
+			if !errors.Is(err, stomp.ErrConnClosed) {
+				t.Fatalf("err = %v, want one wrapping ErrConnClosed", err)
+			}
+			if tt.want != nil && !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want one wrapping %v", err, tt.want)
+			}
+			<-c.Done()
+			if err := c.Send(testCtx(t), "/queue/q", nil, []byte("x")); !errors.Is(err, stomp.ErrConnClosed) {
+				t.Fatalf("send on the broken connection: %v", err)
+			}
+			t.Logf("%s: %v", tt.name, err)
+		})
+	}
+}
+
+// A malformed or hostile answer to CONNECT fails Dial with a clear error.
+func TestHostileHandshake(t *testing.T) {
+	for _, tt := range []struct{ name, reply, want string }{
+		{"garbage", "HTTP/1.1 400 Bad Request\r\n\r\n", "malformed"},
+		{"not CONNECTED", "RECEIPT\nreceipt-id:1\n\n\x00", "expected CONNECTED"},
+		{"old version", "CONNECTED\nversion:1.0\n\n\x00", "STOMP 1.2"},
+		{"error", "ERROR\nmessage:go away\n\n\x00", "go away"},
+		{"oversized", "CONNECTED\nversion:1.2\nk:" + strings.Repeat("v", 2000) + "\n\n\x00", "exceeds"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			noLeak(t)
+			addr := serve(t, tt.reply, drain)
+			c, err := stomp.Dial(testCtx(t), addr, stomp.ConnOptions{Limits: stomp.Limits{MaxLineLength: 1024}})
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// A server that says nothing after CONNECT: Dial ends with the context.
+func TestHostileSilentHandshake(t *testing.T) {
+	noLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			drain(bufio.NewReader(c), c)
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = stomp.Dial(ctx, ln.Addr().String(), stomp.ConnOptions{})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "CONNECTED") {
+		t.Fatalf("err = %v, want the deadline while reading CONNECTED", err)
+	}
+}
+
+// A server that stops reading: writes block until WriteTimeout, Publish
+// fails (the message is not reported as sent), the connection is closed.
+func TestHostileServerStopsReading(t *testing.T) {
+	noLeak(t)
+	stop := make(chan struct{})
+	addr := serve(t, connected, func(r *bufio.Reader, c net.Conn) {
+		<-stop // never reads again
+	})
+	defer close(stop)
+	pub, err := stomp.NewPublisher(testCtx(t), stomp.Config{Addr: addr, HeartBeat: -1, WriteTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	var perr error
+	for i := 0; i < 256; i++ { // until the socket buffers are full and a write times out
+		ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+		perr = pub.Publish(ctx, "q", map[string]string{"eventId": "e"}, body)
+		cancel()
+		if perr == nil {
+			t.Fatal("Publish succeeded without a receipt")
+		}
+		if errors.Is(perr, stomp.ErrConnClosed) {
+			break
+		}
+		if !errors.Is(perr, context.DeadlineExceeded) {
+			t.Fatalf("publish: %v", perr)
+		}
+	}
+	t.Logf("publish: %v", perr)
+	if !errors.Is(perr, stomp.ErrConnClosed) || !strings.Contains(perr.Error(), "write SEND") || !strings.Contains(perr.Error(), "timeout") {
+		t.Fatalf("err = %v, want the write timeout that closed the connection", perr)
+	}
+}
+
+// A server that never sends the RECEIPT and then hangs up: Publish fails.
+func TestHostileNoReceipt(t *testing.T) {
+	noLeak(t)
+	addr := serve(t, connected, func(r *bufio.Reader, c net.Conn) {
+		stomp.NewFrameReader(r, stomp.Limits{}).ReadFrame() // the SEND
+		c.Close()
+	})
+	pub, err := stomp.NewPublisher(testCtx(t), stomp.Config{Addr: addr, HeartBeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	err = pub.Publish(testCtx(t), "q", nil, []byte("x"))
+	if !errors.Is(err, stomp.ErrConnClosed) {
+		t.Fatalf("publish without receipt: %v, want an error wrapping ErrConnClosed", err)
+	}
+}
+
+// A server that sends slowly, byte by byte, within the heart-beat
+// tolerance: the message arrives intact. Then it breaks the connection
+// mid-frame: the delivered message's Ack fails (the broker would redeliver
+// it), and the Source reconnects and receives the redelivery.
+func TestHostileSlowServerLosesNothing(t *testing.T) {
+	noLeak(t)
+	msg := "MESSAGE\nsubscription:s-1\nmessage-id:m-1\nack:a-1\neventId:ev-1\ndestination:/queue/q\ncontent-length:5\n\nhello\x00"
+	var mu sync.Mutex
+	conns := 0
+	addr := serve(t, "CONNECTED\nversion:1.2\nheart-beat:100,0\n\n\x00", func(r *bufio.Reader, c net.Conn) {
+		mu.Lock()
+		conns++
+		n := conns
+		mu.Unlock()
+		fr := stomp.NewFrameReader(r, stomp.Limits{})
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", f.Value("receipt")))
+		frame := msg
+		if n > 1 {
+			frame = strings.Replace(msg, "\nack:a-1", "\nredelivered:true\nack:a-1", 1)
+		}
+		for i := 0; i < len(frame); i++ { // slowly: 2 ms a byte
+			if _, err := c.Write([]byte{frame[i]}); err != nil {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if n == 1 {
+			c.Write([]byte("MESSAGE\nsubscription:s-1\ncontent-length:50\n\ncut")) // and hang up
+			return
+		}
+		for { // acknowledge what comes
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if id := f.Value("receipt"); id != "" {
+				stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id))
+			}
+		}
+	})
+	src, err := stomp.NewSource(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, HeartBeat: 100 * time.Millisecond,
+		ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	d, err := src.Receive(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := d.Message(); string(m.Body) != "hello" || m.Header("eventId") != "ev-1" || m.Redelivered {
+		t.Fatalf("first delivery: %+v", m)
+	}
+	if err := d.Ack(testCtx(t)); !errors.Is(err, stomp.ErrConnClosed) {
+		t.Fatalf("ack on the connection the server broke: %v, want an error wrapping ErrConnClosed", err)
+	}
+	d, err = src.Receive(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := d.Message(); string(m.Body) != "hello" || !m.Redelivered {
+		t.Fatalf("redelivery: %+v", m)
+	}
+	if err := d.Ack(testCtx(t)); err != nil {
+		t.Fatalf("ack of the redelivery: %v", err)
+	}
+}
+
+// A server that announces an absurd heart-beat interval must not break the
+// connection: 3 × 4,000,000,000,000 ms overflowed time.Duration, the read
+// deadline landed in the past and every read timed out at once.
+func TestHostileHugeHeartBeat(t *testing.T) {
+	noLeak(t)
+	addr := serve(t, "CONNECTED\nversion:1.2\nheart-beat:4000000000000,9223372036854775807\n\n\x00", func(r *bufio.Reader, c net.Conn) {
+		fr := stomp.NewFrameReader(r, stomp.Limits{})
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if id := f.Value("receipt"); id != "" {
+				stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id))
+			}
+		}
+	})
+	c, err := stomp.Dial(testCtx(t), addr, stomp.ConnOptions{HeartBeat: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send, recv := c.HeartBeats()
+	if send < 0 || recv < 0 {
+		t.Fatalf("negotiated heart-beats %s / %s", send, recv)
+	}
+	if err := c.Send(testCtx(t), "/queue/q", nil, []byte("x")); err != nil {
+		t.Fatalf("send after CONNECTED with a huge heart-beat: %v", err)
+	}
+}
