@@ -54,7 +54,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
 	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	runID := fmt.Sprintf("%06x", rnd.Uint32()&0xffffff)
+	// The run id names the queues and the database: never from the seed, so
+	// that a repeated seed does not find the DLQ copies of an earlier run.
+	runID := fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
 	r := &rig{cfg: cfg, queue: "torture." + runID, dlq: "DLQ.torture." + runID}
 	r.log = func(format string, args ...any) {
 		if cfg.verbose {
