@@ -9,6 +9,10 @@ type Message struct {
 	// ID is the event id: the business identity of the event, stable across
 	// producer resends and broker redeliveries. It is NOT the broker's message id.
 	ID string
+	// EventIDSource names where ID came from when it was derived (see
+	// consumer.EventIDFunc): "header:eventId", "json:invoiceNo",
+	// "message-id", ...; "" when it came from the configured event id header.
+	EventIDSource string
 	// CorrelationID links the events of one business case (audit).
 	CorrelationID string
 	// Headers are the message headers (application properties) as received.

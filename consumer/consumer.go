@@ -84,7 +84,14 @@ type Config struct {
 	// Rejects publishes to RejectQueue. Defaults to DeadLetter.
 	Rejects dlq.Publisher
 	// EventIDHeader is the header holding the event id. Defaults to "eventId".
+	// Ignored when EventIDFunc is set.
 	EventIDHeader string
+	// EventIDFunc, if set, derives the event id for producers that send no
+	// event id header: EventIDChain or ParseEventIDChain build one from
+	// headers, JSON and XML fields, the broker's correlation and message id
+	// (see IDSource for what each protects against). The source used is
+	// logged and stored in EVENT_ID_SOURCE. Nil: the EventIDHeader header.
+	EventIDFunc EventIDFunc
 	// CorrelationIDHeader is the header holding the correlation id. Defaults
 	// to "correlationId"; when it is absent the broker's own correlation id
 	// ("correlation-id", as JMS producers set JMSCorrelationID) is used.
@@ -430,6 +437,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (c *Consumer) Message(d Delivery) inboxkit.Message {
 	m := d.Message()
 	m.ID = m.Header(c.cfg.EventIDHeader)
+	if c.cfg.EventIDFunc != nil {
+		m.ID, m.EventIDSource = c.cfg.EventIDFunc(m)
+	}
 	m.CorrelationID = m.Header(c.cfg.CorrelationIDHeader)
 	if m.CorrelationID == "" {
 		m.CorrelationID = m.Header("correlation-id")
@@ -450,6 +460,7 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
 	entry := inbox.Entry{
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
+		EventIDSource: m.EventIDSource,
 	}
 	if o, ok := d.(OversizeDelivery); ok {
 		if size, _ := o.Oversize(); size > 0 {
@@ -610,10 +621,15 @@ func (c *Consumer) log(s Settled) {
 	attrs := []any{
 		slog.String("consumer", c.cfg.Name),
 		slog.String("event_id", s.Message.ID),
+	}
+	if s.Message.EventIDSource != "" {
+		attrs = append(attrs, slog.String("event_id_source", s.Message.EventIDSource))
+	}
+	attrs = append(attrs,
 		slog.String("correlation_id", s.Message.CorrelationID),
 		slog.String("outcome", string(s.Result.Outcome)),
 		slog.String("action", string(s.Action)),
-	}
+	)
 	if s.Result.Status != "" {
 		attrs = append(attrs, slog.String("status", string(s.Result.Status)))
 	}

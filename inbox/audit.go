@@ -35,6 +35,9 @@ type Record struct {
 	LeaseOwner  string
 	LeaseUntil  *time.Time
 	NextAttempt *time.Time
+	// EventIDSource names where a derived event id came from ("" for the
+	// event id header).
+	EventIDSource string
 }
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -42,16 +45,17 @@ type rowScanner interface{ Scan(dest ...any) error }
 func scanRecord(sc rowScanner) (Record, error) {
 	var r Record
 	var status string
-	var corr, reason, class, lastErr, hash, owner sql.NullString
+	var corr, reason, class, lastErr, hash, owner, source sql.NullString
 	var processed, created, updated, firstFailed, leaseUntil, next dbTime
 	err := sc.Scan(&r.EventID, &r.ConsumerName, &status, &corr, &reason, &processed, &created, &r.Attempts, &class, &lastErr,
-		&updated, &firstFailed, &hash, &r.ReplayCount, &owner, &leaseUntil, &next)
+		&updated, &firstFailed, &hash, &r.ReplayCount, &owner, &leaseUntil, &next, &source)
 	if err != nil {
 		return Record{}, err
 	}
 	r.Status = inboxkit.Status(status)
 	r.CorrelationID, r.ReasonCode, r.ErrorClass = corr.String, reason.String, class.String
 	r.LastError, r.PayloadHash, r.LeaseOwner = lastErr.String, hash.String, owner.String
+	r.EventIDSource = source.String
 	r.ProcessedAt, r.CreatedAt, r.UpdatedAt = processed.ptr(), created.Time, updated.ptr()
 	r.FirstFailedAt, r.LeaseUntil, r.NextAttempt = firstFailed.ptr(), leaseUntil.ptr(), next.ptr()
 	return r, nil

@@ -53,7 +53,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 	}
 	attempts := 1 // the delivery that found the poison, or the one that failed
 	_, err = s.db.ExecContext(ctx, s.q.insertDead, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(dl.Reason), string(class), msg,
-		s.t(now), s.t(now), s.t(now), s.t(now), attempts, nullString(e.PayloadHash))
+		s.t(now), s.t(now), s.t(now), s.t(now), attempts, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 	if err == nil {
 		return inboxkit.StatusDeadLettered, nil
 	}

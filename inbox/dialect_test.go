@@ -55,12 +55,15 @@ func TestOracleStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(stmts) != 4 {
-		t.Fatalf("oracle DDL: %d blocks, want 4", len(stmts))
+	// Version table, table, 3 indexes, one version row per step.
+	if want := 5 + SchemaVersion; len(stmts) != want {
+		t.Fatalf("oracle DDL: %d statements, want %d", len(stmts), want)
 	}
 	for _, s := range stmts {
-		if !strings.HasPrefix(s, "BEGIN") || !strings.HasSuffix(s, "END;") || !strings.Contains(s, "-955") || !strings.Contains(s, "MY_INBOX") {
-			t.Errorf("oracle block:\n%s", s)
+		// Oracle has no IF NOT EXISTS, and a ';' ends no plain statement
+		// sent through a driver.
+		if strings.Contains(s, "IF NOT EXISTS") || strings.HasSuffix(s, ";") || strings.Contains(s, "VARCHAR(") {
+			t.Errorf("oracle statement:\n%s", s)
 		}
 	}
 }

@@ -37,6 +37,9 @@ type Entry struct {
 	// PayloadHash is a hash of the body (hex, at most 64 characters), used by
 	// the consistency check to find a resend under a new event id. Optional.
 	PayloadHash string
+	// EventIDSource names where a derived event id came from (stored in
+	// EVENT_ID_SOURCE, at most 40 bytes); "" for the event id header.
+	EventIDSource string
 	// Redelivered is the broker's redelivery flag.
 	Redelivered bool
 	// DeliveryCount is the broker's delivery count, 0 when unknown.
@@ -195,7 +198,7 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, fromFailure, co
 			return Result{}, false, fmt.Errorf("inbox: read attempts: %w", err)
 		}
 	} else {
-		_, err := tx.ExecContext(ctx, s.q.insertProcessed, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), s.t(now), nullString(e.PayloadHash))
+		_, err := tx.ExecContext(ctx, s.q.insertProcessed, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 		if err != nil {
 			rollback()
 			if s.d.IsDuplicate(err) {
@@ -314,7 +317,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, counted bool, herr e
 	if n == 0 {
 		first := max(delta, 0)
 		_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), reason, string(dec.Class), msg,
-			s.t(now), s.t(now), s.t(now), first, nullString(e.PayloadHash))
+			s.t(now), s.t(now), s.t(now), first, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 		if err != nil {
 			_ = tx.Rollback()
 			if s.d.IsDuplicate(err) {
@@ -372,7 +375,7 @@ func (s *Store) countAttempt(ctx context.Context, e Entry) (int, inboxkit.Status
 		if n, _ := res.RowsAffected(); n == 0 {
 			_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nil, string(inboxkit.ClassTechnical),
 				"redelivered without a recorded outcome: an earlier attempt did not finish (consumer crash or lost connection)",
-				s.t(now), s.t(now), s.t(now), floor, nullString(e.PayloadHash))
+				s.t(now), s.t(now), s.t(now), floor, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 			if err != nil {
 				_ = tx.Rollback()
 				if !s.d.IsDuplicate(err) {

@@ -78,7 +78,7 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	const setLease = `STATUS = 'IN_PROGRESS', LEASE_OWNER = ?, LEASE_UNTIL = ?, ATTEMPTS = ATTEMPTS + 1, UPDATED_AT = ?`
 
 	q := queueQueries{
-		insertReceived: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS) VALUES (?, ?, 'RECEIVED', ?, ?, ?, ?, ?, ?, 0)`),
+		insertReceived: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE) VALUES (?, ?, 'RECEIVED', ?, ?, ?, ?, ?, ?, 0, ?)`),
 		claimUpdate:    `UPDATE {t} SET ` + setLease + ` WHERE CONSUMER_NAME = ? AND EVENT_ID IN (`,
 		processed:      r(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = ?, UPDATED_AT = ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
 		rejected:       r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
@@ -165,7 +165,7 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 	for round := 0; round < 3; round++ {
 		now := s.now()
 		_, err = s.db.ExecContext(ctx, q.insertReceived, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(e.PayloadHash),
-			payload, hdr, s.t(now), s.t(now))
+			payload, hdr, s.t(now), s.t(now), sourceArg(e.EventIDSource))
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
 		}

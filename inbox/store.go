@@ -1,14 +1,12 @@
 package inbox
 
 import (
-	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/schema"
 )
 
 // Config configures a Store. The zero value of every field means its default.
@@ -109,34 +107,6 @@ func (s *Store) Dialect() Dialect { return s.d }
 
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
-
-// Migrate creates the inbox table and its indexes if they do not exist. It
-// applies the embedded file of package schema for the dialect, with the
-// configured table name; running it again changes nothing.
-func (s *Store) Migrate(ctx context.Context) error {
-	return Migrate(ctx, s.db, s.d, s.cfg.Table)
-}
-
-// Migrate applies the inbox DDL for dialect d to db with the given table
-// name ("" for the default). It is idempotent.
-func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
-	if table == "" {
-		table = DefaultTable
-	}
-	if err := ValidateTable(table); err != nil {
-		return err
-	}
-	stmts, err := schema.Statements(d.name, table)
-	if err != nil {
-		return err
-	}
-	for _, st := range stmts {
-		if _, err := db.ExecContext(ctx, st); err != nil {
-			return fmt.Errorf("inbox: migrate %s: %w\n\tstatement: %.120s", d.name, err, st)
-		}
-	}
-	return nil
-}
 
 func (s *Store) now() time.Time { return s.cfg.Clock.Now().UTC() }
 

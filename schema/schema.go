@@ -1,10 +1,13 @@
 // Package schema holds the DDL of the INBOX_EVENT_PROCESSING table for each
-// supported database, embedded so that inbox.Migrate and `inboxctl migrate`
-// apply exactly the files a DBA reads.
+// supported database: the script inbox.Migrate runs on an empty database
+// (the version table, the table at the latest version, its indexes and one
+// INBOXKIT_SCHEMA_VERSION row per migration step). The files are generated
+// from the migration steps in package inbox, and a test keeps them equal.
+// To upgrade an existing table (the seed DDL's included) use
+// `inboxctl migrate --dry-run`, which prints the steps still pending.
 //
-// Every file is idempotent: applying it twice changes nothing. Statements are
-// separated by a semicolon at the end of a line; in oracle.sql, PL/SQL blocks
-// are separated by a line holding only "/".
+// Statements are separated by a semicolon at the end of a line; in
+// oracle.sql by a line holding only "/".
 package schema
 
 import (

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -63,8 +64,26 @@ func openDB(ctx context.Context, raw string) (*sql.DB, target.DB, error) {
 	return db, t, nil
 }
 
-// openStore opens the database and the inbox store on it.
+// openStore opens the database and the inbox store on it, and checks that
+// the schema is at the version this build needs: a schema that is missing,
+// behind or drifted is a configuration error (exit 2, "run inboxctl migrate").
 func (f *dbFlags) openStore(ctx context.Context) (*inbox.Store, target.DB, error) {
+	st, t, err := f.openStoreUnchecked(ctx)
+	if err != nil {
+		return nil, t, err
+	}
+	if err := st.CheckSchema(ctx); err != nil {
+		st.DB().Close()
+		if errors.Is(err, inbox.ErrSchemaOutdated) {
+			return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s: %w", t.Display, err)}
+		}
+		return nil, t, err
+	}
+	return st, t, nil
+}
+
+// openStoreUnchecked is openStore without the schema check (migrate).
+func (f *dbFlags) openStoreUnchecked(ctx context.Context) (*inbox.Store, target.DB, error) {
 	if f.hasAttempts && f.maxAttempts < 1 {
 		// Like IBM MQ's BOTHRESH(0), a zero threshold would mean "retry forever".
 		return nil, target.DB{}, usageErr("--max-attempts must be at least 1 (got %d): a message that always fails must reach the dead-letter queue", f.maxAttempts)

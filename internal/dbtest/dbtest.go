@@ -241,3 +241,18 @@ func Must(t testing.TB, err error, what string, args ...any) {
 		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
 	}
 }
+
+// SeedOracleDDL is the INBOX_EVENT_PROCESSING table exactly as the design
+// document's seed creates it on Oracle: seven columns and a primary key
+// named PK_INBOX_EVENT.
+const SeedOracleDDL = `CREATE TABLE INBOX_EVENT_PROCESSING (EVENT_ID VARCHAR2(120) NOT NULL, CONSUMER_NAME VARCHAR2(80) NOT NULL, STATUS VARCHAR2(20) NOT NULL, CORRELATION_ID VARCHAR2(120), REASON_CODE VARCHAR2(80), PROCESSED_AT TIMESTAMP, CREATED_AT TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL, CONSTRAINT PK_INBOX_EVENT PRIMARY KEY (EVENT_ID, CONSUMER_NAME))`
+
+// SeedDDL is SeedOracleDDL translated for backend the way a team would:
+// VARCHAR2 becomes VARCHAR and SYSTIMESTAMP becomes CURRENT_TIMESTAMP,
+// nothing else.
+func SeedDDL(backend string) string {
+	if backend == "oracle" {
+		return SeedOracleDDL
+	}
+	return strings.NewReplacer("VARCHAR2", "VARCHAR", "SYSTIMESTAMP", "CURRENT_TIMESTAMP").Replace(SeedOracleDDL)
+}

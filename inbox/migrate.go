@@ -1,0 +1,676 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// VersionTable records which migration steps ran, one row per inbox table
+// and step: (TABLE_NAME, VERSION, DESCRIPTION, APPLIED_AT).
+const VersionTable = "INBOXKIT_SCHEMA_VERSION"
+
+// colKind is a column's logical type, rendered per dialect.
+type colKind int
+
+const (
+	kVarchar colKind = iota // VARCHAR(size), nullable unless notNull
+	kCount                  // integer DEFAULT 0 NOT NULL
+	kTime                   // nullable timestamp
+	kCreated                // timestamp DEFAULT now NOT NULL
+	kBlob
+	kText
+)
+
+type column struct {
+	name    string
+	kind    colKind
+	size    int
+	notNull bool
+}
+
+type index struct {
+	suffix string // index name is table + "_" + suffix
+	cols   string
+}
+
+// step is one numbered schema change. Every column it adds is nullable or
+// has a default, so that a consumer of the previous version keeps working
+// while instances are upgraded one by one.
+type step struct {
+	version     int
+	description string
+	create      []column // the table itself (step 1, the seed columns)
+	add         []column
+	indexes     []index
+	// backfill runs when the column named by its key was added by this
+	// run (so a row an older version wrote gets a meaningful value once).
+	backfill map[string]string
+}
+
+// steps is the migration history. Append only: a released step never
+// changes. Step 1 is exactly the seed DDL of the design document, so a table
+// created from it is at version 1.
+var steps = []step{
+	{version: 1, description: "inbox table with the seed columns and primary key (EVENT_ID, CONSUMER_NAME)",
+		create: []column{
+			{"EVENT_ID", kVarchar, 120, true},
+			{"CONSUMER_NAME", kVarchar, 80, true},
+			{"STATUS", kVarchar, 20, true},
+			{"CORRELATION_ID", kVarchar, 120, false},
+			{"REASON_CODE", kVarchar, 80, false},
+			{"PROCESSED_AT", kTime, 0, false},
+			{"CREATED_AT", kCreated, 0, true},
+		}},
+	{version: 2, description: "attempt counting and error columns; ATTEMPTS and UPDATED_AT backfilled",
+		add: []column{
+			{"ATTEMPTS", kCount, 0, true},
+			{"ERROR_CLASS", kVarchar, 20, false},
+			{"LAST_ERROR", kVarchar, 1000, false},
+			{"UPDATED_AT", kTime, 0, false},
+			{"FIRST_FAILED_AT", kTime, 0, false},
+			{"REPLAY_COUNT", kCount, 0, true},
+		},
+		backfill: map[string]string{
+			// Every row an older version wrote had at least its one attempt.
+			"ATTEMPTS":   `UPDATE {t} SET ATTEMPTS = 1 WHERE ATTEMPTS = 0`,
+			"UPDATED_AT": `UPDATE {t} SET UPDATED_AT = COALESCE(PROCESSED_AT, CREATED_AT) WHERE UPDATED_AT IS NULL`,
+		}},
+	{version: 3, description: "payload hash; indexes for audit (CORRELATION_ID), retention (STATUS, PROCESSED_AT) and the hash check",
+		add: []column{{"PAYLOAD_HASH", kVarchar, 64, false}},
+		indexes: []index{
+			{"CORR", "CORRELATION_ID"},
+			{"RET", "STATUS, PROCESSED_AT"},
+			{"HASH", "PAYLOAD_HASH"},
+		}},
+	{version: 4, description: "store-then-process columns: payload, headers, lease, next attempt",
+		add: []column{
+			{"PAYLOAD", kBlob, 0, false},
+			{"HEADERS", kText, 0, false},
+			{"LEASE_OWNER", kVarchar, 80, false},
+			{"LEASE_UNTIL", kTime, 0, false},
+			{"NEXT_ATTEMPT_AT", kTime, 0, false},
+		}},
+	{version: 5, description: "EVENT_ID_SOURCE: where a derived event id came from (header, json, xml, message-id)",
+		add: []column{{"EVENT_ID_SOURCE", kVarchar, 40, false}}},
+}
+
+// SchemaVersion is the schema version this build needs: the number of the
+// last migration step.
+var SchemaVersion = steps[len(steps)-1].version
+
+func (d Dialect) columnDDL(c column) string {
+	var typ string
+	switch c.kind {
+	case kVarchar:
+		if d.name == "oracle" {
+			typ = fmt.Sprintf("VARCHAR2(%d)", c.size)
+		} else {
+			typ = fmt.Sprintf("VARCHAR(%d)", c.size)
+		}
+	case kCount:
+		if d.name == "oracle" {
+			return c.name + " NUMBER(10) DEFAULT 0 NOT NULL"
+		}
+		return c.name + " INTEGER DEFAULT 0 NOT NULL"
+	case kTime:
+		if d.name == "mysql" {
+			return c.name + " TIMESTAMP(6) NULL DEFAULT NULL"
+		}
+		typ = "TIMESTAMP"
+	case kCreated:
+		switch d.name {
+		case "mysql":
+			return c.name + " TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6) NOT NULL"
+		case "oracle":
+			return c.name + " TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL"
+		}
+		return c.name + " TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL"
+	case kBlob:
+		typ = map[string]string{"postgres": "BYTEA", "mysql": "LONGBLOB", "sqlite": "BLOB", "oracle": "BLOB"}[d.name]
+	case kText:
+		typ = "TEXT"
+		if d.name == "oracle" {
+			typ = "CLOB"
+		}
+	}
+	if c.notNull {
+		return c.name + " " + typ + " NOT NULL"
+	}
+	return c.name + " " + typ
+}
+
+// schemaState is what introspection found in the database.
+type schemaState struct {
+	tableExists   bool
+	columns       map[string]bool // upper-case names
+	indexes       map[string]bool // upper-case names
+	versionExists bool
+	version       int
+}
+
+// PlannedStep is one pending migration step with the exact statements it
+// runs on this database.
+type PlannedStep struct {
+	Version     int      `json:"version"`
+	Description string   `json:"description"`
+	Statements  []string `json:"statements"`
+}
+
+// Plan is what Migrate would do: the statements, in order, for a database
+// in its current state. Its Text is what a DBA applies with Flyway or
+// Liquibase instead of running Migrate.
+type Plan struct {
+	Dialect string `json:"dialect"`
+	Table   string `json:"table"`
+	// Current is the version found (0: no version recorded), Latest the
+	// version this build needs.
+	Current int `json:"current"`
+	Latest  int `json:"latest"`
+	// Prelude creates the version table when it is missing.
+	Prelude []string      `json:"prelude,omitempty"`
+	Steps   []PlannedStep `json:"steps"`
+}
+
+// Statements returns every statement of the plan in order.
+func (p Plan) Statements() []string {
+	out := append([]string(nil), p.Prelude...)
+	for _, s := range p.Steps {
+		out = append(out, s.Statements...)
+	}
+	return out
+}
+
+// Text renders the plan as an SQL script: statements end with ";" (with a
+// line holding "/" for Oracle), each step under a comment naming it.
+func (p Plan) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "-- inboxkit schema of %s (%s): version %d -> %d\n", p.Table, p.Dialect, p.Current, p.Latest)
+	write := func(st string) {
+		if p.Dialect == "oracle" {
+			b.WriteString(st + "\n/\n")
+		} else {
+			b.WriteString(st + ";\n")
+		}
+	}
+	for _, st := range p.Prelude {
+		write(st)
+	}
+	for _, s := range p.Steps {
+		fmt.Fprintf(&b, "\n-- step %d: %s\n", s.Version, s.Description)
+		for _, st := range s.Statements {
+			write(st)
+		}
+	}
+	if len(p.Steps) == 0 {
+		b.WriteString("-- nothing to do: the schema is up to date\n")
+	}
+	return b.String()
+}
+
+func allColumns() []column {
+	var out []column
+	for _, s := range steps {
+		out = append(out, s.create...)
+		out = append(out, s.add...)
+	}
+	return out
+}
+
+func versionTableDDL(d Dialect) string {
+	cols := []string{
+		d.columnDDL(column{"TABLE_NAME", kVarchar, 30, true}),
+		"VERSION " + map[bool]string{true: "NUMBER(10)", false: "INTEGER"}[d.name == "oracle"] + " NOT NULL",
+		d.columnDDL(column{"DESCRIPTION", kVarchar, 200, true}),
+		d.columnDDL(column{"APPLIED_AT", kCreated, 0, true}),
+		"CONSTRAINT " + VersionTable + "_PK PRIMARY KEY (TABLE_NAME, VERSION)",
+	}
+	ifNot := " IF NOT EXISTS"
+	if d.name == "oracle" {
+		ifNot = ""
+	}
+	return "CREATE TABLE" + ifNot + " " + VersionTable + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"
+}
+
+// plan computes the statements that bring a database in state st to the
+// latest version. It is a pure function, so every dialect (Oracle too) is
+// tested offline.
+func plan(d Dialect, table string, st schemaState) Plan {
+	p := Plan{Dialect: d.name, Table: table, Current: st.version, Latest: SchemaVersion}
+	t := func(q string) string { return strings.ReplaceAll(q, "{t}", table) }
+	if !st.versionExists {
+		p.Prelude = append(p.Prelude, versionTableDDL(d))
+	}
+	record := func(s step) string {
+		return fmt.Sprintf("INSERT INTO %s (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('%s', %d, '%s')",
+			VersionTable, table, s.version, strings.ReplaceAll(s.description, "'", "''"))
+	}
+	created := false
+	for _, s := range steps {
+		if s.version <= st.version && st.tableExists {
+			continue
+		}
+		ps := PlannedStep{Version: s.version, Description: s.description}
+		if !st.tableExists && !created {
+			// A new installation gets the latest table in one statement.
+			created = true
+			ps.Statements = append(ps.Statements, createTable(d, table)...)
+		}
+		if st.tableExists {
+			for _, c := range s.add {
+				if st.columns[c.name] {
+					continue
+				}
+				ps.Statements = append(ps.Statements, t("ALTER TABLE {t} ADD "+d.columnDDL(c)))
+				if q, ok := s.backfill[c.name]; ok {
+					ps.Statements = append(ps.Statements, t(q))
+				}
+			}
+			for _, ix := range s.indexes {
+				name := table + "_" + ix.suffix
+				if st.indexes[strings.ToUpper(name)] {
+					continue
+				}
+				ps.Statements = append(ps.Statements, t("CREATE INDEX "+name+" ON {t} ("+ix.cols+")"))
+			}
+		}
+		if s.version > st.version {
+			ps.Statements = append(ps.Statements, record(s))
+		}
+		if len(ps.Statements) > 0 {
+			p.Steps = append(p.Steps, ps)
+		}
+	}
+	return p
+}
+
+// createTable is the DDL of a new table at the latest version.
+func createTable(d Dialect, table string) []string {
+	var cols []string
+	for _, c := range allColumns() {
+		cols = append(cols, d.columnDDL(c))
+	}
+	var ixs []index
+	for _, s := range steps {
+		ixs = append(ixs, s.indexes...)
+	}
+	pk := "CONSTRAINT " + table + "_PK PRIMARY KEY (EVENT_ID, CONSUMER_NAME)"
+	switch d.name {
+	case "mysql":
+		cols = append(cols, "PRIMARY KEY (EVENT_ID, CONSUMER_NAME)")
+		for _, ix := range ixs {
+			cols = append(cols, "INDEX "+table+"_"+ix.suffix+" ("+ix.cols+")")
+		}
+		return []string{"CREATE TABLE IF NOT EXISTS " + table + " (\n    " + strings.Join(cols, ",\n    ") +
+			"\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"}
+	case "oracle":
+		cols = append(cols, pk)
+	default:
+		cols = append(cols, "PRIMARY KEY (EVENT_ID, CONSUMER_NAME)")
+	}
+	ifNot := " IF NOT EXISTS"
+	if d.name == "oracle" {
+		ifNot = ""
+	}
+	out := []string{"CREATE TABLE" + ifNot + " " + table + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"}
+	for _, ix := range ixs {
+		out = append(out, "CREATE INDEX"+ifNot+" "+table+"_"+ix.suffix+" ON "+table+" ("+ix.cols+")")
+	}
+	return out
+}
+
+// CreateScript returns the SQL script that creates the inbox table at the
+// latest version on an empty database (the files in package schema are this
+// script for the default table name).
+func CreateScript(d Dialect, table string) (string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := ValidateTable(table); err != nil {
+		return "", err
+	}
+	return plan(d, table, schemaState{}).Text(), nil
+}
+
+// introspection queries per dialect: columns, indexes, whether a table
+// exists, each taking the table name as its one argument.
+func (d Dialect) introspection() (columns, indexes, exists string) {
+	switch d.name {
+	case "postgres":
+		return `SELECT upper(column_name) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = lower($1)`,
+			`SELECT upper(indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = lower($1)`,
+			`SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = lower($1)`
+	case "mysql":
+		return `SELECT UPPER(COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+			`SELECT DISTINCT UPPER(INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+			`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
+	case "sqlite":
+		return `SELECT upper(name) FROM pragma_table_info(?)`,
+			`SELECT upper(name) FROM pragma_index_list(?)`,
+			`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND upper(name) = upper(?)`
+	}
+	return `SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = UPPER(:1)`,
+		`SELECT INDEX_NAME FROM USER_INDEXES WHERE TABLE_NAME = UPPER(:1)`,
+		`SELECT COUNT(*) FROM USER_TABLES WHERE TABLE_NAME = UPPER(:1)`
+}
+
+// lockStatements returns the statements that take and release the
+// migration lock on one connection ("" release: the lock ends with the
+// transaction). PostgreSQL: a session advisory lock; MySQL/MariaDB:
+// GET_LOCK; SQLite: BEGIN IMMEDIATE (the database's write lock); Oracle:
+// DBMS_LOCK (needs EXECUTE on DBMS_LOCK).
+func (d Dialect) lockStatements() (lock, unlock string) {
+	switch d.name {
+	case "postgres":
+		key := `hashtext('inboxkit.migrate.' || current_schema() || '.' || upper($1))`
+		return `SELECT pg_advisory_lock(` + key + `)`, `SELECT pg_advisory_unlock(` + key + `)`
+	case "mysql":
+		key := `CONCAT('inboxkit.', LEFT(SHA1(CONCAT(DATABASE(), '.', UPPER(?))), 40))`
+		return `SELECT GET_LOCK(` + key + `, 600)`, `SELECT RELEASE_LOCK(` + key + `)`
+	case "sqlite":
+		return `BEGIN IMMEDIATE`, ``
+	}
+	const alloc = `DECLARE h VARCHAR2(128); r INTEGER; BEGIN DBMS_LOCK.ALLOCATE_UNIQUE('INBOXKIT_MIGRATE_' || UPPER(:1), h); `
+	return alloc + `r := DBMS_LOCK.REQUEST(h, DBMS_LOCK.X_MODE, 600, FALSE); IF r NOT IN (0, 4) THEN RAISE_APPLICATION_ERROR(-20001, 'inboxkit: migration lock not granted: ' || r); END IF; END;`,
+		alloc + `r := DBMS_LOCK.RELEASE(h); END;`
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func introspect(ctx context.Context, q querier, d Dialect, table string) (schemaState, error) {
+	st := schemaState{columns: map[string]bool{}, indexes: map[string]bool{}}
+	colQ, ixQ, existsQ := d.introspection()
+	set := func(query string, into map[string]bool) error {
+		rows, err := q.QueryContext(ctx, query, table)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				return err
+			}
+			into[strings.ToUpper(s)] = true
+		}
+		return rows.Err()
+	}
+	if err := set(colQ, st.columns); err != nil {
+		return st, fmt.Errorf("inbox: read the columns of %s: %w", table, err)
+	}
+	st.tableExists = len(st.columns) > 0
+	if err := set(ixQ, st.indexes); err != nil {
+		return st, fmt.Errorf("inbox: read the indexes of %s: %w", table, err)
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, existsQ, VersionTable).Scan(&n); err != nil {
+		return st, fmt.Errorf("inbox: look for %s: %w", VersionTable, err)
+	}
+	st.versionExists = n > 0
+	if st.versionExists {
+		vq := d.Rebind(`SELECT COALESCE(MAX(VERSION), 0) FROM ` + VersionTable + ` WHERE TABLE_NAME = ?`)
+		if err := q.QueryRowContext(ctx, vq, table).Scan(&st.version); err != nil {
+			return st, fmt.Errorf("inbox: read the schema version: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// ErrSchemaOutdated is wrapped by *SchemaError: the inbox table is missing,
+// behind this build's version, or lacks columns it needs.
+var ErrSchemaOutdated = errors.New("inbox: schema is not at the version this build needs")
+
+// SchemaError says how the database's schema differs from what this build
+// needs. The fix is always to migrate (inboxctl migrate, or Store.Migrate,
+// or the statements of Store.PlanMigration applied by a DBA).
+type SchemaError struct {
+	Table string
+	// Current is the recorded version (0: none), Latest this build's.
+	Current, Latest int
+	// TableMissing is true when the inbox table does not exist.
+	TableMissing bool
+	// MissingColumns are columns this build needs that the table lacks
+	// (a version recorded but the table changed by hand, or never migrated).
+	MissingColumns []string
+	// Pending are the steps still to run.
+	Pending []string
+}
+
+func (e *SchemaError) Error() string {
+	var what string
+	switch {
+	case e.TableMissing:
+		what = fmt.Sprintf("the inbox table %s does not exist", e.Table)
+	case e.Current < e.Latest:
+		what = fmt.Sprintf("the schema of %s is at version %d, this build needs %d (pending: %s)", e.Table, e.Current, e.Latest, strings.Join(e.Pending, "; "))
+	default:
+		what = fmt.Sprintf("the inbox table %s lacks column(s) %s although version %d is recorded", e.Table, strings.Join(e.MissingColumns, ", "), e.Current)
+	}
+	return "inbox: " + what + ": run inboxctl migrate (or apply `inboxctl migrate --dry-run`)"
+}
+
+// Unwrap returns ErrSchemaOutdated.
+func (e *SchemaError) Unwrap() error { return ErrSchemaOutdated }
+
+// CheckSchema reports, as a *SchemaError wrapping ErrSchemaOutdated,
+// whether the inbox table is missing, behind this build's version, or lacks
+// a column this build uses. A consumer calls it at start so that it fails
+// fast instead of failing every message. A schema newer than this build is
+// accepted (new columns are nullable or have defaults: rolling upgrades).
+func (s *Store) CheckSchema(ctx context.Context) error {
+	st, err := introspect(ctx, s.db, s.d, s.cfg.Table)
+	if err != nil {
+		return err
+	}
+	e := &SchemaError{Table: s.cfg.Table, Current: st.version, Latest: SchemaVersion, TableMissing: !st.tableExists}
+	for _, p := range plan(s.d, s.cfg.Table, st).Steps {
+		e.Pending = append(e.Pending, fmt.Sprintf("%d %s", p.Version, p.Description))
+	}
+	if st.tableExists {
+		for _, c := range allColumns() {
+			if !st.columns[c.name] {
+				e.MissingColumns = append(e.MissingColumns, c.name)
+			}
+		}
+	}
+	if e.TableMissing || e.Current < e.Latest || len(e.MissingColumns) > 0 {
+		return e
+	}
+	return nil
+}
+
+// SchemaStatus is the recorded version, the applied and the pending steps.
+type SchemaStatus struct {
+	Dialect string        `json:"dialect"`
+	Table   string        `json:"table"`
+	Current int           `json:"current"`
+	Latest  int           `json:"latest"`
+	Applied []AppliedStep `json:"applied"`
+	Pending []PlannedStep `json:"pending"`
+	// Drift lists columns missing although their version is recorded.
+	Drift []string `json:"drift,omitempty"`
+}
+
+// AppliedStep is one row of the version table.
+type AppliedStep struct {
+	Version     int       `json:"version"`
+	Description string    `json:"description"`
+	AppliedAt   time.Time `json:"appliedAt"`
+}
+
+// SchemaStatus reads the version table and plans the pending steps.
+func (s *Store) SchemaStatus(ctx context.Context) (SchemaStatus, error) {
+	st, err := introspect(ctx, s.db, s.d, s.cfg.Table)
+	if err != nil {
+		return SchemaStatus{}, err
+	}
+	p := plan(s.d, s.cfg.Table, st)
+	out := SchemaStatus{Dialect: s.d.name, Table: s.cfg.Table, Current: st.version, Latest: SchemaVersion, Pending: p.Steps,
+		Applied: []AppliedStep{}}
+	if out.Pending == nil {
+		out.Pending = []PlannedStep{}
+	}
+	if st.tableExists {
+		for _, c := range allColumns() {
+			if !st.columns[c.name] && st.version >= SchemaVersion {
+				out.Drift = append(out.Drift, "missing column "+c.name)
+			}
+		}
+	}
+	if !st.versionExists {
+		return out, nil
+	}
+	rows, err := s.db.QueryContext(ctx, s.d.Rebind(`SELECT VERSION, DESCRIPTION, APPLIED_AT FROM `+VersionTable+` WHERE TABLE_NAME = ? ORDER BY VERSION`), s.cfg.Table)
+	if err != nil {
+		return out, fmt.Errorf("inbox: read %s: %w", VersionTable, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a AppliedStep
+		var at dbTime
+		if err := rows.Scan(&a.Version, &a.Description, &at); err != nil {
+			return out, fmt.Errorf("inbox: read %s: %w", VersionTable, err)
+		}
+		a.AppliedAt = at.Time
+		out.Applied = append(out.Applied, a)
+	}
+	return out, rows.Err()
+}
+
+// PlanMigration returns what Migrate would run now, without running it
+// (`inboxctl migrate --dry-run`).
+func (s *Store) PlanMigration(ctx context.Context) (Plan, error) {
+	st, err := introspect(ctx, s.db, s.d, s.cfg.Table)
+	if err != nil {
+		return Plan{}, err
+	}
+	return plan(s.d, s.cfg.Table, st), nil
+}
+
+// Migrate brings the inbox table to the latest version (see MigrateDB).
+func (s *Store) Migrate(ctx context.Context) error {
+	_, err := MigrateDB(ctx, s.db, s.d, s.cfg.Table)
+	return err
+}
+
+// Migrate brings the inbox table of db to the latest version; table ""
+// means the default. See MigrateDB.
+func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
+	_, err := MigrateDB(ctx, db, d, table)
+	return err
+}
+
+// MigrateDB creates the inbox table, or upgrades any earlier state of it in
+// place — a table created from the seed DDL included — and returns what it
+// ran. It adds missing columns (nullable or with defaults) and indexes,
+// backfills ATTEMPTS and UPDATED_AT of rows written before those columns
+// existed, keeps every row and the existing primary key, and records each
+// step in INBOXKIT_SCHEMA_VERSION. It runs under a database lock
+// (PostgreSQL advisory lock, MySQL GET_LOCK, SQLite's write lock, Oracle
+// DBMS_LOCK) and plans after taking it, so instances starting at once are
+// safe: the first migrates, the others find nothing to do. Running it again
+// changes nothing.
+func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := ValidateTable(table); err != nil {
+		return Plan{}, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return Plan{}, fmt.Errorf("inbox: migrate: %w", err)
+	}
+	defer conn.Close()
+	lock, unlock := d.lockStatements()
+	if d.name == "sqlite" {
+		if _, err := conn.ExecContext(ctx, lock); err != nil {
+			return Plan{}, fmt.Errorf("inbox: migrate: take the write lock: %w", err)
+		}
+		p, err := migrateLocked(ctx, conn, d, table)
+		if err != nil {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+			return p, err
+		}
+		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+			return p, fmt.Errorf("inbox: migrate: commit: %w", err)
+		}
+		return p, nil
+	}
+	if d.name == "mysql" {
+		var got sql.NullInt64
+		if err := conn.QueryRowContext(ctx, lock, table).Scan(&got); err != nil {
+			return Plan{}, fmt.Errorf("inbox: migrate: GET_LOCK: %w", err)
+		}
+		if got.Int64 != 1 {
+			return Plan{}, errors.New("inbox: migrate: GET_LOCK timed out after 600s: another instance is migrating")
+		}
+	} else if _, err := conn.ExecContext(ctx, lock, table); err != nil {
+		return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), unlock, table) }()
+	return migrateLocked(ctx, conn, d, table)
+}
+
+func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string) (Plan, error) {
+	st, err := introspect(ctx, conn, d, table)
+	if err != nil {
+		return Plan{}, err
+	}
+	p := plan(d, table, st)
+	exec := func(q string) error {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("inbox: migrate %s: %w\n\tstatement: %.160s", d.name, err, q)
+		}
+		return nil
+	}
+	for _, q := range p.Prelude {
+		if err := exec(q); err != nil {
+			return p, err
+		}
+	}
+	for _, s := range p.Steps {
+		// PostgreSQL has transactional DDL: a step (columns, backfill,
+		// version row) commits as a whole. MySQL and Oracle commit each DDL
+		// statement; a step cut short is completed by the next run, which
+		// finds the columns already there.
+		tx := d.name == "postgres"
+		if tx {
+			if err := exec("BEGIN"); err != nil {
+				return p, err
+			}
+		}
+		for _, q := range s.Statements {
+			if err := exec(q); err != nil {
+				if tx {
+					_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+				}
+				return p, fmt.Errorf("step %d: %w", s.Version, err)
+			}
+		}
+		if tx {
+			if err := exec("COMMIT"); err != nil {
+				return p, err
+			}
+		}
+	}
+	return p, nil
+}
+
+// MaxEventIDSourceLength is the width of EVENT_ID_SOURCE.
+const MaxEventIDSourceLength = 40
+
+// sourceArg binds an EVENT_ID_SOURCE value: NULL when empty, cut to the
+// column (it is a label for the audit, not a key).
+func sourceArg(s string) sql.NullString {
+	if len(s) > MaxEventIDSourceLength {
+		s = s[:MaxEventIDSourceLength]
+	}
+	return nullString(s)
+}
