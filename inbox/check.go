@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 )
@@ -30,6 +31,9 @@ type HashReuse struct {
 	ConsumerName string
 	// EventIDs are the event ids carrying the hash, in order.
 	EventIDs []string
+	// Sources are the EVENT_ID_SOURCE of each event id ("" for the event
+	// id header): a derived id that did not catch a resend shows here.
+	Sources []string
 }
 
 // PayloadHashReuse returns every payload hash that more than one event id
@@ -53,30 +57,44 @@ func (s *Store) PayloadHashReuse(ctx context.Context) ([]HashReuse, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: payload hash reuse: %w", err)
 	}
-	q := s.d.Rebind(strings.ReplaceAll(`SELECT EVENT_ID FROM {t} WHERE PAYLOAD_HASH = ? AND CONSUMER_NAME = ? ORDER BY EVENT_ID`, "{t}", s.cfg.Table))
+	q := s.d.Rebind(strings.ReplaceAll(`SELECT EVENT_ID, EVENT_ID_SOURCE FROM {t} WHERE PAYLOAD_HASH = ? AND CONSUMER_NAME = ? ORDER BY EVENT_ID`, "{t}", s.cfg.Table))
 	for i := range out {
-		ids, err := s.strings(ctx, q, out[i].PayloadHash, out[i].ConsumerName)
+		rows, err := s.db.QueryContext(ctx, q, out[i].PayloadHash, out[i].ConsumerName)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: payload hash reuse: %w", err)
 		}
-		out[i].EventIDs = ids
+		for rows.Next() {
+			var id string
+			var src sql.NullString
+			if err := rows.Scan(&id, &src); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("inbox: payload hash reuse: %w", err)
+			}
+			out[i].EventIDs = append(out[i].EventIDs, id)
+			out[i].Sources = append(out[i].Sources, src.String)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("inbox: payload hash reuse: %w", err)
+		}
 	}
 	return out, nil
 }
 
-func (s *Store) strings(ctx context.Context, q string, args ...any) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+// MessageIDEventIDs returns at most limit rows (oldest first) whose event
+// id was derived from the broker's message id (EVENT_ID_SOURCE message-id
+// or header:JMSMessageID): such an id does not survive a producer resend or
+// a DLQ replay, so those rows do not protect against them. A limit of 0 or
+// less means 100.
+func (s *Store) MessageIDEventIDs(ctx context.Context, limit int) ([]Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	_, lim := s.d.limit("?")
+	q := s.d.Rebind(strings.ReplaceAll(`SELECT `+recordColumns+` FROM {t} WHERE EVENT_ID_SOURCE LIKE 'message-id%' OR EVENT_ID_SOURCE LIKE 'header:JMSMessageID%' ORDER BY CREATED_AT, EVENT_ID`+lim, "{t}", s.cfg.Table))
+	out, err := s.query(ctx, q, limit)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inbox: message-id event ids: %w", err)
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return out, nil
 }

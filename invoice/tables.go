@@ -168,3 +168,10 @@ func timeArg(d inbox.Dialect, t time.Time) any {
 	}
 	return t.UTC()
 }
+
+// CheckConfig is the invoice consumer's configuration of `inboxctl check`
+// (the business checks on its own tables): check.json, embedded. It is the
+// example for other consumers' files.
+//
+//go:embed check.json
+var CheckConfig []byte

@@ -373,6 +373,11 @@ func (d *Delivery) Requeue(ctx context.Context, delay time.Duration) error {
 		headers = append(headers, Header{k, v})
 	}
 	headers = append(headers, Header{HeaderRequeued, strconv.Itoa(n + 1)}, Header{"persistent", "true"})
+	if d.msg.Header(consumer.HeaderOriginalMessageID) == "" && d.msg.BrokerMessageID != "" {
+		// The copy gets a new message-id: keep the first one for an event
+		// id derived from it (consumer.MessageIDSource).
+		headers = append(headers, Header{consumer.HeaderOriginalMessageID, d.msg.BrokerMessageID})
+	}
 	if ms := delay.Milliseconds(); ms > 0 {
 		headers = append(headers, Header{HeaderScheduledDelay, strconv.FormatInt(ms, 10)})
 	}

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/invoice"
 )
 
 // finding is one kind of inconsistency found by check.
@@ -24,36 +27,135 @@ type finding struct {
 
 const maxSamples = 10
 
+// checkConfig tells check how to find a consumer's business rows: the
+// invoice consumer's is invoice/check.json, the claims example's
+// examples/claims/check.json.
+type checkConfig struct {
+	// Consumer is the CONSUMER_NAME whose PROCESSED rows are checked.
+	Consumer string `json:"consumer"`
+	// BusinessRowExists: SQL returning a row when the business record of
+	// the event {event_id} exists (split transactions when it does not).
+	BusinessRowExists businessCheck `json:"businessRowExists"`
+	// BusinessKeys: SQL returning the columns business_key and event_id of
+	// every business record (double effects when a key has several).
+	BusinessKeys businessCheck `json:"businessKeys"`
+}
+
+type businessCheck struct {
+	Name    string `json:"name"`
+	Meaning string `json:"meaning"`
+	SQL     string `json:"sql"`
+}
+
+func loadCheckConfig(path, consumerName, rowSQL, keySQL string) (checkConfig, error) {
+	raw := invoice.CheckConfig
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return checkConfig{}, usageErr("--config: %v", err)
+		}
+		raw = b
+	}
+	var cfg checkConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return checkConfig{}, usageErr("--config %s: %v\n\tsee invoice/check.json for the format", path, err)
+	}
+	if path != "" || rowSQL != "" || keySQL != "" {
+		// Flags replace the file's (or, without a file, the invoice consumer's) SQL.
+		if rowSQL != "" {
+			cfg.BusinessRowExists = businessCheck{SQL: rowSQL}
+		}
+		if keySQL != "" {
+			cfg.BusinessKeys = businessCheck{SQL: keySQL}
+		}
+		if path == "" && (rowSQL == "") != (keySQL == "") {
+			if rowSQL == "" {
+				cfg.BusinessRowExists = businessCheck{}
+			} else {
+				cfg.BusinessKeys = businessCheck{}
+			}
+		}
+	}
+	if consumerName != "" {
+		cfg.Consumer = consumerName
+	}
+	if cfg.Consumer == "" {
+		return cfg, usageErr("check: no consumer name: pass --consumer NAME or set \"consumer\" in --config")
+	}
+	if cfg.BusinessRowExists.Name == "" {
+		cfg.BusinessRowExists.Name = "processed-without-business-row"
+	}
+	if cfg.BusinessRowExists.Meaning == "" {
+		cfg.BusinessRowExists.Meaning = "PROCESSED event ids with no business row: split transactions"
+	}
+	if cfg.BusinessKeys.Name == "" {
+		cfg.BusinessKeys.Name = "duplicate-business-keys"
+	}
+	if cfg.BusinessKeys.Meaning == "" {
+		cfg.BusinessKeys.Meaning = "business keys with more than one business row: double effects"
+	}
+	if s := cfg.BusinessRowExists.SQL; s != "" && !strings.Contains(s, "{event_id}") {
+		return cfg, usageErr("check: the business-row SQL must compare the event id column with {event_id}, e.g. SELECT 1 FROM claim_cases c WHERE c.event_id = {event_id}")
+	}
+	return cfg, nil
+}
+
 func newCheckCmd() *cobra.Command {
 	var f dbFlags
-	var consumerName string
+	var consumerName, configPath, rowSQL, keySQL string
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "check --db URL [--json]",
+		Use:   "check --db URL [--config FILE] [--json]",
 		Short: "Find the typical inbox inconsistencies in the data (exit 1 when found)",
-		Long: `check looks for the legacy consumer's typical errors in the data:
+		Long: `check looks for the legacy consumer's typical errors in the data. Two checks read the
+consumer's own business tables, through SQL from --config FILE (or the flags); without
+them, the invoice consumer's (invoice/check.json):
 
-  processed-without-letter  a PROCESSED invoice event without its shipping letter
-                            (the inbox row and the business write were in separate transactions)
-  duplicate-letters         more than one shipping letter for one invoice
-                            (a purge inside the redelivery horizon, or a resend with a new event id)
+  businessRowExists  (invoice: processed-without-letter) PROCESSED events without their
+                     business row: the inbox row and the business write were in separate
+                     transactions. SQL returning a row when the record of {event_id} exists.
+  businessKeys       (invoice: duplicate-letters) business keys with more than one business
+                     row: a purge inside the redelivery horizon, or a resend with a new event
+                     id. SQL returning the columns business_key and event_id.
+
+and on the inbox table of every consumer:
+
   payload-hash-reuse        the same payload hash under different event ids (a resend with a new id)
+  derived-id-payload-reuse  ... where an id was derived (--event-id-from): the derivation did not
+                            catch that resend
+  message-id-event-ids      event ids derived from the broker message id: they do not survive a
+                            producer resend or a DLQ replay
   stuck-technical-failure   TECHNICAL_FAILURE rows at or over the backout threshold (--max-attempts)
                             that were never dead-lettered (consumer down, DLQ publish failing)
+
+A config file (JSON):
+  {"consumer": "claims-service",
+   "businessRowExists": {"name": "processed-without-case", "sql": "SELECT 1 FROM claim_cases c WHERE c.event_id = {event_id}"},
+   "businessKeys": {"name": "duplicate-cases", "sql": "SELECT claim_no AS business_key, event_id FROM claim_cases"}}
 
 It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found,
 1 when anything is found, 2 on a usage or connection error.`,
 		Example: `  inboxctl check --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-  inboxctl check --db sqlite:./inbox.db --json --max-attempts 5`,
+  inboxctl check --db sqlite:./inbox.db --json --max-attempts 5
+  inboxctl check --db sqlite:./claims.db --config examples/claims/check.json
+  inboxctl check --db sqlite:./claims.db --consumer claims-service \
+    --business-row-sql 'SELECT 1 FROM claim_cases c WHERE c.event_id = {event_id}' \
+    --business-key-sql 'SELECT claim_no AS business_key, event_id FROM claim_cases'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadCheckConfig(configPath, consumerName, rowSQL, keySQL)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, _, err := f.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
-			fs, err := runChecks(ctx, st, consumerName)
+			fs, err := runChecks(ctx, st, cfg)
 			if err != nil {
 				return err
 			}
@@ -78,7 +180,10 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 	}
 	f.register(c)
 	f.registerAttempts(c)
-	c.Flags().StringVar(&consumerName, "consumer", defaultConsumer, "consumer name (CONSUMER_NAME) of the invoice consumer")
+	c.Flags().StringVar(&consumerName, "consumer", "", "consumer name (CONSUMER_NAME) whose business rows are checked (default: the config's, invoice-consumer)")
+	c.Flags().StringVar(&configPath, "config", "", "JSON file with the consumer's business-table SQL (default: the invoice consumer's)")
+	c.Flags().StringVar(&rowSQL, "business-row-sql", "", "SQL returning a row when the business record of {event_id} exists")
+	c.Flags().StringVar(&keySQL, "business-key-sql", "", "SQL returning business_key, event_id of every business record")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
@@ -104,81 +209,117 @@ func printFindings(w io.Writer, fs []finding, total int) {
 	}
 }
 
-func runChecks(ctx context.Context, st *inbox.Store, consumerName string) ([]finding, error) {
+func runChecks(ctx context.Context, st *inbox.Store, cfg checkConfig) ([]finding, error) {
 	db, d, table := st.DB(), st.Dialect(), st.Config().Table
 	var out []finding
 
-	// 1. PROCESSED invoice events without their shipping letter.
-	f1 := finding{Check: "processed-without-letter", Meaning: "PROCESSED event ids with no shipping letter: split transactions"}
-	q := d.Rebind(`SELECT i.EVENT_ID FROM ` + table + ` i WHERE i.STATUS = 'PROCESSED' AND i.CONSUMER_NAME = ?
-		AND NOT EXISTS (SELECT 1 FROM shipping_letters l WHERE l.event_id = i.EVENT_ID) ORDER BY i.EVENT_ID`)
-	ids, err := queryStrings(ctx, db, q, consumerName)
-	if err != nil {
-		if !hasInvoiceTables(ctx, db) {
-			f1.Skipped = "no invoice tables (shipping_letters): run inboxctl migrate"
-		} else {
-			return nil, fmt.Errorf("check processed-without-letter: %w", err)
-		}
-	}
-	f1.Count, f1.Samples = len(ids), sample(ids)
-	out = append(out, f1)
-
-	// 2. Business duplicates: more than one letter for one invoice.
-	f2 := finding{Check: "duplicate-letters", Meaning: "invoices with more than one shipping letter"}
-	if f1.Skipped != "" {
-		f2.Skipped = f1.Skipped
-	} else {
-		rows, err := db.QueryContext(ctx, `SELECT invoice_no, COUNT(*) FROM shipping_letters GROUP BY invoice_no HAVING COUNT(*) > 1 ORDER BY invoice_no`)
+	// 1. PROCESSED events without their business row.
+	if br := cfg.BusinessRowExists; br.SQL != "" {
+		f1 := finding{Check: br.Name, Meaning: br.Meaning}
+		exists := strings.ReplaceAll(br.SQL, "{event_id}", "i.EVENT_ID")
+		q := d.Rebind(`SELECT i.EVENT_ID FROM ` + table + ` i WHERE i.STATUS = 'PROCESSED' AND i.CONSUMER_NAME = ?
+		AND NOT EXISTS (` + exists + `) ORDER BY i.EVENT_ID`)
+		ids, err := queryStrings(ctx, db, q, cfg.Consumer)
 		if err != nil {
-			return nil, fmt.Errorf("check duplicate-letters: %w", err)
-		}
-		type dup struct {
-			inv string
-			n   int
-		}
-		var dups []dup
-		for rows.Next() {
-			var x dup
-			if err := rows.Scan(&x.inv, &x.n); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("check duplicate-letters: %w", err)
+			if br.Name == "processed-without-letter" && !hasInvoiceTables(ctx, db) {
+				f1.Skipped = "no invoice tables (shipping_letters): run inboxctl migrate"
+			} else {
+				return nil, fmt.Errorf("check %s: %w\n\tSQL: %s", br.Name, err, br.SQL)
 			}
-			dups = append(dups, x)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("check duplicate-letters: %w", err)
-		}
-		f2.Count = len(dups)
-		for i, x := range dups {
-			if i == maxSamples {
-				break
-			}
-			evs, err := queryStrings(ctx, db, d.Rebind(`SELECT COALESCE(event_id, '(none)') FROM shipping_letters WHERE invoice_no = ? ORDER BY created_at, letter_id`), x.inv)
-			if err != nil {
-				return nil, fmt.Errorf("check duplicate-letters: %w", err)
-			}
-			f2.Samples = append(f2.Samples, fmt.Sprintf("invoice %s: %d letters, event ids %s", x.inv, x.n, strings.Join(evs, ", ")))
-		}
+		f1.Count, f1.Samples = len(ids), sample(ids)
+		out = append(out, f1)
 	}
-	out = append(out, f2)
 
-	// 3. The same payload hash under different event ids.
+	// 2. Double effects: more than one business row for one business key.
+	if bk := cfg.BusinessKeys; bk.SQL != "" {
+		f2 := finding{Check: bk.Name, Meaning: bk.Meaning}
+		if len(out) > 0 && out[0].Skipped != "" {
+			f2.Skipped = out[0].Skipped
+		} else {
+			rows, err := db.QueryContext(ctx, `SELECT k.business_key, COUNT(*) FROM (`+bk.SQL+`) k GROUP BY k.business_key HAVING COUNT(*) > 1 ORDER BY k.business_key`)
+			if err != nil {
+				return nil, fmt.Errorf("check %s: %w\n\tSQL: %s (it must return the columns business_key and event_id)", bk.Name, err, bk.SQL)
+			}
+			type dup struct {
+				key string
+				n   int
+			}
+			var dups []dup
+			for rows.Next() {
+				var x dup
+				if err := rows.Scan(&x.key, &x.n); err != nil {
+					rows.Close()
+					return nil, fmt.Errorf("check %s: %w", bk.Name, err)
+				}
+				dups = append(dups, x)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, fmt.Errorf("check %s: %w", bk.Name, err)
+			}
+			f2.Count = len(dups)
+			for i, x := range dups {
+				if i == maxSamples {
+					break
+				}
+				evs, err := queryStrings(ctx, db, d.Rebind(`SELECT COALESCE(k.event_id, '(none)') FROM (`+bk.SQL+`) k WHERE k.business_key = ? ORDER BY 1`), x.key)
+				if err != nil {
+					return nil, fmt.Errorf("check %s: %w", bk.Name, err)
+				}
+				f2.Samples = append(f2.Samples, fmt.Sprintf("%s: %d rows, event ids %s", x.key, x.n, strings.Join(evs, ", ")))
+			}
+		}
+		out = append(out, f2)
+	}
+
+	// 3. The same payload hash under different event ids; and where ids
+	// were derived, the derivation did not catch that resend.
 	f3 := finding{Check: "payload-hash-reuse", Meaning: "one payload under several event ids: a resend with a new event id"}
+	f3d := finding{Check: "derived-id-payload-reuse", Meaning: "one payload under several derived event ids: the --event-id-from sources did not catch a resend"}
 	reuse, err := st.PayloadHashReuse(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("check payload-hash-reuse: %w", err)
 	}
-	f3.Count = len(reuse)
-	for i, h := range reuse {
+	for _, h := range reuse {
+		line := fmt.Sprintf("hash %s… (%s): event ids %s", h.PayloadHash[:min(12, len(h.PayloadHash))], h.ConsumerName, strings.Join(h.EventIDs, ", "))
+		f3.Count++
+		if len(f3.Samples) < maxSamples {
+			f3.Samples = append(f3.Samples, line)
+		}
+		derived := false
+		var srcs []string
+		for i, s := range h.Sources {
+			if s != "" {
+				derived = true
+			}
+			srcs = append(srcs, h.EventIDs[i]+" from "+orDefault(s, "the eventId header"))
+		}
+		if derived {
+			f3d.Count++
+			if len(f3d.Samples) < maxSamples {
+				f3d.Samples = append(f3d.Samples, fmt.Sprintf("hash %s… (%s): %s", h.PayloadHash[:min(12, len(h.PayloadHash))], h.ConsumerName, strings.Join(srcs, ", ")))
+			}
+		}
+	}
+	out = append(out, f3, f3d)
+
+	// 4. Event ids derived from the broker message id.
+	f5 := finding{Check: "message-id-event-ids", Meaning: "event ids from the broker message id: a producer resend or a DLQ replay is processed again"}
+	mids, err := st.MessageIDEventIDs(ctx, 1000)
+	if err != nil {
+		return nil, fmt.Errorf("check message-id-event-ids: %w", err)
+	}
+	f5.Count = len(mids)
+	for i, r := range mids {
 		if i == maxSamples {
 			break
 		}
-		f3.Samples = append(f3.Samples, fmt.Sprintf("hash %s… (%s): event ids %s", h.PayloadHash[:min(12, len(h.PayloadHash))], h.ConsumerName, strings.Join(h.EventIDs, ", ")))
+		f5.Samples = append(f5.Samples, fmt.Sprintf("%s (%s): %s, correlation id %s", r.EventID, r.ConsumerName, r.Status, orDash(r.CorrelationID)))
 	}
-	out = append(out, f3)
+	out = append(out, f5)
 
-	// 4. Stuck technical failures.
+	// 5. Stuck technical failures.
 	f4 := finding{Check: "stuck-technical-failure", Meaning: fmt.Sprintf("TECHNICAL_FAILURE with attempts >= %d, never dead-lettered", st.Config().MaxAttempts)}
 	stuck, err := st.StuckFailures(ctx, 1000)
 	if err != nil {
@@ -193,6 +334,13 @@ func runChecks(ctx context.Context, st *inbox.Store, consumerName string) ([]fin
 	}
 	out = append(out, f4)
 	return out, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func hasInvoiceTables(ctx context.Context, db *sql.DB) bool {

@@ -83,6 +83,7 @@ type runFlags struct {
 	letters      string
 	requeueDelay time.Duration
 	shutdown     time.Duration
+	eventIDFrom  string
 }
 
 func newRunCmd() *cobra.Command {
@@ -106,9 +107,12 @@ Every log line carries event_id and correlation_id.
 Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
 the contract the golden black-box recorder serves); without it a letter is "sent"
 by logging it. A technical failure is redelivered after --requeue-delay, doubling
-per attempt up to one minute. The tables must exist: run 'inboxctl migrate' first.`,
+per attempt up to one minute. The tables must exist at this build's schema version: run 'inboxctl migrate' first
+(run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
-    --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json`,
+    --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
+  inboxctl run --broker stomp://127.0.0.1:61613 --queue invoices \
+    --event-id-from header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.queue == "" {
@@ -127,6 +131,10 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 			if f.dlq == "" {
 				f.dlq = "DLQ." + f.queue
 			}
+			eventID, err := parseEventIDFrom(f.eventIDFrom)
+			if err != nil {
+				return err
+			}
 			logger, err := newLogger(cmd.ErrOrStderr(), f.logFormat, slog.LevelInfo)
 			if err != nil {
 				return err
@@ -137,6 +145,9 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 				return err
 			}
 			defer st.DB().Close()
+			if !hasInvoiceTables(ctx, st.DB()) {
+				return usageErr("database %s has no invoice tables (shipping_letters): run inboxctl migrate", t.Display)
+			}
 			b, err := openBroker(f.brokerURL, logger)
 			if err != nil {
 				return err
@@ -170,6 +181,7 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
 				RequeueDelayFunc: consumer.DoublingRequeueDelay(f.requeueDelay),
 				ShutdownTimeout:  f.shutdown,
+				EventIDFunc:      eventID,
 			})
 			if err != nil {
 				src.Close()
@@ -202,5 +214,6 @@ per attempt up to one minute. The tables must exist: run 'inboxctl migrate' firs
 	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL to POST letters to (default $"+envLetterService+"; none: letters are logged)")
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
+	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
 	return c
 }

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"github.com/inboxkit/inboxkit/consumer"
+)
+
+// eventIDHelp is the --event-id-from part of run's help.
+const eventIDHelp = `
+Legacy producers that send no eventId header: --event-id-from takes an ordered list
+of sources; the first one that holds a value is the event id, and its name is logged
+(event_id_source) and stored in EVENT_ID_SOURCE, so audit shows it:
+
+  header:NAME      a header (header:JMSCorrelationID / header:JMSMessageID: the broker's ids)
+  json:PATH        a field of a JSON body, dot-separated (json:invoice.number, json:lines.0.id)
+  xml:PATH         an element of an XML body, from the root (xml:Invoice/Header/Number)
+  correlation-id   the broker's correlation id
+  message-id       the broker's message id
+
+What each protects against: a header the producer sets catches redeliveries and
+resends that keep it; a business key (json:/xml:) catches a resend built anew, but
+drops a second, different event about the same key; the correlation id only works
+where it is unique per event; message-id catches broker redeliveries only, NOT a
+producer resend (new JMSMessageID) nor a DLQ replay: 'inboxctl check' lists ids that
+came from it. An id longer than 120 bytes becomes "sha256:" + the hex SHA-256 of
+the whole key (never truncated).`
+
+// parseEventIDFrom turns --event-id-from into the consumer's EventIDFunc
+// (nil when empty: the eventId header).
+func parseEventIDFrom(spec string) (consumer.EventIDFunc, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	fn, _, err := consumer.ParseEventIDChain(spec)
+	if err != nil {
+		return nil, usageErr("--event-id-from: %v", err)
+	}
+	return fn, nil
+}
