@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -27,6 +29,7 @@ type auditRow struct {
 	ReplayCount   int        `json:"replayCount"`
 	PayloadHash   string     `json:"payloadHash,omitempty"`
 	DLQTrace      string     `json:"dlqTrace,omitempty"`
+	EventIDSource string     `json:"eventIdSource,omitempty"`
 }
 
 func auditRowOf(r inbox.Record) auditRow {
@@ -34,7 +37,7 @@ func auditRowOf(r inbox.Record) auditRow {
 		EventID: r.EventID, Consumer: r.ConsumerName, CorrelationID: r.CorrelationID, Status: string(r.Status),
 		Reason: r.ReasonCode, ErrorClass: r.ErrorClass, Attempts: r.Attempts, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstFailedAt: r.FirstFailedAt, ProcessedAt: r.ProcessedAt,
-		ReplayCount: r.ReplayCount, PayloadHash: r.PayloadHash,
+		ReplayCount: r.ReplayCount, PayloadHash: r.PayloadHash, EventIDSource: r.EventIDSource,
 	}
 	switch {
 	case r.Status == "DEAD_LETTERED":
@@ -62,22 +65,47 @@ func orDash(s string) string {
 	return s
 }
 
+// queueEntry is a message the audit found on the DLQ or the reject queue.
+type queueEntry struct {
+	Queue string `json:"queue"`
+	dlqEntry
+}
+
+// auditReport is audit's JSON with --broker.
+type auditReport struct {
+	Rows     []auditRow   `json:"rows"`
+	Queues   []queueEntry `json:"queues"`
+	Browsing string       `json:"browsing,omitempty"`
+}
+
 func newAuditCmd() *cobra.Command {
 	var f dbFlags
-	var corr string
+	var corr, eventID, brokerURL, dlqName, rejectQueue string
 	var asJSON bool
 	c := &cobra.Command{
-		Use:   "audit --db URL --correlation-id ID [--json]",
-		Short: "Show every inbox row of one correlation id, oldest first",
-		Long: `audit prints every inbox row (of all consumers) with the correlation id, oldest
-first: event id, consumer, status, reason, attempts, times, the last error and the
-DLQ trace (dead-lettered, replays). Exit 1 when no row has the correlation id.`,
+		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [--json]",
+		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
+		Long: `audit prints every inbox row (of all consumers) with the correlation id, or with the
+event id, oldest first: event id, where a derived id came from (--event-id-from),
+consumer, status, reason, attempts, times, the last error and the DLQ trace
+(dead-lettered, replays).
+
+With --broker it also lists what the dead-letter queue (--dlq) and the reject queue
+(--reject-queue) hold for the case: messages with the event id, or with the
+correlation id of the case — including messages that had no event id and so have no
+inbox row. On ActiveMQ (stomp://) the queues are read with a queue browser and nothing
+is consumed. RabbitMQ and JetStream cannot browse through inboxctl: their messages are
+received and handed back unacknowledged (nothing is lost, but each counts as
+redelivered there); audit says so.
+
+Exit 1 when nothing is found.`,
 		Example: `  inboxctl audit --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --correlation-id order-4711
+  inboxctl audit --db sqlite:./inbox.db --event-id INV-42 --broker stomp://127.0.0.1:61613 --dlq DLQ.invoices --reject-queue invoices.rejected
   INBOXKIT_DB=sqlite:./inbox.db inboxctl audit --correlation-id order-4711 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if corr == "" {
-				return usageErr("audit needs --correlation-id ID (the correlationId header of the events)")
+			if (corr == "") == (eventID == "") {
+				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events) or --event-id ID")
 			}
 			ctx := cmd.Context()
 			st, _, err := f.openStore(ctx)
@@ -85,7 +113,14 @@ DLQ trace (dead-lettered, replays). Exit 1 when no row has the correlation id.`,
 				return err
 			}
 			defer st.DB().Close()
-			recs, err := st.ByCorrelation(ctx, corr)
+			var recs []inbox.Record
+			title := "correlation id " + corr
+			if corr != "" {
+				recs, err = st.ByCorrelation(ctx, corr)
+			} else {
+				title = "event id " + eventID
+				recs, err = st.ByEventID(ctx, eventID)
+			}
 			if err != nil {
 				return err
 			}
@@ -93,19 +128,76 @@ DLQ trace (dead-lettered, replays). Exit 1 when no row has the correlation id.`,
 			for _, r := range recs {
 				rows = append(rows, auditRowOf(r))
 			}
+			rep := auditReport{Rows: rows, Queues: []queueEntry{}}
+			if brokerURL != "" {
+				corrs := map[string]bool{}
+				if corr != "" {
+					corrs[corr] = true
+				}
+				for _, r := range recs {
+					if r.CorrelationID != "" {
+						corrs[r.CorrelationID] = true
+					}
+				}
+				b, err := openBroker(brokerURL, nil)
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				if b.t.Kind != target.STOMP {
+					rep.Browsing = b.t.Kind + " cannot be browsed by inboxctl: the queues' messages were received and handed back unacknowledged (each now counts as redelivered)"
+				}
+				for _, q := range []string{dlqName, rejectQueue} {
+					if q == "" {
+						continue
+					}
+					ms, err := b.Browse(ctx, q, 0)
+					if err != nil {
+						return err
+					}
+					for _, m := range ms {
+						e := dlqEntryOf(m)
+						c := e.CorrelationID
+						if c == "" {
+							c = orDefault(m.Header("correlationId"), m.Header("correlation-id"))
+						}
+						if (eventID != "" && e.EventID == eventID) || (c != "" && corrs[c]) {
+							rep.Queues = append(rep.Queues, queueEntry{Queue: q, dlqEntry: e})
+						}
+					}
+				}
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(rows); err != nil {
+				var v any = rows
+				if brokerURL != "" {
+					v = rep
+				}
+				if err := enc.Encode(v); err != nil {
 					return err
 				}
 			} else {
-				printAudit(out, corr, rows)
+				printAudit(out, title, rows)
+				if brokerURL != "" {
+					if rep.Browsing != "" {
+						fmt.Fprintln(out, "note: "+rep.Browsing)
+					}
+					fmt.Fprintf(out, "queues (%s): %d message(s) for this case\n", strings.Join(nonEmpty(dlqName, rejectQueue), ", "), len(rep.Queues))
+					tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+					if len(rep.Queues) > 0 {
+						fmt.Fprintln(tw, "QUEUE\tEVENT\tCORRELATION\tREASON\tATTEMPTS\tERROR")
+					}
+					for _, e := range rep.Queues {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.Queue, orDefault(e.EventID, "(no event id)"), orDash(e.CorrelationID), e.Reason, e.Attempts, orDash(shorten(e.Error, 60)))
+					}
+					tw.Flush()
+				}
 			}
-			if len(rows) == 0 {
+			if len(rows) == 0 && len(rep.Queues) == 0 {
 				if !asJSON {
-					fmt.Fprintf(cmd.ErrOrStderr(), "no inbox row has correlation id %q\n", corr)
+					fmt.Fprintf(cmd.ErrOrStderr(), "no inbox row has %s\n", title)
 				}
 				return errFindings
 			}
@@ -113,17 +205,31 @@ DLQ trace (dead-lettered, replays). Exit 1 when no row has the correlation id.`,
 		},
 	}
 	f.register(c)
-	c.Flags().StringVar(&corr, "correlation-id", "", "the correlation id to audit (required)")
+	c.Flags().StringVar(&corr, "correlation-id", "", "the correlation id to audit")
+	c.Flags().StringVar(&eventID, "event-id", "", "the event id to audit")
+	c.Flags().StringVar(&brokerURL, "broker", "", "also list the case's messages on --dlq and --reject-queue of this broker")
+	c.Flags().StringVar(&dlqName, "dlq", "DLQ.invoices", "dead-letter queue to look into (with --broker)")
+	c.Flags().StringVar(&rejectQueue, "reject-queue", "", "reject queue to look into (with --broker)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }
 
-func printAudit(w interface{ Write([]byte) (int, error) }, corr string, rows []auditRow) {
-	fmt.Fprintf(w, "audit of correlation id %s: %d row(s)\n", corr, len(rows))
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func printAudit(w interface{ Write([]byte) (int, error) }, title string, rows []auditRow) {
+	fmt.Fprintf(w, "audit of %s: %d row(s)\n", title, len(rows))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tCONSUMER\tSTATUS\tREASON\tATTEMPTS\tCREATED\tFINISHED\tDLQ TRACE\tLAST ERROR")
+	fmt.Fprintln(tw, "EVENT\tID SOURCE\tCONSUMER\tSTATUS\tREASON\tATTEMPTS\tCREATED\tFINISHED\tDLQ TRACE\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.EventID, r.Consumer, r.Status, orDash(r.Reason), r.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.EventID, orDefault(r.EventIDSource, "header"), r.Consumer, r.Status, orDash(r.Reason), r.Attempts,
 			fmtTime(&r.CreatedAt), fmtTime(r.ProcessedAt), orDash(r.DLQTrace), orDash(shorten(r.LastError, 60)))
 	}
 	tw.Flush()

@@ -311,7 +311,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	for _, r := range recs {
 		rows = append(rows, auditRowOf(r))
 	}
-	printAudit(out, demoAuditCorr, rows)
+	printAudit(out, "correlation id "+demoAuditCorr, rows)
 
 	fmt.Fprintln(out)
 	step("the legacy consumer on the same deliveries (%s)", filepath.Join(dir, "legacy.db"))
