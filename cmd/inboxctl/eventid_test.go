@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// TestRunEventIDFrom: a legacy producer sends no eventId. `run
+// --event-id-from` derives the id from the JSON body on a real broker
+// (ActiveMQ), logs and stores the source, a resend is a duplicate, a message
+// without any id source is dead-lettered, and `audit --broker` shows that
+// id-less dead letter next to the case's rows.
+func TestRunEventIDFrom(t *testing.T) {
+	t.Parallel()
+	needActiveMQ(t)
+	db := dbtest.New(t, dbtest.SQLite)
+	dbURL := dbURL(t, db)
+	broker := "stomp://" + stompAddr
+	queue := fmt.Sprintf("inboxctl.eventid.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL, "--seed-customers"), 0, "migrated")
+	body := `{"invoiceNo":"INV-77","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}`
+	events := strings.Join([]string{
+		`{"headers":{"correlationId":"order-77"},"body":` + body + `}`,
+		`{"headers":{"correlationId":"order-77"},"body":` + body + `}`,           // resend, new broker message id
+		`{"headers":{"correlationId":"order-77"},"body":{"customerNo":"K-100"}}`, // no id anywhere
+	}, "\n") + "\n"
+	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 3 message(s)")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json",
+		"--event-id-from", "header:eventId,json:invoiceNo")
+	run.Env = cleanEnv()
+	var logs bytes.Buffer
+	run.Stdout, run.Stderr = &logs, &logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = run.Process.Kill(); _ = run.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := inboxctl(t, "", "audit", "--db", dbURL, "--event-id", "INV-77", "--json")
+		var rows []struct{ Status, EventIDSource string }
+		_ = json.Unmarshal([]byte(r.stdout), &rows)
+		if len(rows) == 1 && rows[0].Status == "PROCESSED" && strings.Count(logs.String(), `"msg":"settled"`) >= 3 {
+			if rows[0].EventIDSource != "json:invoiceNo" {
+				t.Fatalf("row source %q, want json:invoiceNo", rows[0].EventIDSource)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled in 30s: %s\nlogs:\n%s", r, logs.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, want := range []string{`"event_id":"INV-77","event_id_source":"json:invoiceNo"`, `"outcome":"DUPLICATE"`, `"reason":"MISSING_EVENT_ID"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	r := inboxctl(t, "", "audit", "--db", dbURL, "--event-id", "INV-77", "--broker", broker, "--dlq", dlqName)
+	wantCode(t, r, 0, "audit of event id INV-77: 1 row(s)", "json:invoiceNo", "queues ("+dlqName+"): 1 message(s) for this case", "(no event id)", "MISSING_EVENT_ID")
+	t.Logf("audit:\n%s", r.stdout)
+}
