@@ -2,11 +2,13 @@ package inbox
 
 import "strings"
 
-// Oracle is the Oracle (12c+) dialect. Its driver, github.com/godror/godror,
-// needs the Oracle client libraries at run time and is therefore not
-// imported here: register it in your own main package (or build inboxctl
-// with the "oracle" tag). There is no Oracle server in the project's CI: the
-// statements are unit-tested as text only.
+// Oracle is the Oracle (12c+) dialect, for the pure-Go driver
+// github.com/sijms/go-ora/v2 (database/sql driver name "oracle", which
+// inboxctl links) or github.com/godror/godror (cgo and Oracle's client
+// libraries; inboxctl links it only when built with -tags godror). This
+// package imports neither: register one in your main package. There is no
+// Oracle server in the project's CI: the statements, the migration plan and
+// the error mapping are tested offline only.
 //
 // Duplicates are recognised by ORA-00001 in the error text, which is how
 // every Oracle driver reports a unique constraint violation.

@@ -12,6 +12,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "github.com/sijms/go-ora/v2"     // database/sql driver "oracle", pure Go
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
 
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
@@ -33,7 +34,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.url, "db", "", "database URL: postgres://..., mysql://..., sqlite:PATH (default $"+envDB+")")
+	c.Flags().StringVar(&f.url, "db", "", "database URL: postgres://..., mysql://..., sqlite:PATH, oracle://... (default $"+envDB+")")
 	c.Flags().StringVar(&f.table, "table", inbox.DefaultTable, "inbox table name")
 }
 

@@ -127,7 +127,8 @@ Databases (--db, or INBOXKIT_DB):
   postgres://user@host:5432/db?sslmode=disable
   mysql://user:pass@host:3306/db            (MariaDB too)
   sqlite:PATH                               (pure Go, no server)
-  oracle://...                              (not available in this build)
+  oracle://user:pass@host:1521/service      (pure Go driver; not tested live here)
+  godror://user:pass@host:1521/service      (only when built with -tags godror, cgo)
 
 Brokers (--broker, or INBOXKIT_BROKER):
   stomp://[login:passcode@]host:61613       ActiveMQ Classic

@@ -7,7 +7,8 @@
 //	postgres://user:pass@host:5432/db?sslmode=disable   pgx (postgresql:// too)
 //	mysql://user:pass@host:3306/db                      go-sql-driver/mysql, MariaDB too
 //	sqlite:PATH                                         modernc.org/sqlite (pure Go)
-//	oracle://...                                        recognized, not available in this build
+//	oracle://user:pass@host:1521/service                sijms/go-ora (pure Go, no client libraries)
+//	godror://user:pass@host:1521/service                godror, only in a build with -tags godror (cgo)
 //
 // # Broker URLs
 //
@@ -34,12 +35,13 @@ import (
 )
 
 // ErrUnsupported is returned for a URL scheme that is known but not
-// compiled into this build (Oracle).
+// compiled into this build (godror without the build tag).
 var ErrUnsupported = errors.New("not available in this build")
 
 // DB is a parsed database URL.
 type DB struct {
-	// Driver is the database/sql driver name: "pgx", "mysql" or "sqlite".
+	// Driver is the database/sql driver name: "pgx", "mysql", "sqlite",
+	// "oracle" (go-ora) or "godror".
 	Driver string
 	// DSN is the driver's data source name. It may hold a password: never print it.
 	DSN string
@@ -162,10 +164,52 @@ func ParseDB(raw string) (DB, error) {
 			return DB{}, usage("sqlite URL %q has no file path: use sqlite:./inbox.db or sqlite:/var/lib/inboxkit/inbox.db", raw)
 		}
 		return DB{Driver: "sqlite", DSN: SQLiteDSN(path), Dialect: inbox.SQLite, Display: "sqlite:" + path}, nil
-	case "oracle", "godror":
-		return DB{}, &UsageError{msg: fmt.Sprintf("database %s: Oracle is %s (the godror driver needs cgo and the Oracle client libraries, and is not compiled in); the schema is schema/oracle.sql — or use postgres://, mysql:// or sqlite:", Redact(raw), ErrUnsupported)}
+	case "oracle":
+		return parseOracle(raw)
+	case "godror":
+		u, err := url.Parse(raw)
+		if err != nil {
+			return DB{}, usage("database URL is not a valid URL (%s): e.g. godror://user:pass@host:1521/service", hideURLError(err))
+		}
+		if GodrorDSN == nil {
+			return DB{}, &UsageError{msg: fmt.Sprintf("database %s: the godror driver is %s (it needs cgo and Oracle's client libraries; build with: CGO_ENABLED=1 go build -tags godror ./cmd/inboxctl); without it use oracle://, the pure-Go driver", u.Redacted(), ErrUnsupported)}
+		}
+		dsn, err := GodrorDSN(u)
+		if err != nil {
+			return DB{}, usage("database %s: %v", u.Redacted(), err)
+		}
+		return DB{Driver: "godror", DSN: dsn, Dialect: inbox.Oracle, Display: u.Redacted()}, nil
 	}
 	return DB{}, usage("database scheme %q is not supported: %s", scheme, dbExamples)
+}
+
+// GodrorDSN turns a godror://user:pass@host:port/service URL into the
+// godror driver's connect string. It is nil unless inboxctl is built with
+// the "godror" tag (cmd/inboxctl/godror.go).
+var GodrorDSN func(u *url.URL) (string, error)
+
+// parseOracle checks oracle://user:pass@host[:port]/service[?options] for
+// the pure-Go driver github.com/sijms/go-ora/v2, which takes the URL as its
+// DSN (options such as SSL=true or TRACE FILE pass through).
+func parseOracle(raw string) (DB, error) {
+	const example = "e.g. oracle://app:secret@db.example.com:1521/ORCLPDB1"
+	u, err := url.Parse(raw)
+	if err != nil {
+		return DB{}, usage("database URL is not a valid URL (%s): %s", hideURLError(err), example)
+	}
+	switch {
+	case u.Host == "" || u.Hostname() == "":
+		return DB{}, usage("database URL %s has no host: %s", u.Redacted(), example)
+	case u.User == nil || u.User.Username() == "":
+		return DB{}, usage("database URL %s has no user: %s", u.Redacted(), example)
+	case strings.Trim(u.Path, "/") == "" || strings.Contains(strings.Trim(u.Path, "/"), "/"):
+		return DB{}, usage("database URL %s names no service: %s (the service name, not a SID)", u.Redacted(), example)
+	}
+	if u.Port() == "" {
+		u.Host = net.JoinHostPort(u.Hostname(), "1521")
+	}
+	u.Scheme = "oracle"
+	return DB{Driver: "oracle", DSN: u.String(), Dialect: inbox.Oracle, Display: u.Redacted()}, nil
 }
 
 // hideURLError drops the URL that url.Parse quotes in its errors.

@@ -33,7 +33,11 @@ func TestParseDB(t *testing.T) {
 func TestParseDBErrors(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"", "INBOXKIT_DB"},
-		{"oracle://scott:tiger@db:1521/ORCL", "not available in this build"},
+		{"godror://scott:tiger@db:1521/ORCL", "CGO_ENABLED=1 go build -tags godror"},
+		{"oracle://scott:tiger@db:1521/", "names no service"},
+		{"oracle://scott:tiger@db:1521/a/b", "names no service"},
+		{"oracle://:tiger@db:1521/ORCL", "has no user"},
+		{"oracle:///ORCL", "has no host"},
 		{"mysql://root@127.0.0.1:3306/", "names no database"},
 		{"redis://x", "not supported"},
 		{"inbox.db", "no scheme"},
@@ -147,4 +151,21 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("ParseBroker(%q): no kind and no error", s)
 		}
 	})
+}
+
+func TestParseDBOracle(t *testing.T) {
+	for _, tt := range []struct{ in, dsn, display string }{
+		{"oracle://scott:tiger@db:1521/ORCLPDB1", "oracle://scott:tiger@db:1521/ORCLPDB1", "oracle://scott:xxxxx@db:1521/ORCLPDB1"},
+		{"oracle://scott:tiger@db/ORCLPDB1", "oracle://scott:tiger@db:1521/ORCLPDB1", "oracle://scott:xxxxx@db:1521/ORCLPDB1"},
+		{"ORACLE://app:p%40ss@10.0.0.5:1522/svc?SSL=true", "oracle://app:p%40ss@10.0.0.5:1522/svc?SSL=true", "oracle://app:xxxxx@10.0.0.5:1522/svc?SSL=true"},
+	} {
+		got, err := ParseDB(tt.in)
+		if err != nil {
+			t.Errorf("ParseDB(%q): %v", tt.in, err)
+			continue
+		}
+		if got.Driver != "oracle" || got.DSN != tt.dsn || got.Display != tt.display || got.Dialect.Name() != "oracle" {
+			t.Errorf("ParseDB(%q) = %q %q %q %s, want oracle %q %q", tt.in, got.Driver, got.DSN, got.Display, got.Dialect.Name(), tt.dsn, tt.display)
+		}
+	}
 }

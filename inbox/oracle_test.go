@@ -1,0 +1,70 @@
+package inbox
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sijms/go-ora/v2/network"
+)
+
+// No Oracle server exists here: the error mapping is tested with the error
+// values of the pure-Go driver (go-ora) and godror's text.
+func TestOracleErrorMapping(t *testing.T) {
+	dup := &network.OracleError{ErrCode: 1, ErrMsg: "ORA-00001: unique constraint (APP.INBOX_EVENT_PROCESSING_PK) violated"}
+	if !Oracle.IsDuplicate(dup) || !Oracle.IsDuplicate(fmt.Errorf("inbox: insert: %w", dup)) {
+		t.Error("go-ora's ORA-00001 is not a duplicate")
+	}
+	if Oracle.IsDuplicate(&network.OracleError{ErrCode: 60, ErrMsg: "ORA-00060: deadlock detected while waiting for resource"}) {
+		t.Error("ORA-00060 taken for a duplicate")
+	}
+	// go-ora fills ErrMsg from the code when the server sent none.
+	if e := (&network.OracleError{ErrCode: 1}); !strings.Contains(e.Error(), "ORA-00001") || !Oracle.IsDuplicate(e) {
+		t.Errorf("go-ora error without message: %q", e.Error())
+	}
+}
+
+// The seed table on Oracle gets plain ALTER TABLE ... ADD statements with
+// Oracle types, no IF NOT EXISTS, and the version rows.
+func TestOracleUpgradeFromSeed(t *testing.T) {
+	seed := schemaState{tableExists: true, columns: map[string]bool{}, indexes: map[string]bool{"PK_INBOX_EVENT": true}}
+	for _, c := range steps[0].create {
+		seed.columns[c.name] = true
+	}
+	p := plan(Oracle, DefaultTable, seed)
+	text := p.Text()
+	for _, want := range []string{
+		"CREATE TABLE INBOXKIT_SCHEMA_VERSION (",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD ATTEMPTS NUMBER(10) DEFAULT 0 NOT NULL\n/\nUPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1 WHERE ATTEMPTS = 0\n/",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD LAST_ERROR VARCHAR2(1000)\n/",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD PAYLOAD BLOB\n/",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD HEADERS CLOB\n/",
+		"CREATE INDEX INBOX_EVENT_PROCESSING_RET ON INBOX_EVENT_PROCESSING (STATUS, PROCESSED_AT)\n/",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD EVENT_ID_SOURCE VARCHAR2(40)\n/",
+		"INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOX_EVENT_PROCESSING', 5, ",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Oracle upgrade lacks %q:\n%s", want, text)
+		}
+	}
+	for _, st := range p.Statements() {
+		if strings.Contains(st, "IF NOT EXISTS") || strings.Contains(st, "VARCHAR(") || strings.HasSuffix(st, ";") || strings.Contains(st, "CREATE TABLE INBOX_EVENT_PROCESSING") {
+			t.Errorf("not an Oracle statement for the upgrade: %s", st)
+		}
+	}
+	cols, ixs, exists := Oracle.introspection()
+	for _, q := range []string{cols, ixs, exists} {
+		if !strings.Contains(q, "UPPER(:1)") || !strings.Contains(q, "FROM USER_") {
+			t.Errorf("Oracle introspection: %s", q)
+		}
+	}
+	lock, unlock := Oracle.lockStatements()
+	if !strings.Contains(lock, "DBMS_LOCK.REQUEST") || !strings.Contains(lock, "FALSE") || !strings.Contains(unlock, "DBMS_LOCK.RELEASE") {
+		t.Errorf("Oracle lock: %s / %s", lock, unlock)
+	}
+	// Statements of the store bind :1, :2, ... and page with FETCH FIRST.
+	q := buildQueries(Oracle, DefaultTable)
+	if !strings.Contains(q.insertProcessed, ":8)") || strings.Contains(q.insertProcessed, "?") {
+		t.Errorf("insert: %s", q.insertProcessed)
+	}
+}
