@@ -153,16 +153,16 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 				return usageErr("dlq replay takes --event-id or --all, not both")
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.DB().Close()
 			b, err := openLastingBroker(brokerURL, "dlq replay")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
+			st, _, err := f.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.DB().Close()
 			if err := b.requireQueue(ctx, queue); err != nil {
 				return err
 			}

@@ -140,6 +140,9 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 				return err
 			}
 			ctx := cmd.Context()
+			if f.requeueDelay <= 0 {
+				return usageErr("--requeue-delay must be positive (got %s)", f.requeueDelay)
+			}
 			st, t, err := f.db.openStore(ctx)
 			if err != nil {
 				return err
@@ -156,9 +159,6 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			breaker, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service"})
 			if err != nil {
 				return err
-			}
-			if f.requeueDelay <= 0 {
-				return usageErr("--requeue-delay must be positive (got %s)", f.requeueDelay)
 			}
 			var letters invoice.LetterService = &logLetters{log: logger, sent: map[string]bool{}}
 			if u := orEnv(f.letters, envLetterService); u != "" {
