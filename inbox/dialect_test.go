@@ -29,7 +29,7 @@ func TestRebind(t *testing.T) {
 func TestOracleStatements(t *testing.T) {
 	q := buildQueries(Oracle, "INBOX_EVENT_PROCESSING")
 	for name, stmt := range map[string]string{
-		"insertProcessed": q.insertProcessed, "countAttempt": q.countAttempt, "purgeBatch": q.purgeBatch,
+		"insertStarted": q.insertStarted, "startAttempt": q.startAttempt, "forgetAttempt": q.forgetAttempt, "purgeBatch": q.purgeBatch,
 		"stuckFailures": q.stuckFailures, "selectByCorr": q.selectByCorr,
 	} {
 		if strings.Contains(stmt, "?") || strings.Contains(stmt, "$1") {
@@ -42,8 +42,8 @@ func TestOracleStatements(t *testing.T) {
 	if !strings.Contains(q.stuckFailures, "FETCH FIRST :2 ROWS ONLY") {
 		t.Errorf("stuck: %s", q.stuckFailures)
 	}
-	if !strings.Contains(q.insertProcessed, "VALUES (:1, :2, 'PROCESSED', :3, :4, :5, :6, 1, :7, :8)") {
-		t.Errorf("insert: %s", q.insertProcessed)
+	if !strings.Contains(q.insertStarted, "VALUES (:1, :2, 'TECHNICAL_FAILURE', :3, :4, :5, 1, :6, :7)") {
+		t.Errorf("insert: %s", q.insertStarted)
 	}
 	if !Oracle.IsDuplicate(errors.New("ORA-00001: unique constraint (APP.INBOX_EVENT_PROCESSING_PK) violated")) {
 		t.Error("ORA-00001 not recognised as a duplicate")

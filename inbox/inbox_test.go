@@ -298,9 +298,9 @@ func TestBackoutThresholdDeadLetters(t *testing.T) {
 	})
 }
 
-// A handler that kills the process leaves no row and no failure record; only
-// the redelivery flag tells. The attempt is counted before the handler runs,
-// so the message is dead-lettered after MaxAttempts deliveries.
+// A handler that kills the process leaves no failure record. The attempt is
+// counted by a marker committed before the handler runs, so the message is
+// dead-lettered after MaxAttempts deliveries, whatever the broker tells.
 func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{MaxAttempts: 4})
@@ -325,15 +325,18 @@ func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 			if _, crashed := deliver(e); !crashed {
 				t.Fatalf("delivery %d did not reach the handler", i)
 			}
-			e.Redelivered = true
+			// No redelivery flag on purpose: the inbox's marker counts.
 		}
 		res, crashed := deliver(e)
 		if crashed {
 			t.Fatalf("handler ran a 5th time with MaxAttempts 4")
 		}
 		wantOutcome(t, res, inboxkit.OutcomeDeadLetter, inboxkit.StatusTechnicalFailure)
-		if res.Reason != inbox.ReasonMaxAttemptsExceeded || res.Attempts != 5 || calls != 4 {
+		if res.Reason != inbox.ReasonMaxAttemptsExceeded || res.Attempts != 4 || calls != 4 || res.Err == nil {
 			t.Errorf("result %+v, calls %d", res, calls)
+		}
+		if r := get(t, s, "E-6"); r.Attempts != 4 || !strings.Contains(r.LastError, "recorded no outcome") {
+			t.Errorf("row attempts %d, last error %q", r.Attempts, r.LastError)
 		}
 		if n := b.businessRows(t, "E-6"); n != 0 {
 			t.Errorf("business rows = %d, want 0", n)
@@ -341,15 +344,18 @@ func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 	})
 }
 
-func TestBrokerDeliveryCountIsRespected(t *testing.T) {
+// The broker's delivery count also counts deliveries that never reached the
+// handler (handed back while the database was down): it is not an attempt
+// count (issue 11, item 1).
+func TestBrokerDeliveryCountIsNoAttemptCount(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{MaxAttempts: 5})
 		e := entry("E-7")
-		e.Redelivered, e.DeliveryCount = true, 6
+		e.Redelivered, e.DeliveryCount = true, 17
 		calls := 0
 		res := mustProcess(t, s, e, func(context.Context, *sql.Tx) error { calls++; return nil })
-		wantOutcome(t, res, inboxkit.OutcomeDeadLetter, inboxkit.StatusTechnicalFailure)
-		if calls != 0 || res.Attempts != 6 {
+		wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		if calls != 1 || res.Attempts != 1 {
 			t.Errorf("calls %d, result %+v", calls, res)
 		}
 	})
@@ -366,8 +372,8 @@ func TestPoisonFromHandler(t *testing.T) {
 		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Class != inboxkit.ClassPoison || res.Reason != "MALFORMED_PAYLOAD" {
 			t.Fatalf("result = %+v", res)
 		}
-		if _, err := s.Get(context.Background(), "E-8", consumerName); !errors.Is(err, inbox.ErrNotFound) {
-			t.Fatalf("a row exists before the dead letter was published: %v", err)
+		if r := get(t, s, "E-8"); r.Status != inboxkit.StatusTechnicalFailure || r.Attempts != 1 || res.Attempts != 1 {
+			t.Fatalf("before the dead letter is published: row %s attempts %d (result %d), want the attempt marker TECHNICAL_FAILURE 1", r.Status, r.Attempts, res.Attempts)
 		}
 		st, err := s.MarkDeadLettered(context.Background(), inbox.DeadLetter{Entry: entry("E-8"), Class: res.Class, Reason: res.Reason, Err: res.Err})
 		dbtest.Must(t, err, "mark")
@@ -536,6 +542,8 @@ func TestTwoInstancesRace(t *testing.T) {
 							processed.Add(1)
 						} else if res.Outcome == inboxkit.OutcomeDuplicate {
 							duplicates.Add(1)
+						} else {
+							t.Errorf("event %s: %+v", id, res)
 						}
 					}
 				}()

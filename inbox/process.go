@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -79,15 +80,28 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // Process runs h for the event in one transaction with the inbox row, and
 // records what happened.
 //
-// A duplicate is detected by the primary key: the INSERT of the row fails
-// and the status found is reported; h does not run. When the found row is a
-// TECHNICAL_FAILURE the event is processed again, moving the row to
-// PROCESSED in the business transaction by a conditional UPDATE.
+// # Counting attempts
 //
-// When the broker flags the delivery as a redelivery, the attempt is counted
-// in its own transaction before h runs. A message whose processing kills
-// the process is therefore dead-lettered after Config.MaxAttempts
-// deliveries even if the broker never counts (ActiveMQ over STOMP).
+// Before h runs, the attempt is recorded in its own committed transaction
+// (the attempt marker): the row is inserted as TECHNICAL_FAILURE with
+// ATTEMPTS 1, or an existing TECHNICAL_FAILURE row's ATTEMPTS is raised by
+// one. Then the business transaction moves the row to PROCESSED (or
+// REJECTED) by a conditional UPDATE around h. A message whose handler kills
+// the process therefore leaves its count behind and is dead-lettered after
+// Config.MaxAttempts deliveries, even when the broker never counts (ActiveMQ
+// over STOMP). The broker's redelivery flag and delivery count are not
+// used: they also count deliveries that never reached the handler.
+//
+// A delivery that cannot be handled because the database is unreachable
+// never counts: when Process returns an error after its marker was
+// committed, the marker is taken back (at once, or, when the database is
+// still unreachable, by this Store before the event's next attempt).
+//
+// A duplicate is detected by the primary key and the row's status: a row
+// that is PROCESSED, REJECTED or DEAD_LETTERED is reported with
+// OutcomeDuplicate and h does not run. A TECHNICAL_FAILURE row whose
+// ATTEMPTS reached Config.MaxAttempts is reported as OutcomeDeadLetter with
+// reason MAX_ATTEMPTS_EXCEEDED, without running h.
 //
 // Process returns an error only when the inbox itself could not record the
 // outcome (the database is down); the caller must then hand the message back
@@ -114,57 +128,166 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		e.PayloadHash = e.PayloadHash[:64]
 	}
 
-	counted := false
-	rowExists := false
-	if e.Redelivered || e.DeliveryCount > 1 {
-		attempts, found, err := s.countAttempt(ctx, e)
-		if err != nil {
-			return Result{}, err
-		}
-		if found != inboxkit.StatusTechnicalFailure {
-			return Result{Outcome: inboxkit.OutcomeDuplicate, Status: found, Attempts: attempts}, nil
-		}
-		if attempts > s.cfg.MaxAttempts {
-			return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: found, Class: inboxkit.ClassTechnical,
-				Reason: ReasonMaxAttemptsExceeded, Attempts: attempts}, nil
-		}
-		counted, rowExists = true, true
-	}
+	// Deliveries of one event in this process take turns, so that none
+	// counts an attempt while another one's handler runs.
+	mu := &s.turns[turn(e)]
+	mu.Lock()
+	defer mu.Unlock()
 
-	// A few rounds at most: a competing transaction can roll back (the row
-	// vanishes) or finish (the row changes) between our statements.
+	// A few rounds at most: a delivery in another process can finish the
+	// event between our marker and our claim.
 	for round := 0; round < 5; round++ {
-		if !rowExists {
-			res, dup, err := s.attempt(ctx, e, h, false, counted)
-			if err != nil || !dup {
-				return res, err
-			}
-		}
-		status, attempts, ok, err := s.status(ctx, e)
-		if err != nil {
-			return Result{}, err
-		}
-		if !ok {
-			rowExists = false
-			continue
-		}
-		if status != inboxkit.StatusTechnicalFailure {
-			return Result{Outcome: inboxkit.OutcomeDuplicate, Status: status, Attempts: attempts}, nil
-		}
-		res, changed, err := s.attempt(ctx, e, h, true, counted)
-		if err != nil || !changed {
+		started, res, err := s.startAttempt(ctx, e)
+		if err != nil || started == 0 {
 			return res, err
 		}
-		rowExists = true
+		res, changed, err := s.attempt(ctx, e, h, started)
+		if err != nil {
+			// Not recorded: the database is unreachable. Not an attempt.
+			s.ForgetAttempt(ctx, e, started)
+			return res, err
+		}
+		if !changed {
+			return res, nil
+		}
+		// Another process claimed the row after our marker: our handler
+		// did not run, so our marker is taken back whatever the status.
+		if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, e.EventID, e.ConsumerName); err != nil {
+			return Result{}, fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
+		}
 	}
 	return Result{}, fmt.Errorf("inbox: event %q for %q changed under us five times in a row; giving up this delivery", e.EventID, e.ConsumerName)
 }
 
-// attempt runs one business transaction. With fromFailure it moves a
-// TECHNICAL_FAILURE row to PROCESSED, else it inserts a PROCESSED row. The
-// bool result is true when the row was not in the expected state (insert:
-// duplicate; update: no longer TECHNICAL_FAILURE): nothing ran, look again.
-func (s *Store) attempt(ctx context.Context, e Entry, h Handler, fromFailure, counted bool) (Result, bool, error) {
+// turns serializes the deliveries of one event within a Store (striped).
+const turnStripes = 256
+
+func turn(e Entry) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(e.EventID))
+	h.Write([]byte{0})
+	h.Write([]byte(e.ConsumerName))
+	return h.Sum32() % turnStripes
+}
+
+// markerError is the LAST_ERROR an attempt marker leaves for the attempt
+// before it when that one recorded no outcome.
+const markerError = "an earlier attempt started its handler and recorded no outcome (the consumer died or lost its database connection while the handler ran)"
+
+// startAttempt commits the attempt marker and returns the number of the
+// attempt that may now run h. It returns 0 with the Result to report when h
+// must not run: a duplicate (terminal row) or an exhausted TECHNICAL_FAILURE
+// row (dead letter, MAX_ATTEMPTS_EXCEEDED).
+func (s *Store) startAttempt(ctx context.Context, e Entry) (int, Result, error) {
+	if err := s.applyForgotten(ctx, e); err != nil {
+		return 0, Result{}, err
+	}
+	for round := 0; round < 5; round++ {
+		now := s.now()
+		res, err := s.db.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.MaxAttempts)
+		if err != nil {
+			return 0, Result{}, fmt.Errorf("inbox: start attempt: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			st, attempts, ok, err := s.status(ctx, e)
+			switch {
+			case err != nil:
+				// The marker is committed; take it back when we can.
+				s.remember(e, -1)
+				return 0, Result{}, err
+			case ok && st == inboxkit.StatusTechnicalFailure:
+				return attempts, Result{}, nil
+			}
+			continue // finished by a competing delivery meanwhile
+		}
+		st, attempts, ok, err := s.status(ctx, e)
+		if err != nil {
+			return 0, Result{}, err
+		}
+		switch {
+		case ok && st != inboxkit.StatusTechnicalFailure:
+			return 0, Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
+		case ok && attempts >= s.cfg.MaxAttempts:
+			r := Result{Outcome: inboxkit.OutcomeDeadLetter, Status: st, Class: inboxkit.ClassTechnical,
+				Reason: ReasonMaxAttemptsExceeded, Attempts: attempts}
+			if rec, err := s.Get(ctx, e.EventID, e.ConsumerName); err == nil && rec.ErrorClass == "" && rec.Attempts > 0 {
+				r.Err = errors.New(markerError)
+			}
+			return 0, r, nil
+		case ok:
+			continue // changed between our statements (MySQL reports changed rows only; never here)
+		}
+		_, err = s.db.ExecContext(ctx, s.q.insertStarted, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
+		if err == nil {
+			return 1, Result{}, nil
+		}
+		if !s.d.IsDuplicate(err) {
+			return 0, Result{}, fmt.Errorf("inbox: start attempt: %w", err)
+		}
+	}
+	return 0, Result{}, fmt.Errorf("inbox: start attempt for event %q: the row kept changing", e.EventID)
+}
+
+// ForgetAttempt takes back the attempt marker of attempt n of the entry's
+// event: the delivery was handed back because the inbox, the database or
+// the dead-letter queue was unreachable, and such a delivery never counts
+// as an attempt. It changes only a TECHNICAL_FAILURE row still at attempt
+// n. When the database cannot be reached, the Store remembers it and takes
+// the marker back before the event's next attempt in this process.
+func (s *Store) ForgetAttempt(ctx context.Context, e Entry, n int) {
+	if n <= 0 || e.EventID == "" || len(e.EventID) > MaxEventIDLength {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if _, err := s.db.ExecContext(ctx, s.q.forgetAttempt, e.EventID, e.ConsumerName, n); err != nil {
+		s.remember(e, n)
+	}
+}
+
+// remember keeps a marker to take back; n -1 means "the attempt this Store
+// marked last", resolved by applyForgotten from the row.
+func (s *Store) remember(e Entry, n int) {
+	s.forgotMu.Lock()
+	defer s.forgotMu.Unlock()
+	if s.forgot == nil {
+		s.forgot = map[[2]string]int{}
+	}
+	s.forgot[[2]string{e.EventID, e.ConsumerName}] = n
+}
+
+// applyForgotten takes back a marker ForgetAttempt could not.
+func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
+	key := [2]string{e.EventID, e.ConsumerName}
+	s.forgotMu.Lock()
+	n, ok := s.forgot[key]
+	s.forgotMu.Unlock()
+	if !ok {
+		return nil
+	}
+	if n < 0 { // the marker's number was not read back: it is the row's
+		_, attempts, _, err := s.status(ctx, e)
+		if err != nil {
+			return err
+		}
+		n = attempts
+	}
+	if n > 0 {
+		if _, err := s.db.ExecContext(ctx, s.q.forgetAttempt, e.EventID, e.ConsumerName, n); err != nil {
+			return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
+		}
+	}
+	s.forgotMu.Lock()
+	delete(s.forgot, key)
+	s.forgotMu.Unlock()
+	return nil
+}
+
+// attempt runs attempt n in one business transaction: it claims the
+// TECHNICAL_FAILURE row (marked by startAttempt) as PROCESSED, runs h, and
+// commits, or records what went wrong. The bool result is true when the row
+// was no longer TECHNICAL_FAILURE: nothing ran, look again.
+func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result, bool, error) {
 	now := s.now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -178,34 +301,19 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, fromFailure, co
 	}()
 	rollback := func() { done = true; _ = tx.Rollback() }
 
-	attempts := 1
-	if fromFailure {
-		add := 1
-		if counted {
-			add = 0
-		}
-		res, err := tx.ExecContext(ctx, s.q.processFromFail, add, s.t(now), s.t(now), nullString(e.CorrelationID), nullString(e.PayloadHash), e.EventID, e.ConsumerName)
-		if err != nil {
-			rollback()
-			return Result{}, false, fmt.Errorf("inbox: claim failed event: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			rollback()
-			return Result{}, true, nil
-		}
-		if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
-			rollback()
-			return Result{}, false, fmt.Errorf("inbox: read attempts: %w", err)
-		}
-	} else {
-		_, err := tx.ExecContext(ctx, s.q.insertProcessed, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
-		if err != nil {
-			rollback()
-			if s.d.IsDuplicate(err) {
-				return Result{}, true, nil
-			}
-			return Result{}, false, fmt.Errorf("inbox: insert inbox row: %w", err)
-		}
+	res, err := tx.ExecContext(ctx, s.q.processFromFail, s.t(now), s.t(now), nullString(e.CorrelationID), nullString(e.PayloadHash), e.EventID, e.ConsumerName)
+	if err != nil {
+		rollback()
+		return Result{}, false, fmt.Errorf("inbox: claim event: %w", err)
+	}
+	if k, err := res.RowsAffected(); err != nil || k != 1 {
+		rollback()
+		return Result{}, true, nil
+	}
+	attempts := n
+	if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
+		rollback()
+		return Result{}, false, fmt.Errorf("inbox: read attempts: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
 		rollback()
@@ -218,7 +326,7 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, fromFailure, co
 		if err := tx.Commit(); err != nil {
 			// The commit itself failed (serialization failure, lost
 			// connection): a technical failure of this attempt.
-			res, err := s.recordFailure(ctx, e, counted, fmt.Errorf("inbox: commit: %w", err))
+			res, err := s.recordFailure(ctx, e, fmt.Errorf("inbox: commit: %w", err))
 			return res, false, err
 		}
 		return Result{Outcome: inboxkit.OutcomeProcessed, Status: inboxkit.StatusProcessed, Attempts: attempts}, false, nil
@@ -233,56 +341,47 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, fromFailure, co
 		}
 		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
 			rollback()
-			return s.afterFailedReject(ctx, e, counted, herr, err)
+			return s.afterFailedReject(ctx, e, herr, err)
 		}
 		if _, err := tx.ExecContext(ctx, s.q.reject, reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now), e.EventID, e.ConsumerName); err != nil {
 			rollback()
-			return s.afterFailedReject(ctx, e, counted, herr, err)
+			return s.afterFailedReject(ctx, e, herr, err)
 		}
 		done = true
 		if err := tx.Commit(); err != nil {
-			return s.afterFailedReject(ctx, e, counted, herr, err)
+			return s.afterFailedReject(ctx, e, herr, err)
 		}
 		return Result{Outcome: inboxkit.OutcomeRejected, Status: inboxkit.StatusRejected, Class: inboxkit.ClassBusiness,
 			Reason: reason, Attempts: attempts, Err: herr}, false, nil
 	case inboxkit.ClassPoison:
 		rollback()
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: s.statusOrEmpty(fromFailure || counted), Class: inboxkit.ClassPoison,
-			Reason: dec.Reason, Attempts: attempts, Err: herr}, false, nil
+		return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: inboxkit.StatusTechnicalFailure, Class: inboxkit.ClassPoison,
+			Reason: dec.Reason, Attempts: n, Err: herr}, false, nil
 	default:
 		rollback()
-		res, err := s.recordFailure(ctx, e, counted, herr)
+		res, err := s.recordFailure(ctx, e, herr)
 		return res, false, err
 	}
 }
 
-func (s *Store) statusOrEmpty(rowExists bool) inboxkit.Status {
-	if rowExists {
-		return inboxkit.StatusTechnicalFailure
-	}
-	return ""
-}
-
 // afterFailedReject handles a rejection that could not be committed: it is
 // recorded as a technical failure, so the redelivery decides again.
-func (s *Store) afterFailedReject(ctx context.Context, e Entry, counted bool, herr, err error) (Result, bool, error) {
-	res, rerr := s.recordFailure(ctx, e, counted, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
+func (s *Store) afterFailedReject(ctx context.Context, e Entry, herr, err error) (Result, bool, error) {
+	res, rerr := s.recordFailure(ctx, e, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
 	return res, false, rerr
 }
 
 // recordFailure records a technical failure in its own transaction (rule 4:
 // the handler's rollback cannot erase it) and decides retry or dead letter.
-func (s *Store) recordFailure(ctx context.Context, e Entry, counted bool, herr error) (Result, error) {
+// The attempt was counted by its marker; a NoAttempt failure takes it back.
+func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result, error) {
 	dec := s.cfg.ClassifyFunc(herr)
 	if dec.Class != inboxkit.ClassTechnical {
 		dec = inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: dec.Reason}
 	}
-	delta := 1
-	switch {
-	case counted && dec.NoAttempt:
+	delta := 0
+	if dec.NoAttempt {
 		delta = -1
-	case counted || dec.NoAttempt:
-		delta = 0
 	}
 	now := s.now()
 	msg := nullString(s.truncate(herr.Error()))
@@ -315,7 +414,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, counted bool, herr e
 		}
 	}
 	if n == 0 {
-		first := max(delta, 0)
+		first := 1 + delta // the row vanished (a purge?): this attempt ran
 		_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), reason, string(dec.Class), msg,
 			s.t(now), s.t(now), s.t(now), first, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 		if err != nil {
@@ -352,56 +451,6 @@ func (s *Store) duplicateResult(ctx context.Context, e Entry) (Result, error) {
 		return Result{}, fmt.Errorf("inbox: event %q for %q: row vanished while recording a failure", e.EventID, e.ConsumerName)
 	}
 	return Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
-}
-
-// countAttempt counts a redelivery in its own transaction before the
-// handler runs. It returns the attempt number of this delivery and the
-// row's status (TECHNICAL_FAILURE when the attempt may go ahead).
-func (s *Store) countAttempt(ctx context.Context, e Entry) (int, inboxkit.Status, error) {
-	// Without a row the earlier deliveries left no trace: at least one
-	// attempt died before its commit, so this is attempt two or later.
-	floor := max(e.DeliveryCount, 2)
-	for round := 0; round < 5; round++ {
-		now := s.now()
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, "", fmt.Errorf("inbox: count attempt: begin: %w", err)
-		}
-		res, err := tx.ExecContext(ctx, s.q.countAttempt, e.DeliveryCount, e.DeliveryCount, s.t(now), e.EventID, e.ConsumerName)
-		if err != nil {
-			_ = tx.Rollback()
-			return 0, "", fmt.Errorf("inbox: count attempt: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nil, string(inboxkit.ClassTechnical),
-				"redelivered without a recorded outcome: an earlier attempt did not finish (consumer crash or lost connection)",
-				s.t(now), s.t(now), s.t(now), floor, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
-			if err != nil {
-				_ = tx.Rollback()
-				if !s.d.IsDuplicate(err) {
-					return 0, "", fmt.Errorf("inbox: count attempt: %w", err)
-				}
-				st, attempts, ok, err := s.status(ctx, e)
-				if err != nil {
-					return 0, "", err
-				}
-				if ok && st != inboxkit.StatusTechnicalFailure {
-					return attempts, st, nil
-				}
-				continue
-			}
-		}
-		var attempts int
-		if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
-			_ = tx.Rollback()
-			return 0, "", fmt.Errorf("inbox: count attempt: read attempts: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return 0, "", fmt.Errorf("inbox: count attempt: commit: %w", err)
-		}
-		return attempts, inboxkit.StatusTechnicalFailure, nil
-	}
-	return 0, "", fmt.Errorf("inbox: count attempt for event %q: the row kept changing", e.EventID)
 }
 
 // status reads the row's status; ok is false when there is no row. It is

@@ -9,11 +9,13 @@ import (
 
 // queries are the store's statements, built once per table and dialect.
 type queries struct {
-	insertProcessed  string
 	insertFailure    string
 	insertDead       string
 	updateFailure    string
-	countAttempt     string
+	insertStarted    string
+	startAttempt     string
+	forgetAttempt    string
+	takeBackAttempt  string
 	processFromFail  string
 	reject           string
 	deadFromFailure  string
@@ -44,12 +46,21 @@ func buildQueries(d Dialect, table string) queries {
 	const key = ` WHERE EVENT_ID = ? AND CONSUMER_NAME = ?`
 	_, lim := d.limit("?")
 	return queries{
-		insertProcessed:  r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'PROCESSED', ?, ?, ?, ?, 1, ?, ?)`),
-		insertFailure:    r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		insertDead:       r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'DEAD_LETTERED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		updateFailure:    r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + ?, REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = ?, UPDATED_AT = ?, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		countAttempt:     r(`UPDATE {t} SET ATTEMPTS = CASE WHEN ATTEMPTS + 1 < ? THEN ? ELSE ATTEMPTS + 1 END, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		processFromFail:  r(`UPDATE {t} SET STATUS = 'PROCESSED', ATTEMPTS = ATTEMPTS + ?, REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		insertFailure: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		insertDead:    r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'DEAD_LETTERED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		updateFailure: r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + ?, REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = ?, UPDATED_AT = ?, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
+		// TECHNICAL_FAILURE row with attempts means "the handler of the last
+		// attempt started and recorded no outcome"; the next marker then writes
+		// that into LAST_ERROR. The SET list reads ERROR_CLASS, ATTEMPTS and
+		// UPDATED_AT before it assigns them (MySQL assigns left to right).
+		insertStarted: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, 1, ?, ?)`),
+		startAttempt: r(`UPDATE {t} SET LAST_ERROR = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN ? ELSE LAST_ERROR END, ` +
+			`FIRST_FAILED_AT = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN COALESCE(FIRST_FAILED_AT, UPDATED_AT) ELSE FIRST_FAILED_AT END, ` +
+			`ERROR_CLASS = NULL, UPDATED_AT = ?, ATTEMPTS = ATTEMPTS + 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < ?`),
+		forgetAttempt:    r(`UPDATE {t} SET ERROR_CLASS = CASE WHEN ATTEMPTS > 1 THEN 'TECHNICAL' ELSE NULL END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS = ?`),
+		takeBackAttempt:  r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
+		processFromFail:  r(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		reject:           r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
 		deadFromFailure:  r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:   r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -82,6 +83,10 @@ type Store struct {
 	cfg Config
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
+
+	turns    [turnStripes]sync.Mutex // deliveries of one event take turns (see Process)
+	forgotMu sync.Mutex
+	forgot   map[[2]string]int // attempt markers to take back (see ForgetAttempt)
 }
 
 // New returns a Store on db, which must be opened with the driver of d.
