@@ -110,6 +110,7 @@ func Run(t *testing.T, b Broker) {
 		{"Replay", testReplay},
 		{"GracefulShutdown", testGracefulShutdown},
 		{"StoreThenProcess", testStoreThenProcess},
+		{"DatabaseOutage", testDatabaseOutage},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
@@ -321,6 +322,8 @@ type runOpts struct {
 	rejectQueue string
 	// mode is the inbox variant (default transactional).
 	mode consumer.Mode
+	// store replaces the env's store (e.g. one on a proxied pool).
+	store *inbox.Store
 }
 
 // run is one running consumer.
@@ -345,13 +348,16 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 	if o.deadLetter == nil {
 		o.deadLetter = e.pub
 	}
+	if o.store == nil {
+		o.store = e.store
+	}
 	r := &run{src: src, rec: &recorder{}, done: make(chan error, 1)}
 	var hook func(ctx context.Context, m inboxkit.Message) error
 	if o.hook != nil {
 		hook = func(ctx context.Context, m inboxkit.Message) error { return o.hook(ctx, src, m) }
 	}
 	c, err := consumer.New(consumer.Config{
-		Name: e.name, Source: src, Store: e.store, Handler: Handler(e.store.Dialect(), hook),
+		Name: e.name, Source: src, Store: o.store, Handler: Handler(o.store.Dialect(), hook),
 		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
 		Concurrency:        o.concurrency,
 		Mode:               o.mode,

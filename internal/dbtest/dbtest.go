@@ -76,6 +76,51 @@ func (d *DB) Open(t testing.TB) *sql.DB {
 	return db
 }
 
+// Addr returns the host:port of the database server (empty for SQLite).
+func (d *DB) Addr() string {
+	switch d.Backend {
+	case Postgres:
+		if u, err := url.Parse(d.DSN); err == nil {
+			return u.Host
+		}
+	case MySQL:
+		if i := strings.Index(d.DSN, "tcp("); i >= 0 {
+			if j := strings.Index(d.DSN[i:], ")"); j > 0 {
+				return d.DSN[i+4 : i+j]
+			}
+		}
+	}
+	return ""
+}
+
+// OpenVia opens another *sql.DB on the same database whose connections go
+// to addr (a tcpproxy in front of Addr) instead of the server. It is closed
+// at test end. SQLite has no server: the test fails.
+func (d *DB) OpenVia(t testing.TB, addr string) *sql.DB {
+	t.Helper()
+	dsn := ""
+	switch d.Backend {
+	case Postgres:
+		u, err := url.Parse(d.DSN)
+		if err != nil {
+			t.Fatalf("dbtest: parse DSN: %v", err)
+		}
+		u.Host = addr
+		dsn = u.String()
+	case MySQL:
+		dsn = strings.Replace(d.DSN, "tcp("+d.Addr()+")", "tcp("+addr+")", 1)
+	default:
+		t.Fatalf("dbtest: OpenVia: %s has no server address", d.Backend)
+	}
+	db, err := sql.Open(d.Driver, dsn)
+	if err != nil {
+		t.Fatalf("dbtest: open via %s: %v", addr, err)
+	}
+	db.SetMaxOpenConns(MaxOpenConns)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 func suffix() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
