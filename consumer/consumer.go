@@ -555,6 +555,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 	env := c.envelope(ctx, s.Message, entry, s.Result)
 	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
 		s.Err = fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
+		c.forgetPoisonAttempt(ctx, s, entry)
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
 	}
 	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark) // no-op unless built with -tags failpoints
@@ -569,12 +570,23 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 		// The copy is in the DLQ; the redelivery dead-letters again (a
 		// second copy there is better than a lost message).
 		s.Err = fmt.Errorf("consumer: mark dead-lettered: %w", err)
+		c.forgetPoisonAttempt(ctx, s, entry)
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
 	}
 	if st != "" {
 		s.Result.Status = st
 	}
 	return c.ack(ctx, d, s, ActionDeadLetter)
+}
+
+// forgetPoisonAttempt takes back the attempt of a poison message that is
+// handed back because the DLQ or the database was unreachable: such a
+// delivery is no attempt, so the redelivery dead-letters it with its poison
+// reason, not MAX_ATTEMPTS_EXCEEDED.
+func (c *Consumer) forgetPoisonAttempt(ctx context.Context, s Settled, entry inbox.Entry) {
+	if c.cfg.Mode == ModeTransactional && s.Result.Class == inboxkit.ClassPoison && s.Result.Attempts > 0 {
+		c.cfg.Store.ForgetAttempt(ctx, entry, s.Result.Attempts)
+	}
 }
 
 func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbox.Entry) Settled {
