@@ -18,6 +18,9 @@ const (
 	CodeMalformedPayload = "MALFORMED_PAYLOAD"
 	// CodeMissingField: a required field of the payload is absent (poison).
 	CodeMissingField = "MISSING_FIELD"
+	// CodeInvalidEncoding: the message holds text the database refuses
+	// (invalid UTF-8 for a text column). Poison: retrying cannot help.
+	CodeInvalidEncoding = "INVALID_ENCODING"
 	// CodeCircuitOpen: a circuit breaker refused the call; technical,
 	// NoAttempt (see [Breaker]).
 	CodeCircuitOpen = "CIRCUIT_OPEN"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/go-sql-driver/mysql"
@@ -29,6 +30,9 @@ func Of(err error) inboxkit.Decision {
 	var d inboxkit.Decider
 	if errors.As(err, &d) {
 		return inboxkit.DecisionOf(err)
+	}
+	if invalidEncoding(err) {
+		return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: CodeInvalidEncoding}
 	}
 	return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: driverReason(err)}
 }
@@ -107,6 +111,23 @@ var oraPattern = regexp.MustCompile(`ORA-(\d{5})`)
 
 // Connection-level errno values, matched with errors.Is.
 var connErrnos = []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE}
+
+// invalidEncoding reports a database refusing text of the message: invalid
+// UTF-8 for a text column. PostgreSQL: 22021 character_not_in_repertoire
+// ("invalid byte sequence for encoding"), 22P05 untranslatable_character;
+// MySQL/MariaDB: 1366 "Incorrect string value", 1300 invalid character
+// string. Every delivery of the message fails the same way.
+func invalidEncoding(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "22021" || pgErr.Code == "22P05"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		return myErr.Number == 1300 || (myErr.Number == 1366 && strings.Contains(myErr.Message, "Incorrect string value"))
+	}
+	return false
+}
 
 // driverReason returns the reason code of the driver or network condition
 // found in err's chain, or "" when none is recognised. Database error codes

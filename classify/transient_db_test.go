@@ -299,3 +299,40 @@ func TestPolicyDoRetriesRealDeadlock(t *testing.T) {
 		t.Fatalf("Do = %v after %d calls; want nil after 2", err, calls)
 	}
 }
+
+// Invalid UTF-8 in a text column is refused by PostgreSQL and MariaDB: the
+// message is poison (INVALID_ENCODING), never a transient failure retried
+// up to the backout threshold (issue 11, item 7).
+func TestOfInvalidEncoding(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			ctx := context.Background()
+			create := `CREATE TABLE docs (payload TEXT)`
+			if backend == dbtest.MySQL {
+				create += ` CHARACTER SET utf8mb4`
+			}
+			if _, err := db.ExecContext(ctx, create); err != nil {
+				t.Fatal(err)
+			}
+			q := `INSERT INTO docs (payload) VALUES ($1)`
+			if backend == dbtest.MySQL {
+				q = `INSERT INTO docs (payload) VALUES (?)`
+			}
+			_, err := db.ExecContext(ctx, q, string([]byte{'{', '"', 0xff, 0xfe, '"', '}'}))
+			if err == nil {
+				t.Fatal("the database stored invalid UTF-8 in a text column")
+			}
+			t.Logf("provoked: %v", err)
+			want := inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: classify.CodeInvalidEncoding}
+			if got := classify.Of(err); got != want {
+				t.Errorf("Of = %+v, want %+v", got, want)
+			}
+			if classify.IsTransient(err) {
+				t.Error("IsTransient = true for invalid UTF-8")
+			}
+		})
+	}
+}

@@ -3,12 +3,14 @@ package invoice
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
@@ -101,9 +103,23 @@ func RandomID() string {
 	return hex.EncodeToString(b)
 }
 
+// LetterIDFor returns the letter id of the letter for one event: derived
+// from the event id, so that every attempt of the event (a send before a
+// failed commit, then the redelivery that commits) names the same letter,
+// and the id stored in shipping_letters is the id of the letter the letter
+// service sent.
+func LetterIDFor(eventID string) string {
+	sum := sha256.Sum256([]byte("invoice-letter\x00" + eventID))
+	return hex.EncodeToString(sum[:16])
+}
+
+// ReasonInvalidEncoding is the poison reason of a body that is not valid
+// UTF-8 (the archived document is text).
+const ReasonInvalidEncoding = classify.CodeInvalidEncoding
+
 // NewHandler returns the refactored invoice consumer (the seed's "Nachher")
 // as a consumer.Handler. Inside the inbox transaction it decodes the event
-// (poison: MALFORMED_PAYLOAD, MISSING_FIELD), checks the business rules
+// (poison: INVALID_ENCODING, MALFORMED_PAYLOAD, MISSING_FIELD), checks the business rules
 // (rejections: CUSTOMER_UNKNOWN, INVALID_AMOUNT, CURRENCY_UNSUPPORTED),
 // writes the shipping letter and the archived document, and sends the letter
 // through the breaker with the event id as idempotency key. A failed send
@@ -124,6 +140,11 @@ func NewHandler(cfg Config) (consumer.Handler, error) {
 type handler struct{ cfg Config }
 
 func (h *handler) handle(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+	if !utf8.Valid(m.Body) {
+		// Every database with text columns refuses it (or stores garbage):
+		// retrying cannot help.
+		return classify.Poison(ReasonInvalidEncoding, fmt.Errorf("invoice: event %s: the body is not valid UTF-8", m.ID))
+	}
 	ev, err := Decode(m.Body)
 	if err != nil {
 		return err
@@ -145,7 +166,7 @@ func (h *handler) handle(ctx context.Context, tx *sql.Tx, m inboxkit.Message) er
 	}
 	now := h.cfg.Clock.Now().UTC()
 	letter := Letter{
-		LetterID: h.cfg.IDFunc(), InvoiceNo: ev.InvoiceNo, CustomerNo: cust.No, Name: cust.Name, Address: cust.Address,
+		LetterID: LetterIDFor(m.ID), InvoiceNo: ev.InvoiceNo, CustomerNo: cust.No, Name: cust.Name, Address: cust.Address,
 		Amount: ev.Amount, Currency: strings.ToUpper(ev.Currency), EventID: m.ID, CreatedAt: now,
 	}
 	if err := InsertLetter(ctx, tx, d, letter); err != nil {

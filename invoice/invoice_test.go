@@ -98,6 +98,7 @@ type letters struct {
 	mu    sync.Mutex
 	fail  int
 	sent  map[string]int
+	first map[string]string // idempotency key -> id of the letter actually sent
 	calls int
 }
 
@@ -113,6 +114,12 @@ func (l *letters) Send(_ context.Context, letter invoice.Letter, key string) err
 		l.sent = map[string]int{}
 	}
 	l.sent[key]++
+	if l.first == nil {
+		l.first = map[string]string{}
+	}
+	if _, ok := l.first[key]; !ok {
+		l.first[key] = letter.LetterID
+	}
 	return nil
 }
 
@@ -228,4 +235,54 @@ func TestHandlerOpenBreakerIsNoAttempt(t *testing.T) {
 	if b.letters.calls != 1 {
 		t.Fatalf("letter service called %d times, want 1 (the breaker refuses)", b.letters.calls)
 	}
+}
+
+// A body that is not valid UTF-8 is poison at its first delivery on every
+// database (PostgreSQL refuses it in the archived document's text column;
+// it was retried as transient), and nothing is sent (issue 11, item 7).
+func TestInvalidUTF8IsPoison(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		b := setup(t, db, nil)
+		body := "{\"invoiceNo\":\"INV-\xff\xfe\",\"customerNo\":\"K-100\",\"amount\":\"1\",\"currency\":\"EUR\",\"issuedAt\":\"2026-01-05\"}"
+		res := b.process(t, "E-UTF", body)
+		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Class != inboxkit.ClassPoison || res.Reason != invoice.ReasonInvalidEncoding || res.Attempts != 1 {
+			t.Fatalf("result %+v, want DEAD_LETTER POISON %s at attempt 1", res, invoice.ReasonInvalidEncoding)
+		}
+		if b.letters.calls != 0 || b.count(t, "shipping_letters") != 0 || b.count(t, "archived_documents") != 0 {
+			t.Errorf("letter service called %d times, %d letters, %d documents; want none", b.letters.calls, b.count(t, "shipping_letters"), b.count(t, "archived_documents"))
+		}
+	})
+}
+
+// After a crash before the commit (the letter was sent, the transaction
+// rolled back) the redelivery stores the id of the letter that was sent,
+// not a new one (issue 11, item 10).
+func TestStoredLetterIsTheLetterSent(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		b := setup(t, db, nil)
+		body := `{"invoiceNo":"INV-10","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}`
+		m := inboxkit.Message{ID: "E-10", Body: []byte(body), Headers: map[string]string{"eventId": "E-10"}}
+		crash := errors.New("process died before the commit")
+		res, err := b.store.Process(context.Background(), inbox.Entry{EventID: "E-10", ConsumerName: "invoice-consumer"}, func(ctx context.Context, tx *sql.Tx) error {
+			if err := b.handler(ctx, tx, m); err != nil {
+				return err
+			}
+			return crash // the letter is sent; the transaction never commits
+		})
+		dbtest.Must(t, err, "first attempt")
+		if res.Outcome != inboxkit.OutcomeRetry || b.letters.sent["E-10"] != 1 {
+			t.Fatalf("first attempt: %+v, sent %d", res, b.letters.sent["E-10"])
+		}
+		if res := b.process(t, "E-10", body); res.Outcome != inboxkit.OutcomeProcessed {
+			t.Fatalf("redelivery: %+v", res)
+		}
+		var stored string
+		dbtest.Must(t, b.db.QueryRow(b.d.Rebind(`SELECT letter_id FROM shipping_letters WHERE event_id = ?`), "E-10").Scan(&stored), "stored letter")
+		if sent := b.letters.first["E-10"]; stored != sent {
+			t.Errorf("shipping_letters stores letter %q, but the letter service sent %q", stored, sent)
+		}
+		if stored != invoice.LetterIDFor("E-10") {
+			t.Errorf("stored letter id %q, want LetterIDFor(E-10) = %q", stored, invoice.LetterIDFor("E-10"))
+		}
+	})
 }
