@@ -115,8 +115,8 @@ type Config struct {
 	// means no in-process retries: the broker's redelivery retries.
 	Retry *classify.Policy
 	// RequeueDelayFunc gives the redelivery delay after the n-th failed
-	// attempt. Defaults to 1s doubling per attempt, at most 1 minute; a
-	// handler error's RetryAfter wins.
+	// attempt. Defaults to DefaultRequeueDelay (1s doubling per attempt up
+	// to 1 minute, randomized by ±50%); a handler error's RetryAfter wins.
 	RequeueDelayFunc func(attempts int) time.Duration
 	// PausedFunc, if set, is asked before each receive; while it returns
 	// true, intake pauses (e.g. while a circuit breaker is open:
@@ -214,20 +214,23 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// DefaultRequeueDelay is 1s doubling per attempt, at most 1 minute.
+// DefaultRequeueDelay is 1s doubling per attempt up to 1 minute, each
+// randomized by ±inbox.JitterFactor (50%), so that messages handed back
+// together (an outage) are not all redelivered at the same moment.
 func DefaultRequeueDelay(attempts int) time.Duration {
 	return DoublingRequeueDelay(time.Second)(attempts)
 }
 
 // DoublingRequeueDelay returns a Config.RequeueDelayFunc: base after the
-// first attempt, doubling per attempt, at most 1 minute.
+// first attempt, doubling per attempt up to 1 minute, each randomized by
+// ±inbox.JitterFactor (50%; see inbox.Jitter).
 func DoublingRequeueDelay(base time.Duration) func(attempts int) time.Duration {
 	return func(attempts int) time.Duration {
 		d := base
 		for i := 1; i < attempts && d < time.Minute; i++ {
 			d *= 2
 		}
-		return min(d, time.Minute)
+		return inbox.Jitter(min(d, time.Minute))
 	}
 }
 

@@ -202,3 +202,34 @@ func TestRunReturnsSourceError(t *testing.T) {
 		}
 	}
 }
+
+// Broker redelivery delays are randomized, so messages handed back together
+// (an outage) are redelivered spread out, not in lockstep (issue 11, item 4).
+func TestDefaultRequeueDelayJitter(t *testing.T) {
+	for _, tc := range []struct {
+		attempts int
+		base     time.Duration
+	}{{1, time.Second}, {3, 4 * time.Second}, {20, time.Minute}} {
+		const n = 2000
+		lo, hi := tc.base/2, tc.base*3/2
+		distinct := map[time.Duration]bool{}
+		below, above := 0, 0
+		for range n {
+			d := consumer.DefaultRequeueDelay(tc.attempts)
+			if d < lo || d > hi {
+				t.Fatalf("DefaultRequeueDelay(%d) = %s, outside [%s, %s]", tc.attempts, d, lo, hi)
+			}
+			distinct[d] = true
+			if d < tc.base*4/5 {
+				below++
+			}
+			if d > tc.base*6/5 {
+				above++
+			}
+		}
+		// Uniform over [0.5, 1.5]×base puts 30% below 0.8×base and 30% above 1.2×base.
+		if len(distinct) < n*9/10 || below < n/5 || above < n/5 {
+			t.Errorf("DefaultRequeueDelay(%d): %d distinct of %d, %d below 0.8×, %d above 1.2× %s: not spread", tc.attempts, len(distinct), n, below, above, tc.base)
+		}
+	}
+}

@@ -95,7 +95,8 @@ type WorkerConfig struct {
 	BatchSize int
 	// BackoffFunc returns the delay before the next attempt after the given
 	// failed attempt (1 for the first). A handler error with a RetryAfter
-	// hint overrides it. Defaults to 1s doubled per attempt, at most 5m.
+	// hint overrides it. Defaults to DefaultBackoff: 1s doubled per attempt up
+	// to 5m, randomized by ±50%.
 	BackoffFunc func(attempt int) time.Duration
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -143,16 +144,18 @@ func (c *WorkerConfig) validate() error {
 }
 
 // DefaultBackoff is the default WorkerConfig.BackoffFunc: 1s after the first
-// failed attempt, doubled per attempt, at most 5 minutes.
+// failed attempt, doubled per attempt up to 5 minutes, each randomized by
+// ±JitterFactor (see Jitter), so that entries that failed together are not
+// all retried at the same moment.
 func DefaultBackoff(attempt int) time.Duration {
 	const maxDelay = 5 * time.Minute
 	if attempt < 1 {
 		attempt = 1
 	}
 	if attempt > 10 {
-		return maxDelay
+		return Jitter(maxDelay)
 	}
-	return min(time.Second<<(attempt-1), maxDelay)
+	return Jitter(min(time.Second<<(attempt-1), maxDelay))
 }
 
 func defaultOwner() string {
