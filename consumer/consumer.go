@@ -257,6 +257,7 @@ func New(cfg Config) (*Consumer, error) {
 				ConsumerName:   cfg.Name,
 				HandleFunc:     inbox.MessageHandler(cfg.Handler),
 				DeadLetterFunc: c.deadLetterStored,
+				RejectFunc:     c.rejectFunc(),
 				LeaseDuration:  cfg.LeaseDuration,
 				PollInterval:   cfg.WorkerPollInterval,
 				Logger:         cfg.Logger,
@@ -711,6 +712,28 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	s.Result.Status = inboxkit.StatusDeadLettered
 	c.log(s)
 	return nil
+}
+
+// rejectFunc publishes the workers' rejections to RejectQueue, like the
+// transactional mode does (nil without a RejectQueue).
+func (c *Consumer) rejectFunc() inbox.RejectFunc {
+	if c.cfg.RejectQueue == "" {
+		return nil
+	}
+	return func(ctx context.Context, cl inbox.Claimed, reason string, cause error) error {
+		m := cl.Message
+		if m.Destination == "" {
+			m.Destination = m.Header("destination")
+		}
+		res := inbox.Result{Outcome: inboxkit.OutcomeRejected, Class: inboxkit.ClassBusiness, Reason: reason, Attempts: cl.Attempts, Err: cause}
+		env := c.envelope(ctx, m, inbox.Entry{}, res)
+		env.FirstFailure, env.LastFailure = time.Time{}, time.Time{}
+		if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
+			return fmt.Errorf("consumer: publish rejection to %s: %w", c.cfg.RejectQueue, err)
+		}
+		c.log(Settled{Message: m, Result: res, Action: ActionReject})
+		return nil
+	}
 }
 
 // failure is the error an in-process retry decides on: the inbox's own

@@ -44,7 +44,11 @@ type ReplayReport struct {
 // Replay moves dead letters back to their original destination, with the
 // same event id so that the inbox still deduplicates, and resets their
 // inbox rows (DEAD_LETTERED → TECHNICAL_FAILURE, ATTEMPTS 0, REPLAY_COUNT+1)
-// so that the replayed message is processed once more.
+// so that the replayed message is processed once more. On a reject queue
+// (envelopes of class BUSINESS) it reopens REJECTED rows the same way, for a
+// rejection whose business case was clarified (see inbox.ReopenRejected).
+// A message whose row is in any other state (already PROCESSED, say) is not
+// replayed: it stays on the queue and is reported in Skipped.
 //
 // For each dead letter, in this order: the row is reset, the message is
 // published to its destination (confirmed), and only then is the dead letter
@@ -126,9 +130,18 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		if dest == "" {
 			dest = env.OriginalDestination
 		}
-		if _, err := cfg.Store.ResetForReplay(ctx, env.EventID, env.Consumer); err != nil {
+		reason, err := reopen(ctx, cfg.Store, env)
+		if err != nil {
 			_ = d.Requeue(ctx, 0)
 			return rep, fmt.Errorf("consumer: replay %s: %w", env.EventID, err)
+		}
+		if reason != "" {
+			// The replay could not take effect: keep the message.
+			if err := d.Requeue(ctx, 0); err != nil {
+				return rep, fmt.Errorf("consumer: replay: hand back: %w", err)
+			}
+			rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %s", env.EventID, reason))
+			continue
 		}
 		if err := cfg.Publisher.Publish(ctx, dest, env.ReplayHeaders(cfg.Clock.Now()), env.Body); err != nil {
 			_ = d.Requeue(ctx, 0)
@@ -139,4 +152,32 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		}
 		rep.Replayed = append(rep.Replayed, env.EventID)
 	}
+}
+
+// reopen makes the inbox row of a dead letter or rejection ready for the
+// replayed message: DEAD_LETTERED is reset, REJECTED (an envelope of class
+// BUSINESS, from the reject queue) is reopened. It returns why the replay
+// could not take effect ("" when it can): the row is in another state, so
+// the replayed message would only be a duplicate. Without a row the
+// replayed message is processed as new.
+func reopen(ctx context.Context, st *inbox.Store, env dlq.Envelope) (string, error) {
+	var ok bool
+	var err error
+	if env.Class == string(inboxkit.ClassBusiness) {
+		ok, err = st.ReopenRejected(ctx, env.EventID, env.Consumer)
+	} else {
+		ok, err = st.ResetForReplay(ctx, env.EventID, env.Consumer)
+	}
+	if err != nil || ok {
+		return "", err
+	}
+	r, err := st.Get(ctx, env.EventID, env.Consumer)
+	if errors.Is(err, inbox.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("its inbox row (consumer %s) is %s, not %s: a replay would be a duplicate and change nothing; left on the queue",
+		env.Consumer, r.Status, map[bool]inboxkit.Status{true: inboxkit.StatusRejected, false: inboxkit.StatusDeadLettered}[env.Class == string(inboxkit.ClassBusiness)]), nil
 }

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/inboxkit/inboxkit"
@@ -83,6 +84,36 @@ func (s *Store) ResetForReplay(ctx context.Context, eventID, consumerName string
 	res, err := s.db.ExecContext(ctx, s.q.resetForReplay, s.t(s.now()), eventID, consumerName)
 	if err != nil {
 		return false, fmt.Errorf("inbox: reset for replay: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// ReopenRejected prepares a REJECTED row for a replay from the reject
+// queue after the business case was clarified (the customer now exists):
+// it becomes TECHNICAL_FAILURE with ATTEMPTS 0, REPLAY_COUNT is raised, and
+// LAST_ERROR keeps the rejection ("rejected REASON: error"), so the audit
+// shows the rejection, the replay and, later, the processing. The replayed
+// message is then processed once. It reports false when the row is not
+// REJECTED (or absent).
+func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string) (bool, error) {
+	r, err := s.Get(ctx, eventID, consumerName)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inbox: reopen rejected: %w", err)
+	}
+	if r.Status != inboxkit.StatusRejected {
+		return false, nil
+	}
+	story := "rejected " + r.ReasonCode
+	if r.LastError != "" {
+		story += ": " + r.LastError
+	}
+	res, err := s.db.ExecContext(ctx, s.q.reopenRejected, s.t(s.now()), s.truncate(story), eventID, consumerName)
+	if err != nil {
+		return false, fmt.Errorf("inbox: reopen rejected: %w", err)
 	}
 	n, _ := res.RowsAffected()
 	return n == 1, nil

@@ -20,6 +20,7 @@ type queries struct {
 	reject           string
 	deadFromFailure  string
 	resetForReplay   string
+	reopenRejected   string
 	selectStatus     string
 	selectAttempts   string
 	selectOne        string
@@ -58,12 +59,16 @@ func buildQueries(d Dialect, table string) queries {
 		startAttempt: r(`UPDATE {t} SET LAST_ERROR = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN ? ELSE LAST_ERROR END, ` +
 			`FIRST_FAILED_AT = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN COALESCE(FIRST_FAILED_AT, UPDATED_AT) ELSE FIRST_FAILED_AT END, ` +
 			`ERROR_CLASS = NULL, UPDATED_AT = ?, ATTEMPTS = ATTEMPTS + 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < ?`),
-		forgetAttempt:    r(`UPDATE {t} SET ERROR_CLASS = CASE WHEN ATTEMPTS > 1 THEN 'TECHNICAL' ELSE NULL END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS = ?`),
-		takeBackAttempt:  r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
-		processFromFail:  r(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		reject:           r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
-		deadFromFailure:  r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		resetForReplay:   r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
+		forgetAttempt:   r(`UPDATE {t} SET ERROR_CLASS = CASE WHEN ATTEMPTS > 1 THEN 'TECHNICAL' ELSE NULL END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS = ?`),
+		takeBackAttempt: r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
+		processFromFail: r(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		reject:          r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
+		deadFromFailure: r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		resetForReplay:  r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
+		// A rejection replayed after clarification keeps its story: the
+		// rejection's reason and error move to LAST_ERROR.
+		reopenRejected: r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?, ` +
+			`LAST_ERROR = ?, ERROR_CLASS = 'BUSINESS'` + key + ` AND STATUS = 'REJECTED'`),
 		selectStatus:     r(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:   r(`SELECT ATTEMPTS FROM {t}` + key),
 		selectOne:        r(`SELECT ` + recordColumns + ` FROM {t}` + key),

@@ -35,6 +35,10 @@ const ReasonMalformedHeaders = "MALFORMED_HEADERS"
 // after a backoff.
 type MessageHandler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
 
+// RejectFunc publishes a business rejection of a claimed entry; see
+// WorkerConfig.RejectFunc.
+type RejectFunc func(ctx context.Context, c Claimed, reason string, cause error) error
+
 // DeadLetterFunc publishes a message to the dead-letter destination. It is
 // called with the entry still leased and its DEAD_LETTERED transition not
 // yet committed; the transition commits only when it returns nil. When it
@@ -78,6 +82,11 @@ type WorkerConfig struct {
 	// DeadLetterFunc publishes poison messages and messages past the
 	// backout threshold (the store's Config.MaxAttempts). Required.
 	DeadLetterFunc DeadLetterFunc
+	// RejectFunc, if set, publishes business rejections (e.g. to a reject
+	// queue for clarification). It is called while the REJECTED row is
+	// locked and uncommitted; when it fails, the rejection is not recorded
+	// and the entry is retried after a backoff (at least once).
+	RejectFunc RejectFunc
 	// Owner names this worker in LEASE_OWNER; it must be unique among the
 	// running workers. Defaults to hostname-pid-random, at most 80 bytes.
 	Owner string
@@ -356,7 +365,11 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 			_ = tx.Rollback()
 			return w.fail(ctx, c, inboxkit.Decision{Class: inboxkit.ClassTechnical}, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
 		}
-		err := w.complete(ctx, tx, w.q.rejected, append([]any{reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now)}, key...))
+		var publish func() error
+		if w.cfg.RejectFunc != nil {
+			publish = func() error { return w.cfg.RejectFunc(ctx, c, reason, herr) }
+		}
+		err := w.completeThen(ctx, tx, w.q.rejected, append([]any{reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now)}, key...), publish)
 		if errors.Is(err, ErrLeaseLost) {
 			return Result{}, err
 		}
@@ -380,6 +393,12 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 // outcome UPDATE changes STATUS from IN_PROGRESS, so MySQL's changed-rows
 // count equals the matched-rows count.
 func (w *Worker) complete(ctx context.Context, tx *sql.Tx, q string, args []any) error {
+	return w.completeThen(ctx, tx, q, args, nil)
+}
+
+// completeThen is complete with beforeCommit (if not nil) called after the
+// UPDATE and before the commit; its error rolls back.
+func (w *Worker) completeThen(ctx context.Context, tx *sql.Tx, q string, args []any, beforeCommit func() error) error {
 	res, err := tx.ExecContext(ctx, q, args...)
 	var n int64
 	if err == nil {
@@ -392,6 +411,12 @@ func (w *Worker) complete(ctx context.Context, tx *sql.Tx, q string, args []any)
 	if n == 0 {
 		_ = tx.Rollback()
 		return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, args[len(args)-4], args[len(args)-3], args[len(args)-2], args[len(args)-1])
+	}
+	if beforeCommit != nil {
+		if err := beforeCommit(); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("inbox: process: publish rejection: %w", err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("inbox: process: commit: %w", err)

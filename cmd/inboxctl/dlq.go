@@ -138,7 +138,13 @@ func newDLQReplayCmd() *cobra.Command {
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
 attempts 0, replay count + 1) so that the consumer processes them once more. For
 each dead letter: the row is reset, the message is published (confirmed), then the
-dead letter is removed. Dead letters not selected stay in the DLQ.`,
+dead letter is removed. Dead letters not selected stay in the DLQ.
+
+On a reject queue (--queue invoices.rejected) replay reopens the REJECTED row of a
+rejection whose business case was clarified (e.g. the customer now exists): the
+event is processed once, and its audit shows the rejection, the replay and the
+processing. A message whose row is in another state (already processed) is not
+replayed: it stays on the queue and the command exits 1.`,
 		Example: `  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 \
     --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db`,
@@ -190,6 +196,10 @@ dead letter is removed. Dead letters not selected stay in the DLQ.`,
 			}
 			if len(rep.Replayed) == 0 && len(rep.Skipped) == 0 {
 				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
+			}
+			if len(rep.Skipped) > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d message(s) could not be replayed and were left in %s (see above)\n", len(rep.Skipped), queue)
+				return errFindings
 			}
 			if eventID != "" && len(rep.Replayed) == 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "no dead letter with event id %q in %s\n", eventID, queue)

@@ -111,6 +111,8 @@ func Run(t *testing.T, b Broker) {
 		{"GracefulShutdown", testGracefulShutdown},
 		{"StoreThenProcess", testStoreThenProcess},
 		{"DatabaseOutage", testDatabaseOutage},
+		{"ReplayRejection", testReplayRejection},
+		{"ReplayPoison", testReplayPoison},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {

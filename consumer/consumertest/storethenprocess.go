@@ -33,7 +33,7 @@ func testStoreThenProcess(t *testing.T, e *env) {
 	e.send(t, "stp-fail", "corr-stp", Event{Amount: 1, Fail: true}.Body())
 	sent += 4
 
-	r := e.start(t, runOpts{concurrency: 2, mode: consumer.ModeStoreThenProcess})
+	r := e.start(t, runOpts{concurrency: 2, mode: consumer.ModeStoreThenProcess, rejectQueue: e.rejects})
 	terminal := func() bool {
 		c := e.counts(t)
 		return c[inboxkit.StatusProcessed] == n && c[inboxkit.StatusRejected] == 1 && c[inboxkit.StatusDeadLettered] == 2
@@ -77,6 +77,15 @@ func testStoreThenProcess(t *testing.T, e *env) {
 	want := fmt.Sprint([]string{"MALFORMED_PAYLOAD:stp-malformed", inbox.ReasonMaxAttemptsExceeded + ":stp-fail", inbox.ReasonMissingEventID + ":"})
 	if fmt.Sprint(reasons) != want {
 		t.Errorf("DLQ holds %v, want %s", reasons, want)
+	}
+	// The rejection went to the reject queue, as in the transactional mode
+	// (issue 11, item 2).
+	rj := e.drain(t, e.rejects)
+	if len(rj) != 1 {
+		t.Fatalf("reject queue holds %d messages, want the 1 rejection", len(rj))
+	}
+	if env, err := dlq.Parse(rj[0].Headers, rj[0].Body); err != nil || env.EventID != "stp-reject" || env.Reason != "CUSTOMER_UNKNOWN" || env.Class != string(inboxkit.ClassBusiness) {
+		t.Errorf("rejection envelope %+v (%v), want stp-reject CUSTOMER_UNKNOWN BUSINESS", env, err)
 	}
 	e.expectEmpty(t, e.queue)
 	t.Logf("%s/%s store-then-process: checked %d deliveries (%d events, %d duplicates, 4 special): %d business rows, DLQ %v",
