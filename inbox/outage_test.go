@@ -1,0 +1,62 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
+)
+
+// A delivery handed back because the database was unreachable is no
+// attempt (issue 11, item 1): neither one that never reached the handler,
+// nor one whose handler ran but whose outcome could not be recorded (the
+// connection was cut inside the handler). Many such deliveries, flagged
+// redelivered with a growing broker count, then one that goes through:
+// PROCESSED with ATTEMPTS 1.
+func TestOutageIsNoAttempt(t *testing.T) {
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			_, b := setup(t, db, inbox.Config{MaxAttempts: 3})
+			proxy := tcpproxy.Start(t, db.Addr())
+			d, _ := inbox.DialectByName(backend)
+			s, err := inbox.New(db.OpenVia(t, proxy.Addr()), d, inbox.Config{MaxAttempts: 3})
+			dbtest.Must(t, err, "store via proxy")
+			ctx := context.Background()
+			e := entry("OUT-1")
+			// The connection dies inside the handler: the outcome cannot be recorded.
+			cut := func(ctx context.Context, tx *sql.Tx) error {
+				if err := insertBusiness(db, "OUT-1", "x")(ctx, tx); err != nil {
+					return err
+				}
+				proxy.Cut()
+				return nil
+			}
+			if _, err := s.Process(ctx, e, cut); err == nil {
+				t.Fatal("Process succeeded although the connection was cut before the commit")
+			}
+			for i := 2; i <= 10; i++ { // redeliveries while the database stays unreachable
+				e.Redelivered, e.DeliveryCount = true, i
+				if _, err := s.Process(ctx, e, insertBusiness(db, "OUT-1", "x")); err == nil {
+					t.Fatalf("delivery %d: Process succeeded while the database is unreachable", i)
+				}
+			}
+			proxy.Restore()
+			e.DeliveryCount = 11
+			res, err := s.Process(ctx, e, insertBusiness(db, "OUT-1", "x"))
+			dbtest.Must(t, err, "after the repair")
+			r := get(t, s, "OUT-1")
+			if res.Outcome != inboxkit.OutcomeProcessed || res.Attempts != 1 || r.Attempts != 1 {
+				t.Errorf("after the outage: %+v, row ATTEMPTS %d; want PROCESSED at attempt 1", res, r.Attempts)
+			}
+			if n := b.businessRows(t, "OUT-1"); n != 1 {
+				t.Errorf("business rows %d, want 1", n)
+			}
+		})
+	}
+}
