@@ -11,9 +11,11 @@
 // # Processing one message
 //
 // [Store.Process] takes an [Entry] (event id, consumer name, correlation id,
-// payload hash, the broker's redelivery flag and count) and a [Handler]. In
-// one transaction it inserts the row as PROCESSED and runs the handler; both
-// commit or neither does. What happened comes back as a [Result]:
+// payload hash, the broker's redelivery flag and count) and a [Handler]. It
+// first commits an attempt marker (the row as TECHNICAL_FAILURE with
+// ATTEMPTS raised by one), then in one transaction moves the row to
+// PROCESSED and runs the handler; both commit or neither does. What happened
+// comes back as a [Result]:
 //
 //	PROCESSED      the handler committed with the row          acknowledge
 //	DUPLICATE      the key existed; the status found is given  acknowledge
@@ -37,11 +39,18 @@
 //     statement decided.
 //   - A technical failure is recorded in its own transaction, so the
 //     handler's rollback cannot erase it.
-//   - A delivery the broker flags as redelivered is counted in the database
-//     before the handler runs. A message that kills the process therefore
-//     reaches the backout threshold even when the broker never counts
-//     (ActiveMQ over STOMP after a crash): after MaxAttempts deliveries the
-//     result is DEAD_LETTER without running the handler again.
+//   - An attempt is counted by a marker committed before the handler runs.
+//     A message that kills the process therefore reaches the backout
+//     threshold even when the broker never counts (ActiveMQ over STOMP after
+//     a crash): after MaxAttempts attempts the result is DEAD_LETTER without
+//     running the handler again. The broker's redelivery flag and delivery
+//     count are not attempt counts (they also count deliveries handed back
+//     while the database was down) and are not used.
+//   - A delivery handed back because the database, the inbox or the DLQ was
+//     unreachable never counts: Process takes its marker back when it
+//     returns an error ([Store.ForgetAttempt]; when the database is still
+//     unreachable the Store remembers and does it before the event's next
+//     attempt). Deliveries of one event in one Store take turns.
 //   - Failures whose decision says NoAttempt (an open circuit breaker) do
 //     not raise ATTEMPTS: an outage downstream does not dead-letter the queue.
 //   - A message without an event id, or with one longer than the column, is
