@@ -66,9 +66,10 @@ func buildQueries(d Dialect, table string) queries {
 		deadFromFailure: r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:  r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
-		// rejection's reason and error move to LAST_ERROR.
+		// rejection's reason and error move to LAST_ERROR. A stored entry
+		// (store-then-process: PAYLOAD set) is due for the workers at once.
 		reopenRejected: r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?, ` +
-			`LAST_ERROR = ?, ERROR_CLASS = 'BUSINESS'` + key + ` AND STATUS = 'REJECTED'`),
+			`LAST_ERROR = ?, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
 		selectStatus:     r(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:   r(`SELECT ATTEMPTS FROM {t}` + key),
 		selectOne:        r(`SELECT ` + recordColumns + ` FROM {t}` + key),

@@ -42,6 +42,8 @@ func auditRowOf(r inbox.Record) auditRow {
 	switch {
 	case r.Status == "DEAD_LETTERED":
 		a.DLQTrace = fmt.Sprintf("dead-lettered (%s, %s)", r.ErrorClass, r.ReasonCode)
+	case r.ReplayCount > 0 && strings.HasPrefix(r.LastError, "rejected "):
+		a.DLQTrace = "rejected, replayed from the reject queue after clarification"
 	case r.ReplayCount > 0:
 		a.DLQTrace = "replayed from the DLQ"
 	}

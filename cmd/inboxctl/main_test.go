@@ -160,6 +160,7 @@ func runRoundTrip(t *testing.T, mode string) {
 	broker := "stomp://" + stompAddr
 	queue := fmt.Sprintf("inboxctl.test.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
+	rejName := queue + ".rejected"
 
 	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL, "--seed-customers"), 0, "migrated", "seeded 2 demo customers")
 	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL), 0, "migrated") // idempotent
@@ -174,7 +175,7 @@ func runRoundTrip(t *testing.T, mode string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json", "--mode", mode)
+	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--reject-queue", rejName, "--log-format", "json", "--mode", mode)
 	run.Env = cleanEnv()
 	var logs bytes.Buffer
 	run.Stdout, run.Stderr = &logs, &logs
@@ -239,6 +240,34 @@ func runRoundTrip(t *testing.T, mode string) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "absent", "--db", dbURL), 1, "no dead letter with event id")
+
+	// The rejection is on the reject queue (in both modes). Once the customer
+	// exists, replaying it reopens the REJECTED row and it is processed once
+	// (issue 11, item 2).
+	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", rejName), 0, "1 message(s)", "rt-2", "CUSTOMER_UNKNOWN")
+	if _, err := db.Exec(`INSERT INTO invoice_customers (customer_no, name, address) VALUES ('K-999', 'Neukunde AG', 'Seestrasse 9, 8002 Zuerich')`); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", rejName, "--event-id", "rt-2", "--db", dbURL), 0, "replayed rt-2", "1 replayed")
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		r := inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt", "--json")
+		rows = nil
+		_ = json.Unmarshal([]byte(r.stdout), &rows)
+		done := false
+		for _, row := range rows {
+			done = done || (row.EventID == "rt-2" && row.Status == "PROCESSED")
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replayed rejection rt-2 was not processed: %s\nrun log:\n%s", r, logs.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt"), 0, "rejected, replayed from the reject queue", "replayed 1 time(s)", "rejected CUSTOMER_UNKNOWN")
+	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", rejName), 0, "0 message(s)")
 
 	// check: the round trip left a consistent database
 	wantCode(t, inboxctl(t, "", "check", "--db", dbURL), 0, "no findings")
