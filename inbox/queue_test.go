@@ -373,7 +373,10 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 		var calls atomic.Int32
 		failFor := map[string]int{"E-1": 100, "E-2": 1} // failures before success
 		ok := businessHandler(db, "ok")
-		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: dl.publish, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+		// A backoff without jitter (DefaultBackoff's is tested on its own),
+		// so that the injected clock can step to the due time.
+		doubling := func(attempt int) time.Duration { return time.Second << (attempt - 1) }
+		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: dl.publish, BackoffFunc: doubling, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			calls.Add(1)
 			if err := ok(ctx, tx, m); err != nil {
 				return err
