@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/inboxkit/inboxkit"
 )
@@ -108,7 +109,10 @@ func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string
 		return false, nil
 	}
 	story := "rejected " + r.ReasonCode
-	if r.LastError != "" {
+	switch {
+	case strings.HasPrefix(r.LastError, "rejected "): // classify.Reject's text names it already
+		story = r.LastError
+	case r.LastError != "":
 		story += ": " + r.LastError
 	}
 	res, err := s.db.ExecContext(ctx, s.q.reopenRejected, s.t(s.now()), s.truncate(story), eventID, consumerName)
