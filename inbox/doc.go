@@ -50,7 +50,7 @@
 //     unreachable never counts: Process takes its marker back when it
 //     returns an error ([Store.ForgetAttempt]; when the database is still
 //     unreachable the Store remembers and does it before the event's next
-//     attempt). Deliveries of one event in one Store take turns.
+//     attempt). Deliveries of one event in one process take turns.
 //   - Failures whose decision says NoAttempt (an open circuit breaker) do
 //     not raise ATTEMPTS: an outage downstream does not dead-letter the queue.
 //   - A message without an event id, or with one longer than the column, is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -128,9 +129,10 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		e.PayloadHash = e.PayloadHash[:64]
 	}
 
-	// Deliveries of one event in this process take turns, so that none
-	// counts an attempt while another one's handler runs.
-	mu := &s.turns[turn(e)]
+	// Deliveries of one event in this process take turns (across Stores:
+	// two instances in one process too), so that none counts an attempt
+	// while another one's handler runs.
+	mu := &turns[turn(e)]
 	mu.Lock()
 	defer mu.Unlock()
 
@@ -152,15 +154,18 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		}
 		// Another process claimed the row after our marker: our handler
 		// did not run, so our marker is taken back whatever the status.
-		if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, e.EventID, e.ConsumerName); err != nil {
+		if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, markerError, e.EventID, e.ConsumerName); err != nil {
 			return Result{}, fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
 		}
 	}
 	return Result{}, fmt.Errorf("inbox: event %q for %q changed under us five times in a row; giving up this delivery", e.EventID, e.ConsumerName)
 }
 
-// turns serializes the deliveries of one event within a Store (striped).
+// turns serializes the deliveries of one event within the process
+// (striped by event id and consumer name).
 const turnStripes = 256
+
+var turns [turnStripes]sync.Mutex
 
 func turn(e Entry) uint32 {
 	h := fnv.New32a()
@@ -310,11 +315,7 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result,
 		rollback()
 		return Result{}, true, nil
 	}
-	attempts := n
-	if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
-		rollback()
-		return Result{}, false, fmt.Errorf("inbox: read attempts: %w", err)
-	}
+	attempts := n // this attempt's number, whatever a racing marker added
 	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
 		rollback()
 		return Result{}, false, fmt.Errorf("inbox: savepoint: %w", err)

@@ -84,7 +84,6 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	turns    [turnStripes]sync.Mutex // deliveries of one event take turns (see Process)
 	forgotMu sync.Mutex
 	forgot   map[[2]string]int // attempt markers to take back (see ForgetAttempt)
 }
