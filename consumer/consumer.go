@@ -142,6 +142,9 @@ type Config struct {
 	// error wrapping ErrShutdownTimeout. Defaults to 30s; negative waits
 	// without bound.
 	ShutdownTimeout time.Duration
+	// Observer, if set, watches every delivery (metrics, traces; see
+	// package observe). Defaults to nil: nothing is observed.
+	Observer Observer
 }
 
 // ErrShutdownTimeout is wrapped by Run's error when deliveries in hand were
@@ -249,6 +252,9 @@ func New(cfg Config) (*Consumer, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Observer != nil {
+		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}
 	c := &Consumer{cfg: cfg, inHand: map[uint64]inboxkit.Message{}}
 	if cfg.Mode == ModeStoreThenProcess {
@@ -459,8 +465,10 @@ func PayloadHash(body []byte) string {
 
 // Handle processes one delivery and settles it: exactly one of Ack or
 // Requeue is called on d. Run calls it; tests and custom loops may too.
-func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
+func (c *Consumer) Handle(ctx context.Context, d Delivery) (s Settled) {
 	m := c.Message(d)
+	ctx, done := c.observe(ctx, m)
+	defer func() { done(s) }()
 	entry := inbox.Entry{
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
@@ -489,7 +497,7 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
 			return failure(res, err)
 		})
 	}
-	s := Settled{Message: m, Result: res}
+	s = Settled{Message: m, Result: res}
 	if err != nil {
 		s.Err = err
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))

@@ -1,0 +1,290 @@
+package observe_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/observe"
+)
+
+// recordingPublisher keeps the headers of what it publishes, then
+// publishes for real.
+type recordingPublisher struct {
+	dlq.Publisher
+	mu      sync.Mutex
+	headers []map[string]string
+}
+
+func (r *recordingPublisher) Publish(ctx context.Context, dest string, h map[string]string, body []byte) error {
+	r.mu.Lock()
+	r.headers = append(r.headers, h)
+	r.mu.Unlock()
+	return r.Publisher.Publish(ctx, dest, h, body)
+}
+
+// mixHandler: body "reject" is a business rejection, "poison" is poison,
+// anything else is processed.
+func mixHandler(_ context.Context, _ *sql.Tx, m inboxkit.Message) error {
+	switch string(m.Body) {
+	case "reject":
+		return classify.Reject("CUSTOMER_UNKNOWN", nil)
+	case "poison":
+		return classify.Poison("MALFORMED_PAYLOAD", nil)
+	}
+	return nil
+}
+
+const parentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+// A known mix of deliveries — 3 processed, 2 duplicates, 1 business
+// rejection, 2 poison (one malformed, one without event id) — shows as
+// exactly these counts on /metrics, the inbox gauges count the table, and
+// every delivery has one span; the dead letter carries the delivery span's
+// traceparent, in the trace of the message's own traceparent.
+func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := jetstream.StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	a, err := jetstream.Open(ctx, jetstream.Config{URL: srv.URL(), Stream: "MIX", Subject: "mix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if err := a.EnsureStream(ctx, "MIXDLQ", "dlq.mix"); err != nil {
+		t.Fatal(err)
+	}
+	db := dbtest.New(t, dbtest.SQLite)
+	store, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{ClassifyFunc: classify.Of})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	send := func(id, body string, extra ...string) {
+		h := map[string]string{"correlationId": "C-" + id}
+		if id != "" {
+			h["eventId"] = id
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h[extra[i]] = extra[i+1]
+		}
+		if err := a.Publish(ctx, "mix", h, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("E-1", "ok")
+	send("E-2", "ok")
+	send("E-3", "ok")
+	send("E-1", "ok")
+	send("E-2", "ok")
+	send("E-4", "reject")
+	send("E-5", "poison", "traceparent", "00-"+parentTrace+"-00f067aa0ba902b7-01")
+	send("", "no event id")
+	const total = 8
+
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	obs, err := observe.New(observe.Config{Consumer: "mix", Store: store, TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := &recordingPublisher{Publisher: a}
+	var mu sync.Mutex
+	settled := 0
+	all := make(chan struct{})
+	c, err := consumer.New(consumer.Config{
+		Name: "mix", Source: a, Store: store, Handler: mixHandler,
+		DeadLetter: observe.TracePublisher(dead), DeadLetterQueue: "dlq.mix",
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observer: obs,
+		OnSettled: func(consumer.Settled) {
+			mu.Lock()
+			defer mu.Unlock()
+			if settled++; settled == total {
+				close(all)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d deliveries settled", settled, total)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.RefreshInbox(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	hs := httptest.NewServer(observe.Mux(obs, nil))
+	defer hs.Close()
+	body := get(t, hs.URL+"/metrics", http.StatusOK)
+	for _, want := range []string{
+		`inboxkit_deliveries_total{action="ack",consumer="mix",outcome="PROCESSED",status="PROCESSED"} 3`,
+		`inboxkit_deliveries_total{action="ack",consumer="mix",outcome="DUPLICATE",status="PROCESSED"} 2`,
+		`inboxkit_deliveries_total{action="reject",consumer="mix",outcome="REJECTED",status="REJECTED"} 1`,
+		`inboxkit_deliveries_total{action="dead-letter",consumer="mix",outcome="DEAD_LETTER",status="DEAD_LETTERED"} 1`,
+		`inboxkit_deliveries_total{action="dead-letter",consumer="mix",outcome="DEAD_LETTER",status="NONE"} 1`, // no event id, no row
+		`inboxkit_duplicates_total{consumer="mix"} 2`,
+		`inboxkit_rejections_total{consumer="mix",reason="CUSTOMER_UNKNOWN"} 1`,
+		`inboxkit_dead_letters_total{consumer="mix",reason="MALFORMED_PAYLOAD"} 1`,
+		`inboxkit_dead_letters_total{consumer="mix",reason="MISSING_EVENT_ID"} 1`,
+		`inboxkit_runtime_errors_total{consumer="mix"} 0`,
+		`inboxkit_deliveries_in_flight{consumer="mix"} 0`,
+		`inboxkit_delivery_duration_seconds_count{consumer="mix"} 8`,
+		`inboxkit_handler_duration_seconds_count{consumer="mix"} 5`, // 3 processed, the rejection, the malformed one
+		`inboxkit_inbox_rows{consumer="mix",status="PROCESSED"} 3`,
+		`inboxkit_inbox_rows{consumer="mix",status="REJECTED"} 1`,
+		`inboxkit_inbox_rows{consumer="mix",status="DEAD_LETTERED"} 1`,
+		`inboxkit_inbox_rows{consumer="mix",status="TECHNICAL_FAILURE"} 0`,
+		`inboxkit_inbox_rows_at_threshold{consumer="mix"} 0`,
+		`inboxkit_inbox_oldest_nonterminal_age_seconds{consumer="mix"} 0`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", grep(body, "inboxkit_"))
+	}
+
+	ended := spans.Ended()
+	deliveries := 0
+	var poisonSpan sdktrace.ReadOnlySpan
+	for _, s := range ended {
+		if s.Name() != "inboxkit.delivery" {
+			continue
+		}
+		deliveries++
+		attrs := map[string]string{}
+		for _, kv := range s.Attributes() {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["event_id"] == "E-5" {
+			poisonSpan = s
+			if attrs["outcome"] != "DEAD_LETTER" || attrs["reason"] != "MALFORMED_PAYLOAD" || attrs["correlation_id"] != "C-E-5" || attrs["attempts"] == "" {
+				t.Errorf("span of E-5 has attributes %v", attrs)
+			}
+		}
+	}
+	if deliveries != total {
+		t.Errorf("%d delivery spans, want %d", deliveries, total)
+	}
+	if poisonSpan == nil {
+		t.Fatal("no span for E-5")
+	}
+	if got := poisonSpan.SpanContext().TraceID().String(); got != parentTrace {
+		t.Errorf("span of E-5 is in trace %s, want the message's trace %s", got, parentTrace)
+	}
+	var tp5 string
+	dead.mu.Lock()
+	for _, h := range dead.headers {
+		if h[dlq.HeaderEventID] == "E-5" {
+			tp5 = h["traceparent"]
+		}
+	}
+	dead.mu.Unlock()
+	want := "00-" + parentTrace + "-" + poisonSpan.SpanContext().SpanID().String() + "-01"
+	if tp5 != want {
+		t.Errorf("dead letter of E-5 carries traceparent %q, want the delivery span's %q", tp5, want)
+	}
+}
+
+func get(t *testing.T, url string, code int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != code {
+		t.Fatalf("GET %s: %d, want %d\n%s", url, resp.StatusCode, code, b)
+	}
+	return string(b)
+}
+
+func grep(body, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// /readyz is 503 while a check fails and once draining, and says why.
+func TestReadiness(t *testing.T) {
+	h := observe.NewHealth()
+	var mu sync.Mutex
+	var dbErr error
+	h.Add("database", func(context.Context) error { mu.Lock(); defer mu.Unlock(); return dbErr })
+	hs := httptest.NewServer(observe.Mux(nil, h))
+	defer hs.Close()
+	var r observe.Readiness
+	decode := func(s string) {
+		t.Helper()
+		r = observe.Readiness{}
+		if err := json.Unmarshal([]byte(s), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get(t, hs.URL+"/healthz", http.StatusOK)
+	decode(get(t, hs.URL+"/readyz", http.StatusOK))
+	if !r.Ready || len(r.Checks) != 1 || !r.Checks[0].OK {
+		t.Fatalf("ready: %+v", r)
+	}
+	mu.Lock()
+	dbErr = context.DeadlineExceeded
+	mu.Unlock()
+	decode(get(t, hs.URL+"/readyz", http.StatusServiceUnavailable))
+	if r.Ready || r.Checks[0].OK || r.Checks[0].Error == "" {
+		t.Fatalf("during the outage: %+v", r)
+	}
+	mu.Lock()
+	dbErr = nil
+	mu.Unlock()
+	get(t, hs.URL+"/readyz", http.StatusOK)
+	h.SetDraining()
+	decode(get(t, hs.URL+"/readyz", http.StatusServiceUnavailable))
+	if r.Ready || !r.Draining {
+		t.Fatalf("draining: %+v", r)
+	}
+	get(t, hs.URL+"/healthz", http.StatusOK)
+}
