@@ -16,6 +16,7 @@ import (
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 	"github.com/inboxkit/inboxkit/invoice"
+	"github.com/inboxkit/inboxkit/observe"
 )
 
 const defaultConsumer = "invoice-consumer"
@@ -84,6 +85,8 @@ type runFlags struct {
 	requeueDelay time.Duration
 	shutdown     time.Duration
 	eventIDFrom  string
+	logLevel     string
+	metricsAddr  string
 }
 
 func newRunCmd() *cobra.Command {
@@ -135,7 +138,11 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			if err != nil {
 				return err
 			}
-			logger, err := newLogger(cmd.ErrOrStderr(), f.logFormat, slog.LevelInfo)
+			level, err := parseLevel(f.logLevel)
+			if err != nil {
+				return err
+			}
+			logger, err := newLogger(cmd.ErrOrStderr(), f.logFormat, level)
 			if err != nil {
 				return err
 			}
@@ -172,16 +179,22 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			if err != nil {
 				return err
 			}
+			o, err := startOps(ctx, f.metricsAddr, f.name, st, b, logger)
+			if err != nil {
+				return err
+			}
+			defer o.stop()
 			src, err := b.Source(ctx, f.queue, f.name, f.concurrency)
 			if err != nil {
 				return err
 			}
 			cons, err := consumer.New(consumer.Config{
-				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: pub, DeadLetterQueue: f.dlq,
+				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
 				RequeueDelayFunc: consumer.DoublingRequeueDelay(f.requeueDelay),
 				ShutdownTimeout:  f.shutdown,
 				EventIDFunc:      eventID,
+				Observer:         o.obs,
 			})
 			if err != nil {
 				src.Close()
@@ -215,5 +228,7 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
+	c.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug (a line per message), info (a summary per minute, outages), warn, error")
+	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. 127.0.0.1:9464; default: off)")
 	return c
 }
