@@ -198,7 +198,9 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 			}
 		}
 		return true
-	}, func() string { return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String()) })
+	}, func() string {
+		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
+	})
 	t.Logf("/metrics after the mix:\n%s", grepLines(metrics, "inboxkit_deliveries_total", "inboxkit_duplicates", "inboxkit_dead_letters", "inboxkit_rejections", "inboxkit_runtime", "inboxkit_inbox_rows{"))
 
 	code, body := httpGet(t, base+"/readyz")
