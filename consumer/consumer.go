@@ -145,6 +145,11 @@ type Config struct {
 	// Observer, if set, watches every delivery (metrics, traces; see
 	// package observe). Defaults to nil: nothing is observed.
 	Observer Observer
+	// SummaryInterval is how often a summary line (counts since the last
+	// one) is logged at info level, and how often an ongoing outage is
+	// logged again; the line per settled message is at debug level.
+	// Defaults to 1 minute; negative turns the summary off.
+	SummaryInterval time.Duration
 }
 
 // ErrShutdownTimeout is wrapped by Run's error when deliveries in hand were
@@ -169,6 +174,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RequeueDelayFunc == nil {
 		c.RequeueDelayFunc = DefaultRequeueDelay
+	}
+	if c.SummaryInterval == 0 {
+		c.SummaryInterval = time.Minute
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 200 * time.Millisecond
@@ -245,6 +253,7 @@ type Consumer struct {
 	mu     sync.Mutex
 	nextID uint64
 	inHand map[uint64]inboxkit.Message // deliveries being handled by Run
+	logs   logState
 }
 
 // New checks cfg and returns a Consumer.
@@ -306,6 +315,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			_ = w.Run(ctx) // returns when ctx is done, after the entry in hand
 		}()
 	}
+	summaryDone := make(chan struct{})
+	go func() { defer close(summaryDone); c.summarize(ctx) }()
+	defer func() { stop(); <-summaryDone; c.logSummary() }()
 	for i := 0; i < c.cfg.Concurrency; i++ {
 		wg.Add(1)
 		go func() {
@@ -651,9 +663,11 @@ func (c *Consumer) log(s Settled) {
 	}
 	attrs = append(attrs,
 		slog.String("correlation_id", s.Message.CorrelationID),
-		slog.String("outcome", string(s.Result.Outcome)),
 		slog.String("action", string(s.Action)),
 	)
+	if s.Result.Outcome != "" {
+		attrs = append(attrs, slog.String("outcome", string(s.Result.Outcome)))
+	}
 	if s.Result.Status != "" {
 		attrs = append(attrs, slog.String("status", string(s.Result.Status)))
 	}
@@ -666,17 +680,19 @@ func (c *Consumer) log(s Settled) {
 	if s.Action == ActionRequeue {
 		attrs = append(attrs, slog.Duration("delay", s.Delay))
 	}
-	level := slog.LevelInfo
+	// One line per message at debug; info has the summary and outages
+	// (logSettled), warn each dead letter.
+	level := slog.LevelDebug
 	if s.Result.Err != nil {
 		attrs = append(attrs, slog.String("error", s.Result.Err.Error()))
 	}
 	if s.Err != nil {
-		level = slog.LevelError
 		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
-	} else if s.Action == ActionDeadLetter || s.Action == ActionRequeue {
+	} else if s.Action == ActionDeadLetter {
 		level = slog.LevelWarn
 	}
 	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
+	c.logSettled(s)
 	if c.cfg.OnSettled != nil {
 		c.cfg.OnSettled(s)
 	}

@@ -175,7 +175,7 @@ func runRoundTrip(t *testing.T, mode string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--reject-queue", rejName, "--log-format", "json", "--mode", mode)
+	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--reject-queue", rejName, "--log-format", "json", "--mode", mode, "--log-level", "debug")
 	run.Env = cleanEnv()
 	var logs bytes.Buffer
 	run.Stdout, run.Stderr = &logs, &logs
@@ -283,7 +283,8 @@ func runRoundTrip(t *testing.T, mode string) {
 	settled := 0
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if strings.Contains(line, `"msg":"consumer started"`) || strings.Contains(line, `"msg":"consumer stopped: drained"`) ||
-			strings.Contains(line, `"msg":"draining 0 deliveries"`) {
+			strings.Contains(line, `"msg":"draining 0 deliveries"`) ||
+			strings.Contains(line, `"msg":"summary"`) {
 			continue
 		}
 		if strings.Contains(line, `"msg":"settled"`) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -95,36 +94,10 @@ func httpGet(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// lockedBuffer is a bytes.Buffer safe for the process's writes and the
-// test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// dump adapts a function to waitFor's fmt.Stringer.
+type dump func() string
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// waitFor polls cond until it holds or 30s passed.
-func waitFor(t *testing.T, what string, cond func() bool, dump func() string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen in 30s\n%s", what, dump())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
+func (d dump) String() string { return d() }
 
 // `run --metrics-addr` serves exact counts of a known mix on /metrics, and
 // /readyz turns 503 while the database is cut off (through a proxy), 200
@@ -176,7 +149,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 			base = "http://" + m[1]
 		}
 		return m != nil
-	}, logs.String)
+	}, &logs)
 
 	var metrics string
 	want := []string{
@@ -198,9 +171,9 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 			}
 		}
 		return true
-	}, func() string {
+	}, dump(func() string {
 		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
-	})
+	}))
 	t.Logf("/metrics after the mix:\n%s", grepLines(metrics, "inboxkit_deliveries_total", "inboxkit_duplicates", "inboxkit_dead_letters", "inboxkit_rejections", "inboxkit_runtime", "inboxkit_inbox_rows{"))
 
 	code, body := httpGet(t, base+"/readyz")
@@ -209,7 +182,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 	}
 	t.Logf("/readyz before the outage: %d %s", code, body)
 	px.setCut(true)
-	waitFor(t, "/readyz 503 during the outage", func() bool { code, body = httpGet(t, base+"/readyz"); return code == 503 }, func() string { return body })
+	waitFor(t, "/readyz 503 during the outage", func() bool { code, body = httpGet(t, base+"/readyz"); return code == 503 }, dump(func() string { return body }))
 	var r struct {
 		Ready  bool
 		Checks []struct {
@@ -228,7 +201,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 	}
 	t.Logf("/readyz during the outage: %d %s", code, body)
 	px.setCut(false)
-	waitFor(t, "/readyz 200 after the outage", func() bool { code, body = httpGet(t, base+"/readyz"); return code == 200 }, func() string { return body })
+	waitFor(t, "/readyz 200 after the outage", func() bool { code, body = httpGet(t, base+"/readyz"); return code == 200 }, dump(func() string { return body }))
 	t.Logf("/readyz after the outage: %d %s", code, body)
 	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
 		t.Errorf("/healthz %d", code)

@@ -64,10 +64,10 @@ func (l *logLetters) Send(ctx context.Context, letter invoice.Letter, key string
 	}
 	l.mu.Unlock()
 	if dup {
-		l.log.Info("letter already sent (idempotency key seen)", "event_id", key, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo)
+		l.log.Debug("letter already sent (idempotency key seen)", "event_id", key, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo)
 		return nil
 	}
-	l.log.Info("letter sent", "event_id", letter.EventID, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo, "customer", letter.CustomerNo, "letter_id", letter.LetterID)
+	l.log.Debug("letter sent", "event_id", letter.EventID, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo, "customer", letter.CustomerNo, "letter_id", letter.LetterID)
 	return nil
 }
 
