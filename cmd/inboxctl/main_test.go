@@ -477,7 +477,7 @@ func TestUsageErrors(t *testing.T) {
 
 func TestHelpHasExamples(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range [][]string{{}, {"demo"}, {"migrate"}, {"run"}, {"publish"}, {"audit"}, {"dlq"}, {"dlq", "list"}, {"dlq", "replay"}, {"purge"}, {"check"}, {"golden"}, {"golden", "verify"}, {"golden", "approve"}, {"golden", "record"}} {
+	for _, cmd := range [][]string{{}, {"demo"}, {"migrate"}, {"run"}, {"publish"}, {"audit"}, {"dlq"}, {"dlq", "list"}, {"dlq", "replay"}, {"purge"}, {"check"}, {"stats"}, {"golden"}, {"golden", "verify"}, {"golden", "approve"}, {"golden", "record"}} {
 		r := inboxctl(t, "", append(cmd, "--help")...)
 		wantCode(t, r, 0, "Examples:")
 	}
