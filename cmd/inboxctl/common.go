@@ -34,7 +34,7 @@ type dbFlags struct {
 }
 
 func (f *dbFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.url, "db", "", "database URL: postgres://..., mysql://..., sqlite:PATH, oracle://... (default $"+envDB+")")
+	c.Flags().StringVar(&f.url, "db", "", "database URL: postgres://..., mysql://..., sqlite:PATH, oracle://... (default $"+envDB+", then $"+envDatabaseURL+")")
 	c.Flags().StringVar(&f.table, "table", inbox.DefaultTable, "inbox table name")
 }
 
@@ -89,7 +89,7 @@ func (f *dbFlags) openStoreUnchecked(ctx context.Context) (*inbox.Store, target.
 		// Like IBM MQ's BOTHRESH(0), a zero threshold would mean "retry forever".
 		return nil, target.DB{}, usageErr("--max-attempts must be at least 1 (got %d): a message that always fails must reach the dead-letter queue", f.maxAttempts)
 	}
-	db, t, err := openDB(ctx, orEnv(f.url, envDB))
+	db, t, err := openDB(ctx, orEnv(orEnv(f.url, envDB), envDatabaseURL))
 	if err != nil {
 		return nil, t, err
 	}

@@ -144,12 +144,14 @@ Passwords never appear in the output.`,
   inboxctl migrate --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v\n\trun '%s --help' for the flags and an example", err, c.CommandPath())
 	})
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
-		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd())
+		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newVersionCmd())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

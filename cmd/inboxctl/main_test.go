@@ -76,7 +76,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		// CI and the golden settings would change what golden approve does
 		// on the test's own copy of a case.
-		if !strings.HasPrefix(kv, "INBOXKIT_DB=") && !strings.HasPrefix(kv, "INBOXKIT_BROKER=") &&
+		if !strings.HasPrefix(kv, "INBOXKIT_DB=") && !strings.HasPrefix(kv, "DATABASE_URL=") && !strings.HasPrefix(kv, "INBOXKIT_BROKER=") &&
 			!strings.HasPrefix(kv, "CI=") && !strings.HasPrefix(kv, "INBOXKIT_UPDATE_GOLDEN=") && !strings.HasPrefix(kv, "INBOXKIT_GOLDEN_BACKENDS=") {
 			env = append(env, kv)
 		}

@@ -26,7 +26,7 @@ The redelivery horizon guard: a window shorter than --horizon (default 168h = 7 
 how long after an event the brokers and producers may still deliver it again) is
 refused with exit 2, because a row deleted too early lets a late duplicate be
 processed a second time. Lower --horizon only if your brokers really cannot
-redeliver that late. Durations use Go syntax: 720h, 240h30m.`,
+redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 		Example: `  inboxctl purge --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --older-than 720h --dry-run
   inboxctl purge --db sqlite:./inbox.db --older-than 720h`,
 		Args: cobra.NoArgs,
@@ -59,8 +59,9 @@ redeliver that late. Durations use Go syntax: 720h, 240h30m.`,
 		},
 	}
 	f.register(c)
-	c.Flags().DurationVar(&olderThan, "older-than", 0, "retention window: delete terminal rows finished longer ago than this (required, e.g. 720h)")
-	c.Flags().DurationVar(&f.horizon, "horizon", 7*24*time.Hour, "redelivery horizon: the shortest window allowed")
+	c.Flags().Var(dayDuration{&olderThan}, "older-than", "retention window: delete terminal rows finished longer ago than this (required, e.g. 30d or 720h)")
+	f.horizon = 7 * 24 * time.Hour
+	c.Flags().Var(dayDuration{&f.horizon}, "horizon", "redelivery horizon: the shortest window allowed (e.g. 7d)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	c.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per transaction")
 	return c
