@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -287,4 +289,58 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("draining: %+v", r)
 	}
 	get(t, hs.URL+"/healthz", http.StatusOK)
+}
+
+// The Grafana dashboard in the repository uses only metrics this package
+// registers.
+func TestDashboardUsesRegisteredMetrics(t *testing.T) {
+	b, err := os.ReadFile("grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	obs, err := observe.New(observe.Config{Consumer: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Vectors show once they have a child: settle a dead letter and a rejection.
+	for _, s := range []consumer.Settled{
+		{Action: consumer.ActionDeadLetter, Result: inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Reason: "R"}},
+		{Action: consumer.ActionReject, Result: inbox.Result{Outcome: inboxkit.OutcomeRejected, Reason: "R"}},
+	} {
+		_, done := obs.Delivery(context.Background(), inboxkit.Message{ID: "x"})
+		done(s)
+	}
+	mfs, err := obs.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, mf := range mfs {
+		known[mf.GetName()] = true
+	}
+	used := regexp.MustCompile(`inboxkit_[a-z_]+`)
+	n := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range used.FindAllString(tg.Expr, -1) {
+				n++
+				base := strings.TrimSuffix(m, "_bucket")
+				if !known[base] {
+					t.Errorf("panel %q uses %s, which is not registered", p.Title, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard uses no inboxkit metric")
+	}
 }
