@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,18 +35,7 @@ func TestParseDays(t *testing.T) {
 func TestDatabaseURLAndDays(t *testing.T) {
 	t.Parallel()
 	url := "sqlite:" + filepath.Join(t.TempDir(), "inbox.db")
-	run := func(env []string, args ...string) result {
-		cmd := exec.Command(binary, args...)
-		cmd.Env = append(cleanEnv(), env...)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		r := result{stdout: out.String(), stderr: errb.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		}
-		return r
-	}
+	run := func(env []string, args ...string) result { return inboxctlEnv(t, env, "", args...) }
 	wantCode(t, run([]string{"DATABASE_URL=" + url}, "migrate"), 0, "migrated")
 	r := run([]string{"DATABASE_URL=" + url}, "purge", "--older-than", "30d", "--dry-run")
 	wantCode(t, r, 0, "older than 720h0m0s")

@@ -54,10 +54,16 @@ func (r result) String() string {
 // inboxctl runs the binary with args (stdin may be "") and no INBOXKIT_* environment.
 func inboxctl(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
+	return inboxctlEnv(t, nil, stdin, args...)
+}
+
+// inboxctlEnv is inboxctl with env added to the clean environment.
+func inboxctlEnv(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

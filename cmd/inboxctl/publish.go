@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 )
@@ -50,7 +52,9 @@ func parseEventLine(line []byte) (map[string]string, []byte, error) {
 }
 
 func newPublishCmd() *cobra.Command {
-	var brokerURL, queue, file string
+	var brokerURL, queue, file, output string
+	var allowInvalid, asJSON bool
+	var skip int
 	c := &cobra.Command{
 		Use:   "publish --broker URL --queue NAME --file FILE",
 		Short: "Publish events from a JSON-lines file ('-' for stdin)",
@@ -60,8 +64,12 @@ func newPublishCmd() *cobra.Command {
 
 The body is a JSON object (sent as compact JSON) or a string (sent as it is, to
 send malformed payloads). Empty lines are skipped. The whole file is checked
-before anything is sent: a bad line is an error naming its line number (exit 2).
-Each message is confirmed by the broker before the next is sent.`,
+before anything is sent: a bad line, or a message without an "eventId" header, with an
+event id over 120 bytes or not valid UTF-8, or a body over 4 MiB, is reported with its
+line number and nothing is sent (exit 2); --allow-invalid sends such messages on purpose.
+Each message is confirmed by the broker before the next is sent; a progress bar shows
+on a terminal. Interrupted, it says how many were confirmed and exits 130: resume with
+--skip N.`,
 		Example: `  inboxctl publish --broker stomp://127.0.0.1:61613 --queue invoices --file events.jsonl
   echo '{"headers":{"eventId":"ev-1","correlationId":"order-1"},"body":{"invoiceNo":"INV-1","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}}' \
     | inboxctl publish --broker stomp://127.0.0.1:61613 --queue invoices --file -`,
@@ -89,9 +97,17 @@ Each message is confirmed by the broker before the next is sent.`,
 				h    map[string]string
 				body []byte
 			}
+			if skip < 0 {
+				return usageErr("--skip must be 0 or more (got %d)", skip)
+			}
+			j, err := jsonOutput(asJSON, output)
+			if err != nil {
+				return err
+			}
 			var msgs []msg
+			var problems []string
 			sc := bufio.NewScanner(r)
-			sc.Buffer(make([]byte, 64<<10), 8<<20)
+			sc.Buffer(make([]byte, 64<<10), 2*maxPublishBody+(64<<10))
 			for n := 1; sc.Scan(); n++ {
 				line := bytes.TrimSpace(sc.Bytes())
 				if len(line) == 0 {
@@ -99,12 +115,33 @@ Each message is confirmed by the broker before the next is sent.`,
 				}
 				h, body, err := parseEventLine(line)
 				if err != nil {
-					return usageErr("%s line %d: %v (nothing was published)", name, n, err)
+					problems = append(problems, fmt.Sprintf("%s line %d: %v", name, n, err))
+					continue
+				}
+				if !allowInvalid {
+					if !utf8.Valid(line) {
+						problems = append(problems, fmt.Sprintf("%s line %d: not valid UTF-8 (its event id or body would arrive altered)", name, n))
+					}
+					for _, p := range eventProblems(h, body) {
+						problems = append(problems, fmt.Sprintf("%s line %d: %s", name, n, p))
+					}
 				}
 				msgs = append(msgs, msg{h, body})
 			}
 			if err := sc.Err(); err != nil {
-				return usageErr("read %s: %v (nothing was published)", name, err)
+				return usageErr("read %s: %v (a line over %d bytes?) (nothing was published)", name, err, 2*maxPublishBody)
+			}
+			if len(problems) > 0 {
+				shown := problems[:min(len(problems), 20)]
+				more := ""
+				if len(problems) > len(shown) {
+					more = fmt.Sprintf("\n\t... and %d more", len(problems)-len(shown))
+				}
+				return usageErr("%s\n\t(%d problem(s); nothing was published; --allow-invalid sends such messages on purpose)",
+					strings.Join(shown, "\n\t")+more, len(problems))
+			}
+			if skip > len(msgs) {
+				return usageErr("--skip %d: %s has only %d message(s)", skip, name, len(msgs))
 			}
 			ctx := cmd.Context()
 			b, err := openLastingBroker(brokerURL, "publish")
@@ -116,17 +153,33 @@ Each message is confirmed by the broker before the next is sent.`,
 			if err != nil {
 				return err
 			}
-			for i, m := range msgs {
-				if err := pub.Publish(ctx, queue, m.h, m.body); err != nil {
-					return fmt.Errorf("published %d of %d message(s) to %s; message %d failed: %w", i, len(msgs), queue, i+1, err)
-				}
+			var bar *progress
+			if isTerminal(cmd.ErrOrStderr()) && !j {
+				bar = &progress{w: cmd.ErrOrStderr(), n: len(msgs), last: -1}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "published %d message(s) to %s on %s\n", len(msgs), queue, b.t.Display)
+			for i := skip; i < len(msgs); i++ {
+				m := msgs[i]
+				if err := pub.Publish(ctx, queue, m.h, m.body); err != nil {
+					if ctx.Err() != nil {
+						return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: %d of %d message(s) confirmed by the broker (%d skipped); resume with --skip %d", i-skip, len(msgs)-skip, skip, i)}
+					}
+					return fmt.Errorf("published %d of %d message(s) to %s; message %d failed: %w\n\tresume with --skip %d", i, len(msgs), queue, i+1, err, i)
+				}
+				bar.set(i + 1)
+			}
+			if j {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"queue": queue, "broker": b.t.Display, "published": len(msgs) - skip, "skipped": skip, "total": len(msgs)})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "published %d message(s) to %s on %s\n", len(msgs)-skip, queue, b.t.Display)
 			return nil
 		},
 	}
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL: stomp://, amqp://, nats:// (default $"+envBroker+")")
 	c.Flags().StringVar(&queue, "queue", "", "queue (or subject) to publish to (required)")
 	c.Flags().StringVar(&file, "file", "", "JSON-lines file, '-' for stdin (required)")
+	c.Flags().BoolVar(&allowInvalid, "allow-invalid", false, "send messages without event id, with a bad event id or an over-size body (for tests)")
+	c.Flags().IntVar(&skip, "skip", 0, "skip the first N messages (resume an interrupted publish)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return c
 }

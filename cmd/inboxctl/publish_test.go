@@ -41,3 +41,25 @@ func FuzzParseEventLine(f *testing.F) {
 		}
 	})
 }
+
+// publish checks every line before it sends anything: problems are listed
+// with line numbers (the broker is not even contacted) unless
+// --allow-invalid; --skip resumes; -o json reports the counts.
+func TestPublishValidation(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 121)
+	input := strings.Join([]string{
+		`{"headers":{"eventId":"ok-1"},"body":{}}`,
+		`{"headers":{"correlationId":"c"},"body":{}}`,
+		`{"headers":{"eventId":"` + long + `"},"body":{}}`,
+		"{\"headers\":{\"eventId\":\"bad-\xff\"},\"body\":{}}",
+		`{"headers":{"eventId":"ok-2"},"body":{}}`,
+	}, "\n") + "\n"
+	unreachable := []string{"publish", "--broker", "stomp://127.0.0.1:1", "--queue", "q", "--file", "-"}
+	wantCode(t, inboxctl(t, input, unreachable...), 2,
+		"stdin line 2: no \"eventId\" header", "stdin line 3: eventId is 121 bytes", "stdin line 4: not valid UTF-8",
+		"3 problem(s); nothing was published", "--allow-invalid")
+	r := inboxctl(t, input, "publish", "--broker", "embedded", "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "2", "-o", "json")
+	wantCode(t, r, 0, `"published": 3`, `"skipped": 2`, `"total": 5`)
+	wantCode(t, inboxctl(t, input, "publish", "--broker", "embedded", "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "6"), 2, "has only 5 message(s)")
+}
