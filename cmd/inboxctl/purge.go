@@ -47,6 +47,9 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			if errors.Is(err, inbox.ErrWindowTooShort) {
 				return usageErr("refusing to purge: --older-than %s is shorter than the redelivery horizon %s; a late redelivery of a purged event would be processed twice.\n\tchoose --older-than %s or more (or lower --horizon if your brokers cannot redeliver that late)", olderThan, f.horizon, f.horizon)
 			}
+			if err != nil && ctx.Err() != nil && !dryRun {
+				return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: deleted %d terminal row(s) older than %s from %s before the interrupt (each batch is committed; run purge again to go on)", n, olderThan, st.Config().Table)}
+			}
 			if err != nil {
 				return err
 			}
