@@ -59,7 +59,8 @@ func TestPublishValidation(t *testing.T) {
 	wantCode(t, inboxctl(t, input, unreachable...), 2,
 		"stdin line 2: no \"eventId\" header", "stdin line 3: eventId is 121 bytes", "stdin line 4: not valid UTF-8",
 		"3 problem(s); nothing was published", "--allow-invalid")
-	r := inboxctl(t, input, "publish", "--broker", "embedded", "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "2", "-o", "json")
+	js := "embedded:" + t.TempDir()
+	r := inboxctl(t, input, "publish", "--broker", js, "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "2", "-o", "json")
 	wantCode(t, r, 0, `"published": 3`, `"skipped": 2`, `"total": 5`)
-	wantCode(t, inboxctl(t, input, "publish", "--broker", "embedded", "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "6"), 2, "has only 5 message(s)")
+	wantCode(t, inboxctl(t, input, "publish", "--broker", js, "--queue", "q", "--file", "-", "--allow-invalid", "--skip", "6"), 2, "has only 5 message(s)")
 }
