@@ -19,23 +19,11 @@ import (
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
 
-// logLines is a slog JSON sink the test can read.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) lines(t *testing.T) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// jsonLines decodes the JSON log lines written to buf.
+func jsonLines(t *testing.T, buf *syncBuffer) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for _, s := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, s := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		if s == "" {
 			continue
 		}
@@ -85,7 +73,7 @@ func TestOutageLoggedOnceAtStartAndEnd(t *testing.T) {
 	dead := &switchPublisher{now: broken}
 	cfg.DeadLetter = dead
 	cfg.SummaryInterval = time.Hour // no repeated outage line in this test
-	var logs logLines
+	var logs syncBuffer
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error {
 		return classify.Poison("MALFORMED_PAYLOAD", nil)
@@ -125,7 +113,7 @@ func TestOutageLoggedOnceAtStartAndEnd(t *testing.T) {
 	}
 	count := map[string]int{}
 	var summary map[string]any
-	for _, l := range logs.lines(t) {
+	for _, l := range jsonLines(t, &logs) {
 		msg, level := l["msg"].(string), l["level"].(string)
 		count[level+" "+msg]++
 		if msg == "summary" {
@@ -162,7 +150,7 @@ func TestNoEmptyOutcomeInLogs(t *testing.T) {
 	db.DB.Close()
 	cfg.Store = store
 	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
-	var logs logLines
+	var logs syncBuffer
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := consumer.New(cfg)
 	if err != nil {
@@ -176,7 +164,7 @@ func TestNoEmptyOutcomeInLogs(t *testing.T) {
 	if s.Err == nil || s.Result.Outcome != "" {
 		t.Fatalf("want a runtime error without outcome, got %+v", s)
 	}
-	for _, l := range logs.lines(t) {
+	for _, l := range jsonLines(t, &logs) {
 		if v, ok := l["outcome"]; ok && v == "" {
 			t.Errorf("log line with an empty outcome: %v", l)
 		}
