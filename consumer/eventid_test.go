@@ -105,7 +105,7 @@ func TestDerivedEventIDIsStoredAndDeduplicates(t *testing.T) {
 	}
 	cfg.EventIDFunc = chain
 	var logs strings.Builder
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})) // the line per message is at debug
 	ran := 0
 	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { ran++; return nil }
 	ctx := context.Background()

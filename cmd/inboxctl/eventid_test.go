@@ -33,12 +33,13 @@ func TestRunEventIDFrom(t *testing.T) {
 		`{"headers":{"correlationId":"order-77"},"body":` + body + `}`,           // resend, new broker message id
 		`{"headers":{"correlationId":"order-77"},"body":{"customerNo":"K-100"}}`, // no id anywhere
 	}, "\n") + "\n"
-	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 3 message(s)")
+	// No eventId header on purpose: publish refuses that without --allow-invalid.
+	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-", "--allow-invalid"), 0, "published 3 message(s)")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json",
-		"--event-id-from", "header:eventId,json:invoiceNo")
+		"--event-id-from", "header:eventId,json:invoiceNo", "--log-level", "debug") // counts the lines per message
 	run.Env = cleanEnv()
 	var logs bytes.Buffer
 	run.Stdout, run.Stderr = &logs, &logs
