@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -41,7 +40,7 @@ func TestRunEventIDFrom(t *testing.T) {
 	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json",
 		"--event-id-from", "header:eventId,json:invoiceNo", "--log-level", "debug") // counts the lines per message
 	run.Env = cleanEnv()
-	var logs bytes.Buffer
+	var logs lockedBuffer // written by the process while the test reads
 	run.Stdout, run.Stderr = &logs, &logs
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
