@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
 	"strconv"
@@ -59,31 +58,42 @@ func (v versionInfo) String() string {
 }
 
 func newVersionCmd() *cobra.Command {
-	var asJSON bool
-	var output string
+	var o outputFlags
 	c := &cobra.Command{
 		Use:     "version [--json]",
 		Short:   "Print the module version and VCS revision",
 		Example: "  inboxctl version\n  inboxctl version -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			j, err := jsonOutput(asJSON, output)
+			j, err := o.json()
 			if err != nil {
 				return err
 			}
 			if j {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetEscapeHTML(false)
-				return enc.Encode(buildVersion())
+				return writeJSON(cmd.OutOrStdout(), buildVersion())
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), buildVersion())
 			return nil
 		},
 	}
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	o.register(c)
 	return c
 }
+
+// outputFlags are -o/--output and its alias --json, on every command that
+// reports something; the JSON goes through writeJSON.
+type outputFlags struct {
+	asJSON bool
+	output string
+}
+
+func (o *outputFlags) register(c *cobra.Command) {
+	c.Flags().BoolVar(&o.asJSON, "json", false, "print JSON (same as -o json)")
+	c.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+}
+
+// json tells whether JSON was asked for; an unknown -o is a usage error.
+func (o *outputFlags) json() (bool, error) { return jsonOutput(o.asJSON, o.output) }
 
 // jsonOutput combines --json and -o/--output.
 func jsonOutput(asJSON bool, output string) (bool, error) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,5 +45,61 @@ func TestDatabaseURLAndDays(t *testing.T) {
 	wantCode(t, r, 0, "would be deleted") // INBOXKIT_DB wins
 	if !strings.Contains(inboxctl(t, "", "purge", "--help").stdout, "30d") {
 		t.Error("purge --help does not mention days")
+	}
+}
+
+// decodeJSON decodes r's stdout into v, failing the test with the transcript.
+func decodeJSON(t *testing.T, r result, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, r)
+	}
+}
+
+// Issue 16.6: -o json (and --json) on purge, migrate, migrate status:
+// stable field names, [] not null.
+func TestJSONOutputPurgeMigrate(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "j.db")
+	r := inboxctl(t, "", "migrate", "--db", url, "--no-invoice-tables", "--dry-run", "-o", "json")
+	wantCode(t, r, 0, `"dryRun": true`, `"steps": [`, `"invoiceStatements": []`)
+	r = inboxctl(t, "", "migrate", "--db", url, "-o", "json")
+	wantCode(t, r, 0, `"from": 0`, `"invoiceTables": true`)
+	var m struct {
+		From, To int
+		Steps    []struct{ Version int }
+	}
+	decodeJSON(t, r, &m)
+	if m.To < 1 || len(m.Steps) != m.To {
+		t.Errorf("migrate -o json: %+v\n%s", m, r)
+	}
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--json"), 0, `"steps": []`, `"from": `+fmt.Sprint(m.To))
+	wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url, "-o", "json"), 0, `"pending": []`, `"applied": [`)
+	wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url, "-o", "yaml"), 2, "use text or json")
+
+	for _, args := range [][]string{{"-o", "json"}, {"--json"}} {
+		r = inboxctl(t, "", append([]string{"purge", "--db", url, "--older-than", "30d"}, args...)...)
+		wantCode(t, r, 0, `"rows": 0`, `"durationSeconds": `, `"olderThan": "720h0m0s"`, `"dryRun": false`)
+	}
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "30d", "--dry-run", "-o", "json"), 0, `"dryRun": true`)
+}
+
+// Issue 16.6: dlq replay -o json: [] for nothing replayed, no HTML escaping.
+func TestJSONOutputDLQReplay(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "r.db")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", sqlite), 0)
+	broker := "embedded:" + filepath.Join(t.TempDir(), "js")
+	wantCode(t, inboxctl(t, invoiceLine("a<b>&c", "corr-j", "INV-J1", "K-100")+"\n", "publish", "--broker", broker, "--queue", "DLQ.j<&>", "--file", "-"), 0)
+	r := inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", "DLQ.j<&>", "--event-id", "a<b>&c", "--db", sqlite, "-o", "json")
+	wantCode(t, r, 1, `"replayed": []`, `"queue": "DLQ.j<&>"`)
+	var rep struct {
+		Queue    string
+		Replayed []string
+		Left     []string
+	}
+	decodeJSON(t, r, &rep)
+	if rep.Queue != "DLQ.j<&>" || rep.Replayed == nil || len(rep.Left) != 1 {
+		t.Errorf("dlq replay -o json: %+v\n%s", rep, r)
 	}
 }

@@ -127,12 +127,22 @@ received and handed back unchanged.`,
 	return c
 }
 
+// replayReport is what dlq replay -o json prints: the event ids replayed and
+// the dead letters left on the queue (each with its reason).
+type replayReport struct {
+	Queue    string   `json:"queue"`
+	Replayed []string `json:"replayed"`
+	Left     []string `json:"left"`
+	Error    string   `json:"error,omitempty"`
+}
+
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
 	var brokerURL, queue, eventID, dest string
 	var all bool
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --all) --db URL",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --all) --db URL [-o json]",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -157,6 +167,10 @@ replayed: it stays on the queue and the command exits 1.`,
 				return usageErr("dlq replay needs --event-id ID (one event) or --all (every dead letter)")
 			case eventID != "" && all:
 				return usageErr("dlq replay takes --event-id or --all, not both")
+			}
+			j, err := o.json()
+			if err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			b, err := openLastingBroker(brokerURL, "dlq replay")
@@ -184,13 +198,23 @@ replayed: it stays on the queue and the command exits 1.`,
 			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest})
 			src.Close()
 			out := cmd.OutOrStdout()
-			for _, id := range rep.Replayed {
-				fmt.Fprintf(out, "replayed %s\n", id)
+			if j {
+				jr := replayReport{Queue: queue, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...)}
+				if err != nil {
+					jr.Error = err.Error()
+				}
+				if werr := writeJSON(out, jr); werr != nil && err == nil {
+					err = werr
+				}
+			} else {
+				for _, id := range rep.Replayed {
+					fmt.Fprintf(out, "replayed %s\n", id)
+				}
+				for _, s := range rep.Skipped {
+					fmt.Fprintf(out, "left in the DLQ: %s\n", s)
+				}
+				fmt.Fprintf(out, "%d replayed, %d left in %s\n", len(rep.Replayed), len(rep.Skipped), queue)
 			}
-			for _, s := range rep.Skipped {
-				fmt.Fprintf(out, "left in the DLQ: %s\n", s)
-			}
-			fmt.Fprintf(out, "%d replayed, %d left in %s\n", len(rep.Replayed), len(rep.Skipped), queue)
 			if err != nil {
 				return err
 			}
@@ -214,5 +238,6 @@ replayed: it stays on the queue and the command exits 1.`,
 	c.Flags().StringVar(&eventID, "event-id", "", "replay the dead letters of this event id")
 	c.Flags().BoolVar(&all, "all", false, "replay every dead letter")
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")
+	o.register(c)
 	return c
 }

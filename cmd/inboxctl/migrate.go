@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -11,11 +10,28 @@ import (
 	"github.com/inboxkit/inboxkit/invoice"
 )
 
+// migrateReport is what migrate -o json prints: the steps applied (with
+// --dry-run: the steps and statements that would run).
+type migrateReport struct {
+	Database          string              `json:"database"`
+	Table             string              `json:"table"`
+	Dialect           string              `json:"dialect"`
+	DryRun            bool                `json:"dryRun"`
+	From              int                 `json:"from"`
+	To                int                 `json:"to"`
+	Prelude           []string            `json:"prelude,omitempty"`
+	Steps             []inbox.PlannedStep `json:"steps"`
+	InvoiceTables     bool                `json:"invoiceTables"`
+	InvoiceStatements []string            `json:"invoiceStatements"`
+	SeededCustomers   int                 `json:"seededCustomers"`
+}
+
 func newMigrateCmd() *cobra.Command {
 	var f dbFlags
 	var seed, dryRun, noInvoice bool
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "migrate --db URL [--dry-run]",
+		Use:   "migrate --db URL [--dry-run] [-o json]",
 		Short: "Create or upgrade the inbox table (versioned steps, under a lock) and create the invoice tables",
 		Long: `migrate brings the inbox table (INBOX_EVENT_PROCESSING, or --table) to the version this
 build needs, and creates the invoice consumer's business tables (invoice_customers,
@@ -42,6 +58,10 @@ Every other command checks the version at start and exits 2 with
   inboxctl migrate --db sqlite:./inbox.db --seed-customers`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			j, err := o.json()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, t, err := f.openStoreUnchecked(ctx)
 			if err != nil {
@@ -49,17 +69,27 @@ Every other command checks the version at start and exits 2 with
 			}
 			defer st.DB().Close()
 			out := cmd.OutOrStdout()
+			rep := migrateReport{Database: t.Display, Table: st.Config().Table, Dialect: t.Dialect.Name(), DryRun: dryRun,
+				InvoiceTables: !noInvoice, Steps: []inbox.PlannedStep{}, InvoiceStatements: []string{}}
 			if dryRun {
 				p, err := st.PlanMigration(ctx)
 				if err != nil {
 					return err
 				}
-				fmt.Fprint(out, p.Text())
+				var stmts []string
 				if !noInvoice {
-					stmts, err := invoice.Statements(t.Dialect.Name())
-					if err != nil {
+					if stmts, err = invoice.Statements(t.Dialect.Name()); err != nil {
 						return err
 					}
+				}
+				if j {
+					rep.From, rep.To, rep.Prelude = p.Current, p.Latest, p.Prelude
+					rep.Steps = append(rep.Steps, p.Steps...)
+					rep.InvoiceStatements = append(rep.InvoiceStatements, stmts...)
+					return writeJSON(out, rep)
+				}
+				fmt.Fprint(out, p.Text())
+				if !noInvoice {
 					fmt.Fprintln(out, "\n-- the invoice consumer's tables (idempotent; leave out with --no-invoice-tables)")
 					for _, s := range stmts {
 						if t.Dialect.Name() == "oracle" {
@@ -75,13 +105,26 @@ Every other command checks the version at start and exits 2 with
 			if err != nil {
 				return err
 			}
-			for _, s := range p.Steps {
-				fmt.Fprintf(out, "applied step %d: %s (%d statement(s))\n", s.Version, s.Description, len(s.Statements))
+			rep.From, rep.To = p.Current, p.Latest
+			rep.Steps = append(rep.Steps, p.Steps...)
+			if !j {
+				for _, s := range p.Steps {
+					fmt.Fprintf(out, "applied step %d: %s (%d statement(s))\n", s.Version, s.Description, len(s.Statements))
+				}
 			}
 			if !noInvoice {
 				if err := invoice.Migrate(ctx, st.DB(), t.Dialect.Name()); err != nil {
 					return err
 				}
+			}
+			if seed {
+				if err := invoice.SeedCustomers(ctx, st.DB(), t.Dialect); err != nil {
+					return err
+				}
+				rep.SeededCustomers = len(invoice.DemoCustomers)
+			}
+			if j {
+				return writeJSON(out, rep)
 			}
 			what := "inbox table " + st.Config().Table
 			if !noInvoice {
@@ -89,10 +132,7 @@ Every other command checks the version at start and exits 2 with
 			}
 			fmt.Fprintf(out, "migrated %s: %s; schema version %d -> %d\n", t.Display, what, p.Current, p.Latest)
 			if seed {
-				if err := invoice.SeedCustomers(ctx, st.DB(), t.Dialect); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "seeded %d demo customers\n", len(invoice.DemoCustomers))
+				fmt.Fprintf(out, "seeded %d demo customers\n", rep.SeededCustomers)
 			}
 			return nil
 		},
@@ -101,20 +141,25 @@ Every other command checks the version at start and exits 2 with
 	c.Flags().BoolVar(&seed, "seed-customers", false, "also insert the demo customers (K-100, K-200) if missing")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print the SQL that would run on this database; change nothing")
 	c.Flags().BoolVar(&noInvoice, "no-invoice-tables", false, "only the inbox table (for a consumer other than the invoice consumer)")
+	o.register(c)
 	c.AddCommand(newMigrateStatusCmd())
 	return c
 }
 
 func newMigrateStatusCmd() *cobra.Command {
 	var f dbFlags
-	var asJSON bool
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "status --db URL [--json]",
+		Use:   "status --db URL [-o json]",
 		Short: "Print the schema version, the applied and the pending migration steps (exit 1 when behind)",
 		Example: `  inboxctl migrate status --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl migrate status --db sqlite:./inbox.db --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, _, err := f.openStoreUnchecked(ctx)
 			if err != nil {
@@ -127,9 +172,7 @@ func newMigrateStatusCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(s); err != nil {
+				if err := writeJSON(out, s); err != nil {
 					return err
 				}
 			} else {
@@ -156,6 +199,6 @@ func newMigrateStatusCmd() *cobra.Command {
 		},
 	}
 	f.register(c)
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	o.register(c)
 	return c
 }

@@ -52,8 +52,9 @@ func parseEventLine(line []byte) (map[string]string, []byte, error) {
 }
 
 func newPublishCmd() *cobra.Command {
-	var brokerURL, queue, file, output string
-	var allowInvalid, asJSON bool
+	var brokerURL, queue, file string
+	var allowInvalid bool
+	var o outputFlags
 	var skip int
 	c := &cobra.Command{
 		Use:   "publish --broker URL --queue NAME --file FILE",
@@ -100,7 +101,7 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 			if skip < 0 {
 				return usageErr("--skip must be 0 or more (got %d)", skip)
 			}
-			j, err := jsonOutput(asJSON, output)
+			j, err := o.json()
 			if err != nil {
 				return err
 			}
@@ -179,7 +180,6 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 	c.Flags().StringVar(&file, "file", "", "JSON-lines file, '-' for stdin (required)")
 	c.Flags().BoolVar(&allowInvalid, "allow-invalid", false, "send messages without event id, with a bad event id or an over-size body (for tests)")
 	c.Flags().IntVar(&skip, "skip", 0, "skip the first N messages (resume an interrupted publish)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	c.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	o.register(c)
 	return c
 }

@@ -10,13 +10,26 @@ import (
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
+// purgeReport is what purge -o json prints. Rows counts the rows deleted (or,
+// with dryRun, the rows that would be deleted).
+type purgeReport struct {
+	Database        string  `json:"database"`
+	Table           string  `json:"table"`
+	OlderThan       string  `json:"olderThan"`
+	DryRun          bool    `json:"dryRun"`
+	Rows            int64   `json:"rows"`
+	DurationSeconds float64 `json:"durationSeconds"`
+	Interrupted     bool    `json:"interrupted,omitempty"`
+}
+
 func newPurgeCmd() *cobra.Command {
 	var f dbFlags
 	var olderThan time.Duration
 	var dryRun bool
 	var batch int
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "purge --db URL --older-than DURATION [--dry-run]",
+		Use:   "purge --db URL --older-than DURATION [--dry-run] [-o json]",
 		Short: "Delete terminal inbox rows older than a retention window",
 		Long: `purge deletes terminal inbox rows (PROCESSED, REJECTED, DEAD_LETTERED) whose terminal
 time is older than --older-than, in batches of --batch-size rows, each in its own
@@ -37,27 +50,42 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			if f.horizon <= 0 {
 				return usageErr("--horizon must be positive (got %s); it defaults to 168h", f.horizon)
 			}
+			j, err := o.json()
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			st, t, err := f.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
+			start := time.Now()
 			n, err := st.Purge(ctx, inbox.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
+			rep := purgeReport{Database: t.Display, Table: st.Config().Table, OlderThan: olderThan.String(), DryRun: dryRun,
+				Rows: n, DurationSeconds: time.Since(start).Seconds()}
 			if errors.Is(err, inbox.ErrWindowTooShort) {
 				return usageErr("refusing to purge: --older-than %s is shorter than the redelivery horizon %s; a late redelivery of a purged event would be processed twice.\n\tchoose --older-than %s or more (or lower --horizon if your brokers cannot redeliver that late)", olderThan, f.horizon, f.horizon)
 			}
 			if err != nil && ctx.Err() != nil && !dryRun {
+				if j {
+					rep.Interrupted = true
+					_ = writeJSON(cmd.OutOrStdout(), rep)
+				}
 				return &exitError{code: exitInterrupted, err: fmt.Errorf("interrupted: deleted %d terminal row(s) older than %s from %s before the interrupt (each batch is committed; run purge again to go on)", n, olderThan, st.Config().Table)}
 			}
 			if err != nil {
 				return err
 			}
+			if j {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			took := time.Duration(rep.DurationSeconds * float64(time.Second)).Round(time.Millisecond)
 			if dryRun {
-				fmt.Fprintf(cmd.OutOrStdout(), "dry run: %d terminal row(s) older than %s would be deleted from %s on %s\n", n, olderThan, st.Config().Table, t.Display)
+				fmt.Fprintf(cmd.OutOrStdout(), "dry run: %d terminal row(s) older than %s would be deleted from %s on %s (counted in %s)\n", n, olderThan, st.Config().Table, t.Display, took)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d terminal row(s) older than %s from %s on %s\n", n, olderThan, st.Config().Table, t.Display)
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d terminal row(s) older than %s from %s on %s in %s\n", n, olderThan, st.Config().Table, t.Display, took)
 			return nil
 		},
 	}
@@ -67,5 +95,6 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 	c.Flags().Var(dayDuration{&f.horizon}, "horizon", "redelivery horizon: the shortest window allowed (e.g. 7d)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	c.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per transaction")
+	o.register(c)
 	return c
 }
