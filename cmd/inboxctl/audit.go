@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -83,9 +82,9 @@ type auditReport struct {
 func newAuditCmd() *cobra.Command {
 	var f dbFlags
 	var corr, eventID, brokerURL, dlqName, rejectQueue string
-	var asJSON bool
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [--json]",
+		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [-o json]",
 		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
 		Long: `audit prints every inbox row (of all consumers) with the correlation id, or with the
 event id, oldest first: event id, where a derived id came from (--event-id-from),
@@ -106,6 +105,10 @@ Exit 1 when nothing is found.`,
   INBOXKIT_DB=sqlite:./inbox.db inboxctl audit --correlation-id order-4711 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
 			if (corr == "") == (eventID == "") {
 				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events) or --event-id ID")
 			}
@@ -171,13 +174,11 @@ Exit 1 when nothing is found.`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
 				var v any = rows
 				if brokerURL != "" {
 					v = rep
 				}
-				if err := enc.Encode(v); err != nil {
+				if err := writeJSON(out, v); err != nil {
 					return err
 				}
 			} else {
@@ -198,9 +199,8 @@ Exit 1 when nothing is found.`,
 				}
 			}
 			if len(rows) == 0 && len(rep.Queues) == 0 {
-				if !asJSON {
-					fmt.Fprintf(cmd.ErrOrStderr(), "no inbox row has %s\n", title)
-				}
+				// Not found (exit 1); an unreachable database is exit 2 (see unreachable).
+				fmt.Fprintf(cmd.ErrOrStderr(), "no row for %s in %s\n", title, st.Config().Table)
 				return errFindings
 			}
 			return nil
@@ -212,7 +212,7 @@ Exit 1 when nothing is found.`,
 	c.Flags().StringVar(&brokerURL, "broker", "", "also list the case's messages on --dlq and --reject-queue of this broker")
 	c.Flags().StringVar(&dlqName, "dlq", "DLQ.invoices", "dead-letter queue to look into (with --broker)")
 	c.Flags().StringVar(&rejectQueue, "reject-queue", "", "reject queue to look into (with --broker)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	o.register(c)
 	return c
 }
 

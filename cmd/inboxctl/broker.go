@@ -140,7 +140,7 @@ func (b *broker) Close() error {
 }
 
 func (b *broker) fail(what string, err error) error {
-	return &exitError{code: exitUsage, err: fmt.Errorf("broker %s: %s: %v\n\tcheck the URL and that the broker runs", b.t.Display, what, err)}
+	return unreachable("broker", b.t.Display, what, err)
 }
 
 func (b *broker) stompConfig(queue string, prefetch int) stomp.Config {

@@ -105,9 +105,9 @@ func loadCheckConfig(path, consumerName, rowSQL, keySQL string) (checkConfig, er
 func newCheckCmd() *cobra.Command {
 	var f dbFlags
 	var consumerName, configPath, rowSQL, keySQL string
-	var asJSON bool
+	var o outputFlags
 	c := &cobra.Command{
-		Use:   "check --db URL [--config FILE] [--json]",
+		Use:   "check --db URL [--config FILE] [-o json]",
 		Short: "Find the typical inbox inconsistencies in the data (exit 1 when found)",
 		Long: `check looks for the legacy consumer's typical errors in the data. Two checks read the
 consumer's own business tables, through SQL from --config FILE (or the flags); without
@@ -145,6 +145,10 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
     --business-key-sql 'SELECT claim_no AS business_key, event_id FROM claim_cases'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
 			cfg, err := loadCheckConfig(configPath, consumerName, rowSQL, keySQL)
 			if err != nil {
 				return err
@@ -164,9 +168,7 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 				found += x.Count
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(map[string]any{"findings": fs, "total": found}); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), map[string]any{"findings": fs, "total": found}); err != nil {
 					return err
 				}
 			} else {
@@ -184,7 +186,7 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 	c.Flags().StringVar(&configPath, "config", "", "JSON file with the consumer's business-table SQL (default: the invoice consumer's)")
 	c.Flags().StringVar(&rowSQL, "business-row-sql", "", "SQL returning a row when the business record of {event_id} exists")
 	c.Flags().StringVar(&keySQL, "business-key-sql", "", "SQL returning business_key, event_id of every business record")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	o.register(c)
 	return c
 }
 

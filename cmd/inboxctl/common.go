@@ -60,9 +60,21 @@ func openDB(ctx context.Context, raw string) (*sql.DB, target.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s does not answer: %v\n\tcheck the URL and that the server runs", t.Display, err)}
+		return nil, t, unreachable("database", t.Display, "", err)
 	}
 	return db, t, nil
+}
+
+// unreachable is the error of a database or broker that cannot be reached:
+// exit 2 (configuration), worded apart from "not found" (exit 1), e.g.
+// "database postgres://app:xxxxx@db:5432/x unreachable: dial tcp ...".
+// kind is "database" or "broker", display the redacted URL, what (may be
+// empty) the operation that failed.
+func unreachable(kind, display, what string, err error) error {
+	if what != "" {
+		what = " (" + what + ")"
+	}
+	return &exitError{code: exitUsage, err: fmt.Errorf("%s %s unreachable%s: %v\n\tcheck the URL and that the %s runs", kind, display, what, err, kind)}
 }
 
 // openStore opens the database and the inbox store on it, and checks that

@@ -103,3 +103,22 @@ func TestJSONOutputDLQReplay(t *testing.T) {
 		t.Errorf("dlq replay -o json: %+v\n%s", rep, r)
 	}
 }
+
+// Issue 16.6: "not found" (exit 1) and "unreachable" (exit 2) read apart,
+// for the database (audit) and the broker (dlq replay).
+func TestNotFoundVersusUnreachable(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "n.db")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", sqlite), 0)
+	wantCode(t, inboxctl(t, "", "audit", "--db", sqlite, "--event-id", "ev-missing"), 1, "no row for event id ev-missing in INBOX_EVENT_PROCESSING")
+	wantCode(t, inboxctl(t, "", "audit", "--db", sqlite, "--event-id", "ev-missing", "-o", "json"), 1, "no row for event id ev-missing")
+	down := "postgres://app:secret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"
+	wantCode(t, inboxctl(t, "", "audit", "--db", down, "--event-id", "ev-missing"), 2, "database postgres://app:xxxxx@127.0.0.1:1/", "unreachable: ", "check the URL and that the database runs")
+
+	broker := "embedded:" + filepath.Join(t.TempDir(), "js")
+	deadLetter := `{"headers":{"eventId":"ev-here","inboxkit-dlq-reason":"poison","inboxkit-dlq-event-id":"ev-here"},"body":{}}` + "\n"
+	wantCode(t, inboxctl(t, deadLetter, "publish", "--broker", broker, "--queue", "DLQ.n", "--file", "-"), 0)
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", "DLQ.n", "--event-id", "ev-missing", "--db", sqlite), 1, `no dead letter with event id "ev-missing" in DLQ.n`)
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", "amqp://guest:guest@127.0.0.1:1/", "--queue", "DLQ.n", "--event-id", "ev-missing", "--db", sqlite), 2,
+		"broker amqp://guest:xxxxx@127.0.0.1:1/ unreachable", "check the URL and that the broker runs")
+}

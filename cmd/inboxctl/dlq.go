@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -75,10 +74,10 @@ func newDLQCmd() *cobra.Command {
 
 func newDLQListCmd() *cobra.Command {
 	var brokerURL, queue string
-	var asJSON bool
+	var o outputFlags
 	var limit int
 	c := &cobra.Command{
-		Use:   "list --broker URL --queue NAME [--json]",
+		Use:   "list --broker URL --queue NAME [-o json]",
 		Short: "List the dead letters of a queue without removing them",
 		Long: `list shows the dead letters with the envelope inboxkit puts on them: event id,
 correlation id, reason, class, attempts, original destination and the last error.
@@ -88,6 +87,10 @@ received and handed back unchanged.`,
   inboxctl dlq list --broker amqp://guest:guest@127.0.0.1:5672/ --queue DLQ.invoices --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
 			if queue == "" {
 				return usageErr("dlq list needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
 			}
@@ -112,9 +115,7 @@ received and handed back unchanged.`,
 				es = append(es, dlqEntryOf(m))
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(es)
+				return writeJSON(cmd.OutOrStdout(), es)
 			}
 			printDLQ(cmd.OutOrStdout(), queue, es)
 			return nil
@@ -122,7 +123,7 @@ received and handed back unchanged.`,
 	}
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL (default $"+envBroker+")")
 	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	o.register(c)
 	c.Flags().IntVar(&limit, "limit", 1000, "list at most this many")
 	return c
 }

@@ -439,7 +439,7 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown flag", "", []string{"check", "--bogus"}, []string{"unknown flag: --bogus", "inboxctl check --help"}},
 		{"bad duration", "", []string{"purge", "--db", sqlite, "--older-than", "soon"}, []string{"invalid argument", "--older-than"}},
 		{"no db", "", []string{"check"}, []string{"--db URL", "INBOXKIT_DB"}},
-		{"oracle", "", []string{"migrate", "--db", "oracle://scott:tiger@127.0.0.1:1/ORCL"}, []string{"oracle://scott:xxxxx@127.0.0.1:1/ORCL does not answer"}},
+		{"oracle", "", []string{"migrate", "--db", "oracle://scott:tiger@127.0.0.1:1/ORCL"}, []string{"database oracle://scott:xxxxx@127.0.0.1:1/ORCL unreachable"}},
 		{"godror", "", []string{"migrate", "--db", "godror://scott:tiger@db:1521/ORCL"}, []string{"-tags godror"}},
 		{"unknown scheme", "", []string{"check", "--db", "redis://x"}, []string{"not supported", "sqlite:"}},
 		{"no correlation id", "", []string{"audit", "--db", sqlite}, []string{"--correlation-id"}},
@@ -460,7 +460,7 @@ func TestUsageErrors(t *testing.T) {
 		{"golden black box broker", "", []string{"golden", "verify", "--black-box", "--exec", "true", "--broker", "amqp://x", "../../testdata/golden"}, []string{"speaks STOMP to ActiveMQ"}},
 		{"run requeue delay", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--requeue-delay", "0s"}, []string{"--requeue-delay must be positive"}},
 		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
-		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"does not answer", "app:xxxxx@127.0.0.1:1"}},
+		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"unreachable", "app:xxxxx@127.0.0.1:1"}},
 		// issue 11.6: messages must not vanish into a server that is gone when the command ends
 		{"publish embedded", invoiceLine("e-1", "c-1", "INV-1", "K-100") + "\n", []string{"publish", "--broker", "embedded", "--queue", "q", "--file", "-"}, []string{"publish --broker embedded", "embedded:DIR"}},
 		{"dlq list embedded", "", []string{"dlq", "list", "--broker", "embedded", "--queue", "DLQ.q"}, []string{"dlq list --broker embedded", "embedded:DIR"}},

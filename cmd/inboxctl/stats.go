@@ -43,10 +43,11 @@ const maxDLQBrowse = 10000
 func newStatsCmd() *cobra.Command {
 	var f dbFlags
 	var brokerURL, dlqName string
-	var asJSON, watch bool
+	var watch bool
+	var o outputFlags
 	var interval time.Duration
 	c := &cobra.Command{
-		Use:   "stats --db URL [--json] [--watch]",
+		Use:   "stats --db URL [-o json] [--watch]",
 		Short: "Show the inbox: rows per consumer and status, the oldest open row, rows near the threshold",
 		Long: `stats counts the inbox rows per consumer and status, shows the oldest row that is
 not terminal (RECEIVED, IN_PROGRESS, TECHNICAL_FAILURE) and its age, and the rows at
@@ -60,6 +61,10 @@ Exit 0, or 2 when the database cannot be reached.`,
   inboxctl stats --watch --broker stomp://127.0.0.1:61613 --dlq DLQ.invoices`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
 			if interval <= 0 {
 				return usageErr("--interval must be positive (got %s)", interval)
 			}
@@ -114,7 +119,7 @@ Exit 0, or 2 when the database cannot be reached.`,
 	f.registerAttempts(c)
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL, for --dlq (default $"+envBroker+")")
 	c.Flags().StringVar(&dlqName, "dlq", "", "dead-letter queue whose depth to show (needs a broker)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (one object per refresh with --watch)")
+	o.register(c)
 	c.Flags().BoolVar(&watch, "watch", false, "refresh until interrupted")
 	c.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval of --watch")
 	return c
