@@ -34,7 +34,9 @@
 // inboxkit_inbox_rows{status}, inboxkit_inbox_oldest_nonterminal_age_seconds,
 // inboxkit_inbox_rows_at_threshold, inboxkit_inbox_stats_errors_total.
 // Purges report to inboxkit_purge_rows_total and inboxkit_purge_duration_seconds
-// through [Observer.ObservePurge].
+// when run through [Observer.Purge] (or reported with [Observer.ObservePurge]);
+// inboxctl purge, a one-shot command without a metrics endpoint, prints the
+// rows and the duration instead.
 //
 // # Traces
 //

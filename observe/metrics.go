@@ -201,8 +201,22 @@ func (o *Observer) RunInboxStats(ctx context.Context) {
 	}
 }
 
-// ObservePurge records one retention purge.
+// ObservePurge records one retention purge. [Observer.Purge] calls it;
+// call it yourself for a purge run another way.
 func (o *Observer) ObservePurge(rows int64, d time.Duration) {
 	o.m.purgeRows.Add(float64(rows))
 	o.m.purgeDuration.Observe(d.Seconds())
+}
+
+// Purge runs st.Purge and records it with ObservePurge: the rows deleted
+// (also those of the committed batches of a purge that then failed or was
+// cancelled) and its duration. A dry run, which deletes nothing, and a
+// purge refused before it deleted anything are not recorded.
+func (o *Observer) Purge(ctx context.Context, st *inbox.Store, opt inbox.PurgeOptions) (int64, error) {
+	start := time.Now()
+	n, err := st.Purge(ctx, opt)
+	if !opt.DryRun && (err == nil || n > 0) {
+		o.ObservePurge(n, time.Since(start))
+	}
+	return n, err
 }

@@ -344,3 +344,53 @@ func TestDashboardUsesRegisteredMetrics(t *testing.T) {
 		t.Fatal("the dashboard uses no inboxkit metric")
 	}
 }
+
+// Issue 16.1: purge rows and duration reach /metrics through Observer.Purge;
+// a dry run records nothing.
+func TestPurgeMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t, dbtest.SQLite)
+	store, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().UTC().Add(-40 * 24 * time.Hour).Format("2006-01-02 15:04:05.000000")
+	if _, err := db.ExecContext(ctx, `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, PROCESSED_AT) VALUES ('p-1', 'c', 'PROCESSED', ?), ('p-2', 'c', 'REJECTED', ?), ('p-3', 'c', 'TECHNICAL_FAILURE', ?)`, old, old, old); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := observe.New(observe.Config{Consumer: "purger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() (rows float64, purges uint64) {
+		mfs, err := obs.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "inboxkit_purge_rows_total":
+				rows = mf.GetMetric()[0].GetCounter().GetValue()
+			case "inboxkit_purge_duration_seconds":
+				purges = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return rows, purges
+	}
+	if n, err := obs.Purge(ctx, store, inbox.PurgeOptions{OlderThan: 720 * time.Hour, DryRun: true}); err != nil || n != 2 {
+		t.Fatalf("dry run: %d, %v; want 2 rows", n, err)
+	}
+	if rows, purges := read(); rows != 0 || purges != 0 {
+		t.Errorf("after a dry run: rows %v, purges %d; want 0, 0", rows, purges)
+	}
+	if n, err := obs.Purge(ctx, store, inbox.PurgeOptions{OlderThan: 720 * time.Hour}); err != nil || n != 2 {
+		t.Fatalf("purge: %d, %v; want 2 rows", n, err)
+	}
+	if rows, purges := read(); rows != 2 || purges != 1 {
+		t.Errorf("after the purge: inboxkit_purge_rows_total %v, purges observed %d; want 2, 1", rows, purges)
+	}
+}
