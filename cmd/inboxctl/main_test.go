@@ -228,7 +228,7 @@ func runRoundTrip(t *testing.T, mode string) {
 		}
 	}
 	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "corr-rt"), 0, "audit of correlation id corr-rt: 3 row(s)", "dead-lettered (POISON, MALFORMED_PAYLOAD)")
-	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "nope"), 1, "no inbox row")
+	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "nope"), 1, "no row for correlation id nope")
 
 	// the DLQ holds the malformed message with its reason
 	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", dlqName), 0, "1 message(s)", "rt-3", "MALFORMED_PAYLOAD")
