@@ -29,14 +29,15 @@ var blackBoxCases = []string{
 }
 
 // blackBoxDefault is what `go test` records by default, per consumer (each
-// recording starts real processes and waits for quiet): the case where the
-// Go port was wrong, the "after" bean's two flaws, and inboxkit under the
-// same race. INBOXKIT_BLACKBOX=all records every case of blackBoxCases for
+// recording starts real processes and waits for quiet): inboxctl run, the
+// consumer under development, on every case; of the Java beans (a JVM per
+// step, slower) the case where the Go port was wrong and the "after" bean's
+// two flaws. INBOXKIT_BLACKBOX=all records every case of blackBoxCases for
 // every consumer, INBOXKIT_BLACKBOX=case,case the cases named.
 var blackBoxDefault = map[string][]string{
 	labelJavaLegacy: {"crash-during-letter-call"},
 	labelJavaAfter:  {"two-instances-racing", "letter-service-down-past-threshold"},
-	labelInboxctl:   {"two-instances-racing"},
+	labelInboxctl:   blackBoxCases,
 }
 
 // blackBoxOnly holds cases with steps only a black-box recording can play
