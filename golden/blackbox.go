@@ -963,30 +963,14 @@ func (r *bbRun) messageName(eventID, body string) string {
 // box has random ids and real times: only the normalized rows are stable).
 func (r *bbRun) dumpSorted(ctx context.Context, title, key string, cols []string, q string) error {
 	fmt.Fprintf(&r.out, "\n== %s (%s)\n", title, strings.Join(cols, ", "))
-	rows, err := r.db.QueryContext(ctx, q)
+	rows, err := queryCells(ctx, r.db, title, len(cols), q)
 	if err != nil {
-		return fmt.Errorf("golden: dump %s: %w", title, err)
+		return err
 	}
-	defer rows.Close()
 	var lines []string
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return fmt.Errorf("golden: dump %s: %w", title, err)
-		}
-		cells := make([]string, len(cols))
-		for i, v := range vals {
-			cells[i] = cell(v)
-		}
+	for _, cells := range rows {
 		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
 		lines = append(lines, r.normalize(strings.Join(cells, " | ")))
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("golden: dump %s: %w", title, err)
 	}
 	slices.Sort(lines)
 	for _, l := range lines {

@@ -540,36 +540,47 @@ func (r *runner) final(ctx context.Context) error {
 
 func (r *runner) dump(ctx context.Context, title, key string, cols []string, q string) error {
 	r.section(fmt.Sprintf("%s (%s)", title, strings.Join(cols, ", ")))
-	rows, err := r.db.DB.QueryContext(ctx, q)
+	rows, err := queryCells(ctx, r.db.DB, title, len(cols), q)
 	if err != nil {
-		return fmt.Errorf("golden: dump %s: %w", title, err)
+		return err
 	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return fmt.Errorf("golden: dump %s: %w", title, err)
-		}
-		cells := make([]string, len(cols))
-		for i, v := range vals {
-			cells[i] = cell(v)
-		}
+	for _, cells := range rows {
 		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
 		fmt.Fprintf(&r.out, "   %s\n", strings.Join(cells, " | "))
-		n++
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("golden: dump %s: %w", title, err)
-	}
-	if n == 0 {
+	if len(rows) == 0 {
 		r.out.WriteString("   (no rows)\n")
 	}
 	return nil
+}
+
+// queryCells runs q and returns each row's n columns formatted by cell.
+func queryCells(ctx context.Context, db *sql.DB, title string, n int, q string) ([][]string, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("golden: dump %s: %w", title, err)
+	}
+	defer rows.Close()
+	var out [][]string
+	vals := make([]any, n)
+	ptrs := make([]any, n)
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("golden: dump %s: %w", title, err)
+		}
+		cells := make([]string, n)
+		for i, v := range vals {
+			cells[i] = cell(v)
+		}
+		out = append(out, cells)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("golden: dump %s: %w", title, err)
+	}
+	return out, nil
 }
 
 // cell formats one database value the same way for every driver.
