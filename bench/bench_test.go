@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs every section with a tiny configuration against the real
+// PostgreSQL and RabbitMQ: the consumers must each leave exactly one letter
+// per distinct event and the purge must delete every old row. It says
+// nothing about speed.
+func TestSmoke(t *testing.T) {
+	var out bytes.Buffer
+	o := options{
+		amqp:      "amqp://guest:guest@127.0.0.1:5672/",
+		dsn:       envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		n:         200,
+		dup:       0.2,
+		seed:      1,
+		handlers:  []int{2},
+		batch:     0,
+		rounds:    1,
+		concs:     []int{2},
+		dur:       300 * time.Millisecond,
+		big:       3000,
+		bigConc:   2,
+		bigSchema: "inboxbench_smoke_" + suffix(),
+		purge:     3000,
+		sections:  map[string]bool{"e2e": true, "library": true, "big": true, "purge": true},
+		out:       &out,
+		log:       testWriter{t},
+	}
+	if err := run(context.Background(), o); err != nil {
+		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit duplicate", "rows in the inbox", "rows purged"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output has no %q", want)
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

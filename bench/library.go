@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// op is one message's worth of work; it returns an error only for a
+// failure that must stop the measurement.
+type op func(ctx context.Context, worker int) error
+
+// rate runs op in conc goroutines for d and returns operations per second.
+func rate(ctx context.Context, conc int, d time.Duration, fn op) (float64, error) {
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var n atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	began := time.Now()
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				if err := fn(cctx, w); err != nil {
+					if cctx.Err() != nil {
+						return
+					}
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					cancel()
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(began).Seconds(), first
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// rawNewSQL is what inboxkit writes for a processed message, done by hand.
+const rawNewSQL = `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+VALUES ($1, 'bench', 'PROCESSED', $2, now(), now(), now(), 1, $3)`
+
+// rawNew is the raw database/sql twin of a new message: BEGIN, the inbox
+// row, one letter, COMMIT.
+func rawNew(db *sql.DB) op {
+	return func(ctx context.Context, _ int) error {
+		id := newID()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // no-op after Commit
+		if _, err := tx.ExecContext(ctx, rawNewSQL, id, "corr", id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertLetter, id, "I-1", "C-1"); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+// rawDuplicate is the raw twin of a resend: BEGIN, the inbox INSERT fails
+// on the primary key, ROLLBACK.
+func rawDuplicate(db *sql.DB, ids []string) op {
+	return func(ctx context.Context, w int) error {
+		id := ids[mrand.IntN(len(ids))]
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // the point
+		_, err = tx.ExecContext(ctx, rawNewSQL, id, "corr", id)
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "23505" {
+			return nil
+		}
+		return fmt.Errorf("raw duplicate %s: expected a duplicate key, got %v", id, err)
+	}
+}
+
+func letterHandler(id string) inbox.Handler {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, insertLetter, id, "I-1", "C-1")
+		return err
+	}
+}
+
+// processNew is Store.Process of a new message writing one letter.
+func processNew(s *inbox.Store) op {
+	return func(ctx context.Context, _ int) error {
+		id := newID()
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id}, letterHandler(id))
+		if err != nil {
+			return err
+		}
+		if res.Outcome != inboxkit.OutcomeProcessed {
+			return fmt.Errorf("process %s: outcome %s, want processed", id, res.Outcome)
+		}
+		return nil
+	}
+}
+
+// processDuplicate is Store.Process of a resend of a processed event.
+func processDuplicate(s *inbox.Store, ids []string) op {
+	return func(ctx context.Context, _ int) error {
+		id := ids[mrand.IntN(len(ids))]
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id}, letterHandler(id))
+		if err != nil {
+			return err
+		}
+		if res.Outcome != inboxkit.OutcomeDuplicate {
+			return fmt.Errorf("process %s again: outcome %s, want duplicate", id, res.Outcome)
+		}
+		return nil
+	}
+}
+
+// storeSchema opens schema name (see newSchema) with a migrated inbox and
+// the letters table in it.
+func storeSchema(ctx context.Context, admin *sql.DB, base, name string, conns int) (*schema, *inbox.Store, error) {
+	sc, err := newSchema(ctx, admin, base, name, conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := inbox.New(sc.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	if err == nil {
+		err = s.Migrate(ctx)
+	}
+	if err == nil {
+		_, err = sc.DB.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+lettersDDL[len("CREATE TABLE "):])
+	}
+	if err != nil {
+		sc.DB.Close()
+		return nil, nil, err
+	}
+	return sc, s, nil
+}
+
+// generateRows inserts n terminal rows (PROCESSED, consumer "bench") with
+// generate_series, ids md5(prefix || i) spread over the key space like
+// real event ids, in chunks of a million, processed age ago.
+func generateRows(ctx context.Context, db *sql.DB, prefix string, from, to int, age time.Duration, progress func(done int)) error {
+	const chunk = 1_000_000
+	for lo := from; lo <= to; lo += chunk {
+		hi := min(lo+chunk-1, to)
+		_, err := db.ExecContext(ctx, `INSERT INTO INBOX_EVENT_PROCESSING
+  (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+SELECT md5($1 || i), 'bench', 'PROCESSED', 'C-' || i, now() - $4 * interval '1 second', now() - $4 * interval '1 second', now() - $4 * interval '1 second', 1, md5('h' || i)
+FROM generate_series($2::bigint, $3::bigint) AS i`, prefix, lo, hi, int64(age.Seconds()))
+		if err != nil {
+			return fmt.Errorf("generate rows %d..%d: %w", lo, hi, err)
+		}
+		if progress != nil {
+			progress(hi - from + 1)
+		}
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}

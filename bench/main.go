@@ -1,0 +1,330 @@
+// Command bench measures inboxkit side by side with what else a Go user
+// would write for the same job, in one invocation, and prints tables with
+// ratios. It is a module of its own, so the inboxkit module never depends
+// on Watermill.
+//
+//	cd bench && go run . -n 20000 -handlers 1,4 -batch 16
+//
+// Sections (-sections, default all):
+//
+//	e2e      RabbitMQ classic durable queue -> PostgreSQL, the same n messages
+//	         (round(n*dup) producer resends) loaded for each consumer in turn,
+//	         one shipping_letters row per distinct event: a raw database/sql
+//	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
+//	         inboxkit single-message, inboxkit batch (-batch, when the library
+//	         has consumer.Config.BatchSize), and a Watermill router (AMQP
+//	         subscriber, Retry + PoisonQueue middleware, pgx). Every run
+//	         checks exactly one letter per distinct event.
+//	library  inbox.Store.Process beside the same SQL by raw database/sql, for
+//	         a new message and for a duplicate, at -c goroutines.
+//	big      Store.Process at -big-c goroutines on an empty inbox and on one
+//	         with -big rows (generate_series; kept in schema inboxbench_big
+//	         for the next run, -keep-big=false drops it).
+//	purge    Store.Purge of -purge rows while Store.Process ingests at
+//	         -big-c goroutines, beside the ingest rate without the purge.
+//
+// Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp).
+// Figures are ratios within one run: the machine's load moves the rest.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+type options struct {
+	amqp, dsn         string
+	n                 int
+	dup               float64
+	seed              uint64
+	handlers          []int
+	batch             int
+	prefetch          int
+	watermillPrefetch int
+	rounds            int
+	concs             []int
+	dur               time.Duration
+	big, bigConc      int
+	keepBig           bool
+	purge             int
+	bigSchema         string
+	sections          map[string]bool
+	out, log          io.Writer // tables; progress lines
+}
+
+func main() {
+	var o options
+	var handlers, concs, sections string
+	flag.StringVar(&o.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	flag.StringVar(&o.dsn, "dsn", envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN (a schema per measurement is created and dropped)")
+	flag.IntVar(&o.n, "n", 20000, "e2e: messages per consumer run, resends included")
+	flag.Float64Var(&o.dup, "dup", 0.2, "e2e: share of producer resends")
+	flag.Uint64Var(&o.seed, "seed", 1, "e2e: seed of the send plan")
+	flag.StringVar(&handlers, "handlers", "1,4", "e2e: handler counts (inboxkit Concurrency, Watermill router handlers, raw goroutines)")
+	flag.IntVar(&o.batch, "batch", 16, "e2e: inboxkit batch size for the batch row (0: no batch row)")
+	flag.IntVar(&o.prefetch, "prefetch", 0, "e2e: prefetch of the raw twin and inboxkit (0: 2 x handlers x batch size)")
+	flag.IntVar(&o.watermillPrefetch, "watermill-prefetch", 0, "e2e: Watermill subscriber prefetch (0: its durable-queue default, 1 per handler)")
+	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds (medians are printed)")
+	flag.StringVar(&concs, "c", "1,4,16", "library: goroutines")
+	flag.DurationVar(&o.dur, "d", 5*time.Second, "library, big, purge: duration of one cell")
+	flag.IntVar(&o.big, "big", 10_000_000, "big: rows already in the inbox")
+	flag.IntVar(&o.bigConc, "big-c", 4, "big, purge: ingest goroutines")
+	flag.BoolVar(&o.keepBig, "keep-big", true, "big: keep the generated table (schema inboxbench_big) for the next run")
+	flag.IntVar(&o.purge, "purge", 1_000_000, "purge: rows to purge")
+	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
+	flag.StringVar(&sections, "sections", "e2e,library,big,purge", "comma-separated sections to run")
+	flag.Parse()
+	var err error
+	if o.handlers, err = ints(handlers); err != nil {
+		fail(fmt.Errorf("-handlers: %w", err))
+	}
+	if o.concs, err = ints(concs); err != nil {
+		fail(fmt.Errorf("-c: %w", err))
+	}
+	if o.sections, err = parseSections(sections); err != nil {
+		fail(err)
+	}
+	o.out, o.log = os.Stdout, os.Stderr
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseSections(list string) (map[string]bool, error) {
+	m := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "e2e", "library", "big", "purge":
+			m[s] = true
+		default:
+			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge)", s)
+		}
+	}
+	return m, nil
+}
+
+// run runs the selected sections and prints their tables to o.out.
+func run(ctx context.Context, o options) error {
+	if o.n < 2 || o.dup < 0 || o.dup >= 1 || o.rounds < 1 || o.batch < 0 {
+		return fmt.Errorf("need -n >= 2, 0 <= -dup < 1, -rounds >= 1, -batch >= 0")
+	}
+	admin, err := sql.Open("pgx", o.dsn)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if err := admin.PingContext(ctx); err != nil {
+		return fmt.Errorf("PostgreSQL at -dsn %s does not answer: %w (start it: pg_ctlcluster <version> main start)", o.dsn, err)
+	}
+	var errs []error
+	for _, s := range []struct {
+		name string
+		run  func(context.Context, *sql.DB, options) error
+	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}} {
+		if !o.sections[s.name] {
+			continue
+		}
+		if err := s.run(ctx, admin, o); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(2)
+}
+
+func table(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+// e2eContender is one consumer of the end-to-end section.
+type e2eContender struct {
+	name  string
+	batch int
+	run   func(context.Context, e2eRun) (*tally, time.Duration, error)
+}
+
+type e2eResult struct {
+	rates                 []float64
+	seconds               []float64
+	processed, duplicates int64
+	prefetch              int
+	ok                    bool
+	err                   error
+}
+
+func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
+	conn, err := amqp.Dial(o.amqp)
+	if err != nil {
+		return fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
+	}
+	defer conn.Close()
+	p := newPlan(o.n, o.dup, o.seed)
+	contenders := []e2eContender{
+		{name: "watermill", run: runWatermill},
+		{name: "raw database/sql", run: runRaw},
+		{name: "inboxkit single", run: runInboxkit},
+	}
+	if o.batch > 1 {
+		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit})
+	}
+	results := map[string]*e2eResult{}
+	key := func(h int, c string) string { return strconv.Itoa(h) + "/" + c }
+	for round := 1; round <= o.rounds; round++ {
+		for _, h := range o.handlers {
+			for _, c := range contenders {
+				r := results[key(h, c.name)]
+				if r == nil {
+					r = &e2eResult{ok: true}
+					results[key(h, c.name)] = r
+				}
+				if r.err != nil {
+					continue
+				}
+				res, err := e2eOnce(ctx, admin, conn, o, p, h, c)
+				fmt.Fprintf(o.log, "e2e round %d handlers %d %-18s %s\n", round, h, c.name, res.line(err))
+				if err != nil {
+					r.err = err
+					continue
+				}
+				r.rates = append(r.rates, res.rate)
+				r.seconds = append(r.seconds, res.seconds)
+				r.processed, r.duplicates, r.prefetch = res.processed, res.duplicates, res.prefetch
+				r.ok = r.ok && res.ok
+			}
+		}
+	}
+	fmt.Fprintf(o.out, "\nEnd to end: RabbitMQ classic durable queue -> PostgreSQL, %d messages (%d distinct + %d producer resends), one shipping_letters row per event; median of %d round(s)\n\n",
+		o.n, p.Distinct, p.Resends, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "handlers\tconsumer\tprefetch\tseconds\tmsgs/s\tvs watermill\tvs raw\tvs single\tprocessed\tduplicates\tone letter per event\t\n")
+	failed := false
+	for _, h := range o.handlers {
+		wm := median(results[key(h, "watermill")].rates)
+		raw := median(results[key(h, "raw database/sql")].rates)
+		single := median(results[key(h, "inboxkit single")].rates)
+		for _, c := range contenders {
+			r := results[key(h, c.name)]
+			if r.err != nil {
+				fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t-\t-\t-\t-\t-\terror: %v\t\n", h, c.name, r.err)
+				failed = true
+				continue
+			}
+			m := median(r.rates)
+			vsSingle := "-"
+			if strings.HasPrefix(c.name, "inboxkit") {
+				vsSingle = ratio(m, single)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%d\t%d\t%v\t\n", h, c.name, r.prefetch, median(r.seconds), m, ratio(m, wm), ratio(m, raw), vsSingle, r.processed, r.duplicates, r.ok)
+			failed = failed || !r.ok
+		}
+	}
+	tw.Flush()
+	if failed {
+		return fmt.Errorf("a consumer failed or wrote other than one letter per event (see the table)")
+	}
+	return nil
+}
+
+type e2eOnceResult struct {
+	rate, seconds         float64
+	processed, duplicates int64
+	letters, events       int
+	prefetch              int
+	ok                    bool
+}
+
+func (r e2eOnceResult) line(err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("%6.0f msgs/s  %6.2f s  processed %d duplicates %d letters %d events %d ok %v", r.rate, r.seconds, r.processed, r.duplicates, r.letters, r.events, r.ok)
+}
+
+// e2eOnce gives one consumer a fresh schema and a fresh queue loaded with
+// the plan, runs it until every message settled, and checks the letters.
+func e2eOnce(ctx context.Context, admin *sql.DB, conn *amqp.Connection, o options, p plan, handlers int, c e2eContender) (e2eOnceResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	sc, err := newSchema(ctx, admin, o.dsn, "inboxbench_e2e_"+suffix(), 2*handlers+4)
+	if err != nil {
+		return e2eOnceResult{}, err
+	}
+	defer sc.drop(admin)
+	if _, err := sc.DB.ExecContext(ctx, lettersDDL); err != nil {
+		return e2eOnceResult{}, err
+	}
+	queue := "inboxbench.e2e." + suffix()
+	defer deleteQueues(conn, queue, queue+".dlq", queue+".poison")
+	if err := declareQueue(conn, queue); err != nil {
+		return e2eOnceResult{}, err
+	}
+	if err := load(ctx, conn, queue, p); err != nil {
+		return e2eOnceResult{}, err
+	}
+	r := e2eRun{AMQP: o.amqp, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, Expect: len(p.Messages)}
+	if c.name == "watermill" {
+		r.Prefetch = o.watermillPrefetch
+	} else {
+		r.Prefetch = o.prefetch
+		if r.Prefetch == 0 {
+			r.Prefetch = 2 * handlers * max(c.batch, 1)
+		}
+	}
+	t, elapsed, err := c.run(ctx, r)
+	if err != nil {
+		return e2eOnceResult{}, err
+	}
+	res := e2eOnceResult{processed: t.processed.Load(), duplicates: t.duplicates.Load(), prefetch: r.Prefetch, seconds: elapsed.Seconds()}
+	if r.Prefetch == 0 {
+		res.prefetch = 1 // Watermill's durable-queue default
+	}
+	res.rate = float64(res.processed+res.duplicates) / elapsed.Seconds()
+	res.letters, res.events, err = letterCheck(ctx, sc.DB)
+	if err != nil {
+		return res, err
+	}
+	res.ok = res.letters == p.Distinct && res.events == p.Distinct && res.processed == int64(p.Distinct) && res.duplicates == int64(p.Resends)
+	return res, nil
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// librarySection: Store.Process beside raw database/sql doing the same
+// SQL, for new messages and for duplicates, interleaved.
+func librarySection(ctx context.Context, admin *sql.DB, o options) error {
+	maxC := 0
+	for _, c := range o.concs {
+		maxC = max(maxC, c)
+	}
+	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_lib_"+suffix(), maxC+4)
+	if err != nil {
+		return err
+	}
+	defer sc.drop(admin)
+	// Processed events for the duplicate cells.
+	if err := generateRows(ctx, sc.DB, "dup-", 1, 10_000, time.Hour, nil); err != nil {
+		return err
+	}
+	ids, err := eventIDs(ctx, sc.DB, 10_000)
+	if err != nil {
+		return err
+	}
+	kinds := []struct {
+		name string
+		op   op
+	}{
+		{"raw new", rawNew(sc.DB)},
+		{"inboxkit new", processNew(s)},
+		{"raw duplicate", rawDuplicate(sc.DB, ids)},
+		{"inboxkit duplicate", processDuplicate(s, ids)},
+	}
+	rates := map[string][]float64{}
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.concs {
+			for _, k := range kinds {
+				r, err := rate(ctx, c, o.dur, k.op)
+				if err != nil {
+					return fmt.Errorf("%s at %d goroutines: %w", k.name, c, err)
+				}
+				key := fmt.Sprintf("%s/%d", k.name, c)
+				rates[key] = append(rates[key], r)
+				fmt.Fprintf(o.log, "library round %d c=%-3d %-20s %8.0f msgs/s\n", round, c, k.name, r)
+			}
+		}
+	}
+	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (pgx stdlib), PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new\tinboxkit/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/new\t\n")
+	for _, c := range o.concs {
+		m := func(k string) float64 { return median(rates[fmt.Sprintf("%s/%d", k, c)]) }
+		rn, in, rd, id := m("raw new"), m("inboxkit new"), m("raw duplicate"), m("inboxkit duplicate")
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%.0f\t%s\t\n", c, rn, in, ratio(in, rn), rd, id, ratio(id, in))
+	}
+	tw.Flush()
+	return nil
+}
+
+func eventIDs(ctx context.Context, db *sql.DB, n int) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOX_EVENT_PROCESSING LIMIT $1`, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// bigSection: new messages on an empty inbox and on one holding o.big
+// rows, interleaved, at o.bigConc goroutines.
+func bigSection(ctx context.Context, admin *sql.DB, o options) error {
+	empty, es, err := storeSchema(ctx, admin, o.dsn, "inboxbench_empty_"+suffix(), o.bigConc+4)
+	if err != nil {
+		return err
+	}
+	defer empty.drop(admin)
+	big, bs, err := storeSchema(ctx, admin, o.dsn, o.bigSchema, o.bigConc+4)
+	if err != nil {
+		return err
+	}
+	if o.keepBig {
+		defer big.DB.Close()
+	} else {
+		defer big.drop(admin)
+	}
+	have, err := countRows(ctx, big.DB)
+	if err != nil {
+		return err
+	}
+	if have < o.big {
+		began := time.Now()
+		fmt.Fprintf(o.log, "big: generating %d rows with generate_series in schema %s (kept for the next run)\n", o.big-have, big.Name)
+		err := generateRows(ctx, big.DB, "big-", have+1, o.big, 24*time.Hour, func(done int) {
+			fmt.Fprintf(o.log, "big: %d rows in %s\n", have+done, time.Since(began).Round(time.Second))
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := big.DB.ExecContext(ctx, `VACUUM ANALYZE INBOX_EVENT_PROCESSING`); err != nil {
+			return err
+		}
+	}
+	if have, err = countRows(ctx, big.DB); err != nil {
+		return err
+	}
+	var emptyRates, bigRates []float64
+	for round := 1; round <= o.rounds; round++ {
+		for _, cell := range []struct {
+			s     *inbox.Store
+			rates *[]float64
+			name  string
+		}{{es, &emptyRates, "empty"}, {bs, &bigRates, "big"}} {
+			r, err := rate(ctx, o.bigConc, o.dur, processNew(cell.s))
+			if err != nil {
+				return fmt.Errorf("%s: %w", cell.name, err)
+			}
+			*cell.rates = append(*cell.rates, r)
+			fmt.Fprintf(o.log, "big round %d %-5s %8.0f msgs/s\n", round, cell.name, r)
+		}
+	}
+	fmt.Fprintf(o.out, "\nA full inbox: Store.Process of new messages at %d goroutines, %s per cell, median of %d round(s)\n\n", o.bigConc, o.dur, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "rows in the inbox\tmsgs/s\tvs empty\t\n")
+	fmt.Fprintf(tw, "%d\t%.0f\t%s\t\n", 0, median(emptyRates), "1.00×")
+	fmt.Fprintf(tw, "%d\t%.0f\t%s\t\n", have, median(bigRates), ratio(median(bigRates), median(emptyRates)))
+	tw.Flush()
+	return nil
+}
+
+// countRows counts the inbox rows.
+func countRows(ctx context.Context, db *sql.DB) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, `SELECT count(*) FROM INBOX_EVENT_PROCESSING`).Scan(&n)
+	return n, err
+}
+
+// purgeSection: Store.Purge of o.purge old terminal rows while
+// Store.Process ingests new messages, beside ingest alone.
+func purgeSection(ctx context.Context, admin *sql.DB, o options) error {
+	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_purge_"+suffix(), o.bigConc+6)
+	if err != nil {
+		return err
+	}
+	defer sc.drop(admin)
+	fmt.Fprintf(o.log, "purge: generating %d rows processed 30 days ago\n", o.purge)
+	if err := generateRows(ctx, sc.DB, "old-", 1, o.purge, 30*24*time.Hour, nil); err != nil {
+		return err
+	}
+	if _, err := sc.DB.ExecContext(ctx, `VACUUM ANALYZE INBOX_EVENT_PROCESSING`); err != nil {
+		return err
+	}
+	alone, err := rate(ctx, o.bigConc, o.dur, processNew(s))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.log, "purge: ingest alone %8.0f msgs/s\n", alone)
+
+	// Ingest runs until the purge is done; its rate is taken over the purge.
+	ictx, stopIngest := context.WithCancel(ctx)
+	type ingest struct {
+		rate float64
+		err  error
+	}
+	ingestDone := make(chan ingest, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		r, err := rate(ictx, o.bigConc, time.Hour, processNew(s))
+		ingestDone <- ingest{r, err}
+	}()
+	<-started
+	began := time.Now()
+	deleted, perr := s.Purge(ctx, inbox.PurgeOptions{OlderThan: 8 * 24 * time.Hour})
+	took := time.Since(began)
+	stopIngest()
+	during := <-ingestDone
+	if perr != nil {
+		return perr
+	}
+	if during.err != nil {
+		return during.err
+	}
+	fmt.Fprintf(o.out, "\nRetention: Store.Purge (batches of 1000) of %d rows processed 30 days ago, while Store.Process ingests at %d goroutines\n\n", o.purge, o.bigConc)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "rows purged\tseconds\trows/s\tingest alone msgs/s\tingest during purge msgs/s\tduring/alone\t\n")
+	fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t%.0f\t%s\t\n", deleted, took.Seconds(), float64(deleted)/took.Seconds(), alone, during.rate, ratio(during.rate, alone))
+	tw.Flush()
+	if deleted != int64(o.purge) {
+		return fmt.Errorf("purged %d rows, want %d", deleted, o.purge)
+	}
+	return nil
+}
