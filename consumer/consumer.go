@@ -477,15 +477,15 @@ func PayloadHash(body []byte) string {
 
 // Handle processes one delivery and settles it: exactly one of Ack or
 // Requeue is called on d. Run calls it; tests and custom loops may too.
+// It only dispatches: an oversize delivery is dead-lettered by the broker
+// (oversize), ModeStoreThenProcess stores and acknowledges (store), and
+// ModeTransactional runs the inbox transaction (process) and settles what
+// the inbox decided (settle).
 func (c *Consumer) Handle(ctx context.Context, d Delivery) (s Settled) {
 	m := c.Message(d)
 	ctx, done := c.observe(ctx, m)
 	defer func() { done(s) }()
-	entry := inbox.Entry{
-		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
-		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
-		EventIDSource: m.EventIDSource,
-	}
+	entry := c.entry(m)
 	if o, ok := d.(OversizeDelivery); ok {
 		if size, _ := o.Oversize(); size > 0 {
 			return c.oversize(ctx, o, m, entry)
@@ -494,26 +494,60 @@ func (c *Consumer) Handle(ctx context.Context, d Delivery) (s Settled) {
 	if c.cfg.Mode == ModeStoreThenProcess {
 		return c.store(ctx, d, m, entry)
 	}
+	res, err := c.process(ctx, entry, m)
+	return c.settle(ctx, d, entry, Settled{Message: m, Result: res, Err: err})
+}
+
+// entry is the part of m the inbox records.
+func (c *Consumer) entry(m inboxkit.Message) inbox.Entry {
+	return inbox.Entry{
+		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
+		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
+		EventIDSource: m.EventIDSource,
+	}
+}
+
+// process runs the handler for m in the inbox transaction, and again in
+// process while the failure is transient when Config.Retry is set.
+func (c *Consumer) process(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
 	handler := func(ctx context.Context, tx *sql.Tx) error { return c.cfg.Handler(ctx, tx, m) }
 	res, err := c.cfg.Store.Process(ctx, entry, handler)
-	if c.cfg.Retry != nil && failure(res, err) != nil { // Do returns at once unless it is transient
-		// Further tries are not broker redeliveries: nothing to pre-count.
-		again := entry
-		again.Redelivered, again.DeliveryCount = false, 0
-		first := true
-		_ = c.cfg.Retry.Do(ctx, func(ctx context.Context) error {
-			if !first {
-				res, err = c.cfg.Store.Process(ctx, again, handler)
-			}
-			first = false
-			return failure(res, err)
-		})
+	if c.cfg.Retry == nil {
+		return res, err
 	}
-	s = Settled{Message: m, Result: res}
-	if err != nil {
-		s.Err = err
+	return c.retry(ctx, entry, handler, res, err)
+}
+
+// retry retries a delivery in process while the failure of the try that
+// gave res and err is transient, with Config.Retry's backoff, and returns
+// the last try's result. Policy.Do returns at once unless it is.
+func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler, res inbox.Result, err error) (inbox.Result, error) {
+	last := failure(res, err)
+	if last == nil {
+		return res, err
+	}
+	// Further tries are not broker redeliveries: nothing to pre-count.
+	entry.Redelivered, entry.DeliveryCount = false, 0
+	tried := false // Do's first call reports the try already made
+	_ = c.cfg.Retry.Do(ctx, func(ctx context.Context) error {
+		if tried {
+			res, err = c.cfg.Store.Process(ctx, entry, h)
+			last = failure(res, err)
+		}
+		tried = true
+		return last
+	})
+	return res, err
+}
+
+// settle tells the broker what the inbox decided for one delivery of the
+// transactional path: s carries the inbox's Result, or in Err the error of
+// an inbox that could not record it (the delivery is then handed back).
+func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s Settled) Settled {
+	if s.Err != nil {
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
 	}
+	res, m := s.Result, s.Message
 	switch res.Outcome {
 	case inboxkit.OutcomeProcessed:
 		return c.ack(ctx, d, s, ActionAck)
@@ -639,7 +673,7 @@ func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a Action) Set
 		// The broker will deliver again; the inbox makes that a duplicate.
 		s.Err = fmt.Errorf("consumer: ack: %w", err)
 	}
-	c.log(s)
+	c.finish(s)
 	return s
 }
 
@@ -649,11 +683,23 @@ func (c *Consumer) requeue(ctx context.Context, d Delivery, s Settled, delay tim
 		err = fmt.Errorf("consumer: requeue: %w", err)
 		s.Err = errors.Join(s.Err, err)
 	}
-	c.log(s)
+	c.finish(s)
 	return s
 }
 
-func (c *Consumer) log(s Settled) {
+// finish reports a settled delivery, in this order: its line in the log
+// (logLine), the summary and outage counts (logSettled), and
+// Config.OnSettled.
+func (c *Consumer) finish(s Settled) {
+	c.logLine(s)
+	c.logSettled(s)
+	if c.cfg.OnSettled != nil {
+		c.cfg.OnSettled(s)
+	}
+}
+
+// logLine logs one settlement: at debug level, at warn for a dead letter.
+func (c *Consumer) logLine(s Settled) {
 	attrs := []any{
 		slog.String("consumer", c.cfg.Name),
 		slog.String("event_id", s.Message.ID),
@@ -692,10 +738,6 @@ func (c *Consumer) log(s Settled) {
 		level = slog.LevelWarn
 	}
 	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
-	c.logSettled(s)
-	if c.cfg.OnSettled != nil {
-		c.cfg.OnSettled(s)
-	}
 }
 
 // store is Handle in ModeStoreThenProcess: store as RECEIVED, then
@@ -734,7 +776,7 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark)
 	s := Settled{Message: m, Result: res, Action: ActionDeadLetter}
 	s.Result.Status = inboxkit.StatusDeadLettered
-	c.log(s)
+	c.finish(s)
 	return nil
 }
 
@@ -755,7 +797,7 @@ func (c *Consumer) rejectFunc() inbox.RejectFunc {
 		if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 			return fmt.Errorf("consumer: publish rejection to %s: %w", c.cfg.RejectQueue, err)
 		}
-		c.log(Settled{Message: m, Result: res, Action: ActionReject})
+		c.finish(Settled{Message: m, Result: res, Action: ActionReject})
 		return nil
 	}
 }

@@ -26,7 +26,7 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 	if err := d.Reject(ctx); err != nil {
 		// Still unacknowledged: it comes again after a reconnect.
 		s.Err = fmt.Errorf("consumer: hand the oversize message to the broker's dead-letter queue: %w", err)
-		c.log(s)
+		c.finish(s)
 		return s
 	}
 	s.Action = ActionDeadLetter
@@ -36,6 +36,6 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 		s.Err = fmt.Errorf("consumer: the oversize message is in the broker's dead-letter queue, but its inbox row was not written: %w", err)
 	}
 	s.Result.Status = st
-	c.log(s)
+	c.finish(s)
 	return s
 }

@@ -106,23 +106,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 			}
 			return rep, nil
 		}
-		skip := ""
-		switch {
-		case perr != nil:
-			skip = "not a dead-letter envelope"
-		case cfg.EventID != "" && env.EventID != cfg.EventID:
-			skip = "-" // another event: not reported
-		case env.EventID == "":
-			skip = "no event id (" + env.Reason + "): fix the producer and resend"
-		case cfg.Destination == "" && env.OriginalDestination == "":
-			skip = "no original destination: give one"
-		}
-		if skip != "" {
+		if skip, report := skipReplay(cfg, env, perr); skip {
 			if err := d.Requeue(ctx, 0); err != nil {
 				return rep, fmt.Errorf("consumer: replay: hand back: %w", err)
 			}
-			if skip != "-" {
-				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %s", env.EventID, skip))
+			if report != "" {
+				rep.Skipped = append(rep.Skipped, fmt.Sprintf("%s: %s", env.EventID, report))
 			}
 			continue
 		}
@@ -152,6 +141,24 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		}
 		rep.Replayed = append(rep.Replayed, env.EventID)
 	}
+}
+
+// skipReplay tells whether a dead letter is left on the queue before its
+// row is looked at (skip), and why, for ReplayReport.Skipped; report is
+// empty for a dead letter of another event than cfg.EventID, which is
+// not reported.
+func skipReplay(cfg ReplayConfig, env dlq.Envelope, perr error) (skip bool, report string) {
+	switch {
+	case perr != nil:
+		return true, "not a dead-letter envelope"
+	case cfg.EventID != "" && env.EventID != cfg.EventID:
+		return true, ""
+	case env.EventID == "":
+		return true, "no event id (" + env.Reason + "): fix the producer and resend"
+	case cfg.Destination == "" && env.OriginalDestination == "":
+		return true, "no original destination: give one"
+	}
+	return false, ""
 }
 
 // reopen makes the inbox row of a dead letter or rejection ready for the
