@@ -11,11 +11,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"testing"
-	"time"
 
 	"github.com/inboxkit/inboxkit/inbox"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -33,16 +30,9 @@ const (
 	Postgres = "postgres"
 )
 
-func init() {
-	// go test ./golden/... -update: defined only in test binaries, and only
-	// once (a test package may define its own -update first).
-	if testing.Testing() && flag.Lookup("update") == nil {
-		flag.Bool("update", false, "golden: write received transcripts as approved files")
-	}
-}
-
 // Updating reports whether approved files are to be written: the -update
-// test flag or INBOXKIT_UPDATE_GOLDEN=1, and not in CI.
+// test flag (defined by package goldentest in test binaries) or
+// INBOXKIT_UPDATE_GOLDEN=1, and not in CI.
 func Updating() bool {
 	if InCI() {
 		return false
@@ -82,7 +72,8 @@ type options struct {
 	only     []string
 }
 
-// Option configures Run, Verify and Approve.
+// Option configures Verify, Approve, CheckCase and their black-box
+// variants (and goldentest.Run).
 type Option func(*options)
 
 // Label sets the label of the approved and received files, so that one case
@@ -93,6 +84,12 @@ func Label(label string) Option { return func(o *options) { o.label = label } }
 // Only restricts Run, Verify and Approve (and their black-box variants) to
 // the cases with these directory names.
 func Only(names ...string) Option { return func(o *options) { o.only = append(o.only, names...) } }
+
+// SelectCases lists the case directories of dir (or dir itself, when it
+// is a case) that the options select (see Only).
+func SelectCases(dir string, opts ...Option) ([]string, error) {
+	return buildOptions(opts).cases(dir)
+}
 
 // cases lists the case directories of dir that o selects.
 func (o options) cases(dir string) ([]string, error) {
@@ -261,6 +258,19 @@ func verifyCase(ctx context.Context, caseDir string, play playFunc, o options, a
 	return nil, first, nil
 }
 
+// CheckCase plays one case directory on every backend and compares each
+// transcript with the approved file; with approve it first writes the
+// approved file from the first backend's transcript (never in CI: ErrCI).
+// A mismatch writes the received file beside the approved one and is
+// returned; the transcript is the first backend's. goldentest.Run calls it
+// per case.
+func CheckCase(ctx context.Context, caseDir string, f Factory, approve bool, opts ...Option) (*Mismatch, *Transcript, error) {
+	if approve && InCI() {
+		return nil, nil, ErrCI
+	}
+	return verifyCase(ctx, caseDir, factoryPlay(f), buildOptions(opts), approve)
+}
+
 // Verify plays every case under dir on every backend and compares each
 // transcript with the approved file. For each mismatch it writes the
 // received file beside the approved one. It never writes approved files.
@@ -298,79 +308,6 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 		return nil, ErrCI
 	}
 	return verifyAll(ctx, dir, factoryPlay(f), buildOptions(opts), true)
-}
-
-// Run runs every case under dir (or dir itself, when it is a case) as a
-// parallel subtest named after the case directory, on every backend, and
-// fails each case whose transcript differs from its approved file, with a
-// unified diff and the command that approves it. With -update or
-// INBOXKIT_UPDATE_GOLDEN=1 it writes the approved files first; in CI
-// (CI=true) it never writes them and a missing one fails.
-func Run(t *testing.T, dir string, f Factory, opts ...Option) {
-	t.Helper()
-	runCases(t, dir, factoryPlay(f), buildOptions(opts))
-}
-
-func runCases(t *testing.T, dir string, play playFunc, o options) {
-	t.Helper()
-	cases, err := o.cases(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cases {
-		t.Run(filepath.Base(c), func(t *testing.T) {
-			t.Parallel()
-			m, tr, err := verifyCase(t.Context(), c, play, o, Updating())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tr != nil && tr.Elapsed > 0 {
-				t.Logf("recorded in %s", tr.Elapsed.Round(100*time.Millisecond))
-			}
-			if m == nil {
-				return
-			}
-			how := approveCommand(t.Name())
-			if m.Missing {
-				t.Fatalf("no approved transcript %s\nreceived (%s): %s\nreview it, then approve with:\n\t%s", m.Approved, m.Backend, m.Received, how)
-			}
-			t.Fatalf("transcript differs from %s (backend %s); received: %s\n%s\nif the change is intended, approve it with:\n\t%s", m.Approved, m.Backend, m.Received, m.Diff, how)
-		})
-	}
-}
-
-// approveCommand is the exact command that approves the test called name.
-func approveCommand(name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
-	}
-	pkg := "."
-	if wd, err := os.Getwd(); err == nil {
-		if root := moduleRoot(wd); root != "" {
-			if rel, err := filepath.Rel(root, wd); err == nil {
-				pkg = "./" + filepath.ToSlash(rel)
-				if rel == "." {
-					pkg = "."
-				}
-				return fmt.Sprintf("(cd %s && go test %s -run '%s' -update)", root, pkg, strings.Join(parts, "/"))
-			}
-		}
-	}
-	return fmt.Sprintf("go test %s -run '%s' -update", pkg, strings.Join(parts, "/"))
-}
-
-func moduleRoot(dir string) string {
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
 }
 
 // OpenBackend opens a fresh, empty database of the backend ("sqlite": a

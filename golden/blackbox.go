@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/inboxkit/inboxkit/broker/stomp"
@@ -196,15 +195,16 @@ var blackBoxSlots = func() chan struct{} {
 	return make(chan struct{}, n)
 }()
 
-// RunBlackBox is Run for a process: every case under dir (or dir itself)
-// is recorded against bb as a parallel subtest and compared with its
-// approved file (label from the options; set one, e.g. "java-legacy").
-// -update or INBOXKIT_UPDATE_GOLDEN=1 writes the approved files; CI never.
-func RunBlackBox(t *testing.T, dir string, bb BlackBox, opts ...Option) {
-	t.Helper()
+// CheckBlackBoxCase is CheckCase for a process: one case directory is
+// recorded against bb and compared with its approved file (label from the
+// options). goldentest.RunBlackBox calls it per case.
+func CheckBlackBoxCase(ctx context.Context, caseDir string, bb BlackBox, approve bool, opts ...Option) (*Mismatch, *Transcript, error) {
+	if approve && InCI() {
+		return nil, nil, ErrCI
+	}
 	o := buildOptions(opts)
 	o.backends = []string{BlackBoxBackend}
-	runCases(t, dir, blackBoxPlay(bb), o)
+	return verifyCase(ctx, caseDir, blackBoxPlay(bb), o, approve)
 }
 
 // VerifyBlackBox is Verify for a process (inboxctl golden verify --black-box).

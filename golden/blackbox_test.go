@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/golden/goldentest"
 	"github.com/inboxkit/inboxkit/invoice/invoicegolden"
 )
 
@@ -146,9 +147,9 @@ func TestBlackBox(t *testing.T) {
 	for _, label := range []string{labelJavaLegacy, labelJavaAfter, labelInboxctl} {
 		t.Run(label, func(t *testing.T) {
 			t.Parallel()
-			golden.RunBlackBox(t, corpus, subjects[label], golden.Label(label), golden.Only(blackBoxSelection(label)...))
+			goldentest.RunBlackBox(t, corpus, subjects[label], golden.Label(label), golden.Only(blackBoxSelection(label)...))
 			if blackBoxOnlySelection(label) {
-				golden.RunBlackBox(t, blackBoxOnly, subjects[label], golden.Label(label))
+				goldentest.RunBlackBox(t, blackBoxOnly, subjects[label], golden.Label(label))
 			}
 		})
 	}

@@ -13,8 +13,11 @@
 // golden.Label("refactored")). Coverage grows by adding a directory.
 //
 //	func TestInvoice(t *testing.T) {
-//		golden.Run(t, "testdata/golden", invoicegolden.Refactored(nil), golden.Label("refactored"))
+//		goldentest.Run(t, "testdata/golden", invoicegolden.Refactored(nil), golden.Label("refactored"))
 //	}
+//
+// Package goldentest holds the parts that need package testing (Run,
+// RunBlackBox, the -update flag), so that golden itself does not link it.
 //
 // # Scenario format
 //
@@ -62,7 +65,7 @@
 //
 // # Approving
 //
-// On a mismatch Run writes received[.<label>].txt beside the approved file
+// On a mismatch goldentest.Run writes received[.<label>].txt beside the approved file
 // (git ignores it), fails with a unified diff and prints the command that
 // approves. go test ./golden/... -update, or INBOXKIT_UPDATE_GOLDEN=1,
 // writes approved files. With CI=true approved files are never written and a
@@ -71,7 +74,7 @@
 //
 // # Black-box recording
 //
-// [RunBlackBox], [PlayBlackBox], [VerifyBlackBox] and [RecordBlackBox] play
+// goldentest.RunBlackBox, [PlayBlackBox], [VerifyBlackBox] and [RecordBlackBox] play
 // the same scenario files against a running consumer process instead of a
 // Go function (see [BlackBox]): the real legacy bean, as it runs in
 // production, recorded from the outside. The recorder publishes to the real

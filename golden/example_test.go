@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/golden/goldentest"
 )
 
 // greeter is a tiny consumer: every message adds one row to greetings.
@@ -29,11 +30,11 @@ func greeter(env *golden.Env) (golden.Subject, error) {
 	}, nil
 }
 
-// ExampleRun shows a test that approves every case under
+// Example_approvalTest shows a test (with package goldentest) that approves every case under
 // testdata/golden: go test -run TestGreeter -update approves them.
-func ExampleRun() {
+func Example_approvalTest() {
 	_ = func(t *testing.T) { // func TestGreeter(t *testing.T)
-		golden.Run(t, "testdata/golden", greeter)
+		goldentest.Run(t, "testdata/golden", greeter)
 	}
 }
 

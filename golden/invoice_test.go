@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/golden/goldentest"
 	"github.com/inboxkit/inboxkit/invoice/invoicegolden"
 )
 
@@ -19,10 +20,10 @@ const corpus = "../testdata/golden"
 // for the refactored consumer (approved.refactored.txt).
 func TestInvoiceGolden(t *testing.T) {
 	t.Run(invoicegolden.LabelLegacy, func(t *testing.T) {
-		golden.Run(t, corpus, invoicegolden.Legacy(), golden.Label(invoicegolden.LabelLegacy))
+		goldentest.Run(t, corpus, invoicegolden.Legacy(), golden.Label(invoicegolden.LabelLegacy))
 	})
 	t.Run(invoicegolden.LabelRefactored, func(t *testing.T) {
-		golden.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored))
+		goldentest.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored))
 	})
 }
 

@@ -220,7 +220,7 @@ func (r *runner) section(name string) { fmt.Fprintf(&r.out, "\n== %s\n", name) }
 func (r *runner) step(ctx context.Context, n int, st Step) error {
 	switch st.Kind {
 	case StepDatabase:
-		return fmt.Errorf("golden: scenario line %d: database %s needs a black-box recording (golden.RunBlackBox cuts the database off through a proxy); in process, use fail commit N", st.Line, st.Point)
+		return fmt.Errorf("golden: scenario line %d: database %s needs a black-box recording (goldentest.RunBlackBox cuts the database off through a proxy); in process, use fail commit N", st.Line, st.Point)
 	case StepNote:
 		fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
 	case StepFail:

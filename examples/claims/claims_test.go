@@ -6,6 +6,7 @@ import (
 
 	"github.com/inboxkit/inboxkit/examples/claims"
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/golden/goldentest"
 )
 
 func factory(env *golden.Env) (golden.Subject, error) {
@@ -21,7 +22,7 @@ func factory(env *golden.Env) (golden.Subject, error) {
 }
 
 func TestGolden(t *testing.T) {
-	golden.Run(t, "testdata/golden", factory)
+	goldentest.Run(t, "testdata/golden", factory)
 }
 
 // TestExactlyOneCase states the claim of the Inbox Pattern text directly:

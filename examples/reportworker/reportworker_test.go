@@ -6,6 +6,7 @@ import (
 
 	"github.com/inboxkit/inboxkit/examples/reportworker"
 	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/golden/goldentest"
 )
 
 func factory(env *golden.Env) (golden.Subject, error) {
@@ -19,7 +20,7 @@ func factory(env *golden.Env) (golden.Subject, error) {
 }
 
 func TestGolden(t *testing.T) {
-	golden.Run(t, "testdata/golden", factory)
+	goldentest.Run(t, "testdata/golden", factory)
 }
 
 // TestNeverEight states the claim directly on every case and backend: the
