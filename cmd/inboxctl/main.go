@@ -68,23 +68,31 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	code := exitFindings
+	code, err := exitCode(err)
+	if err != nil {
+		fmt.Fprintln(stderr, "inboxctl: "+target.Scrub(err.Error()))
+	}
+	return code
+}
+
+// exitCode is the exit code of a command's error, and the error to print
+// (nil: the findings are printed already). It goes by the error's type,
+// never its text: usage errors are exitError (our own, and cobra's flag,
+// argument and unknown-command errors, which newRoot wraps) or
+// target.UsageError; anything else is exit 1.
+func exitCode(err error) (int, error) {
 	var ee *exitError
 	var ue *target.UsageError
 	switch {
 	case errors.As(err, &ee):
-		code = ee.code
 		if ee.err == nil {
-			return code
+			return ee.code, nil
 		}
+		return ee.code, err
 	case errors.As(err, &ue):
-		code = exitUsage
-	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "unknown flag"):
-		code = exitUsage
-		err = fmt.Errorf("%w\n\trun 'inboxctl --help' for the commands", err)
+		return exitUsage, err
 	}
-	fmt.Fprintln(stderr, "inboxctl: "+target.Scrub(err.Error()))
-	return code
+	return exitFindings, err
 }
 
 // signalContext returns a context cancelled by the first SIGINT or SIGTERM
@@ -147,6 +155,11 @@ Passwords never appear in the output.`,
 		Version:       buildVersion().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
+	// An unknown command is a usage error of the root's arguments (cobra
+	// would return an untyped error): with Args set, cobra leaves them to
+	// it, and RunE prints the help when there are none.
+	root.Args = unknownCommand
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageErr("%v\n\trun '%s --help' for the flags and an example", err, c.CommandPath())
 	})
@@ -156,6 +169,19 @@ Passwords never appear in the output.`,
 		wrapArgs(c)
 	}
 	return root
+}
+
+// unknownCommand refuses arguments of the root command that name no
+// command, with cobra's suggestions.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	hint := ""
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		hint = "\n\tdid you mean " + strings.Join(s, " or ") + "?"
+	}
+	return usageErr("unknown command %q for %q%s\n\trun 'inboxctl --help' for the commands", args[0], cmd.CommandPath(), hint)
 }
 
 // wrapArgs turns cobra's argument errors into usage errors (exit 2).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -577,4 +578,23 @@ func TestGoldenBlackBox(t *testing.T) {
 		t.Fatalf("record (%v):\n%s", err, rec)
 	}
 	wantCode(t, inboxctl(t, "", append([]string{"golden", "verify"}, args...)...), 0, "verified the black-box cases")
+}
+
+// TestExitCodeByType: the exit code goes by the error's type, not its text
+// (an error of a command that happens to read like cobra's is no usage error).
+func TestExitCodeByType(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{errors.New("unknown command \"x\" reported by the broker"), exitFindings},
+		{errors.New("unknown flag: --x in the producer's header"), exitFindings},
+		{usageErr("unknown command %q", "x"), exitUsage},
+		{fmt.Errorf("wrapped: %w", usageErr("bad")), exitUsage},
+		{errFindings, exitFindings},
+	} {
+		if got, _ := exitCode(tc.err); got != tc.want {
+			t.Errorf("exitCode(%q) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
 }
