@@ -493,8 +493,9 @@ type SchemaStatus struct {
 	Latest  int           `json:"latest"`
 	Applied []AppliedStep `json:"applied"`
 	Pending []PlannedStep `json:"pending"`
-	// Drift lists columns missing although their version is recorded.
-	Drift []string `json:"drift,omitempty"`
+	// Drift lists columns missing although their version is recorded;
+	// empty, never nil, when there are none (JSON: "drift": []).
+	Drift []string `json:"drift"`
 }
 
 // AppliedStep is one row of the version table.
@@ -512,7 +513,7 @@ func (s *Store) SchemaStatus(ctx context.Context) (SchemaStatus, error) {
 	}
 	p := plan(s.d, s.cfg.Table, st)
 	out := SchemaStatus{Dialect: s.d.name, Table: s.cfg.Table, Current: st.version, Latest: SchemaVersion, Pending: p.Steps,
-		Applied: []AppliedStep{}}
+		Applied: []AppliedStep{}, Drift: []string{}}
 	if out.Pending == nil {
 		out.Pending = []PlannedStep{}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/inboxkit/internal/dbtest"
@@ -45,12 +46,16 @@ func TestMigrateSeedTable(t *testing.T) {
 				Current, Latest int
 				Applied         []struct{ Version int }
 				Pending         []struct{ Version int }
+				Drift           *[]string // issue 16: always present, [] when there is none
 			}
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 				t.Fatalf("status --json: %v\n%s", err, r)
 			}
 			if st.Current != 5 || st.Latest != 5 || len(st.Applied) != 5 || len(st.Pending) != 0 {
 				t.Errorf("status after migrate: %+v", st)
+			}
+			if st.Drift == nil || len(*st.Drift) != 0 || !strings.Contains(r.stdout, `"drift": []`) {
+				t.Errorf("status --json: want \"drift\": [] after a clean migrate\n%s", r.stdout)
 			}
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--dry-run"), 0, "nothing to do")
 			wantCode(t, inboxctl(t, "", "audit", "--db", url, "--correlation-id", "order-1"), 0, "ev-old-1")
