@@ -276,6 +276,7 @@ func New(cfg Config) (*Consumer, error) {
 				LeaseDuration:  cfg.LeaseDuration,
 				PollInterval:   cfg.WorkerPollInterval,
 				Logger:         cfg.Logger,
+				ObserveFunc:    c.observeStored(),
 			})
 			if err != nil {
 				return nil, fmt.Errorf("consumer: %w", err)
@@ -778,6 +779,32 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	s.Result.Status = inboxkit.StatusDeadLettered
 	c.finish(s)
 	return nil
+}
+
+// observeStored is the workers' inbox.WorkerConfig.ObserveFunc: the
+// Observer sees each processed entry like a delivery (nil without an
+// Observer), with the action its outcome stands for.
+func (c *Consumer) observeStored() func(context.Context, inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+	if c.cfg.Observer == nil {
+		return nil
+	}
+	return func(ctx context.Context, cl inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+		ctx, done := c.cfg.Observer.Delivery(ctx, cl.Message)
+		return ctx, func(res inbox.Result, err error) {
+			s := Settled{Message: cl.Message, Result: res, Err: err}
+			switch res.Outcome {
+			case inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate:
+				s.Action = ActionAck
+			case inboxkit.OutcomeRejected:
+				s.Action = ActionReject
+			case inboxkit.OutcomeDeadLetter:
+				s.Action = ActionDeadLetter
+			default: // retried after a backoff, or not recorded (the lease expires)
+				s.Action = ActionRequeue
+			}
+			done(s)
+		}
+	}
 }
 
 // rejectFunc publishes the workers' rejections to RejectQueue, like the

@@ -10,6 +10,11 @@ import (
 // implements it with Prometheus and OpenTelemetry, so this package imports
 // neither). Config.Observer is nil by default: nothing is observed.
 //
+// In ModeStoreThenProcess both sides are observed: the receive (outcome
+// STORED or DUPLICATE) and, as a delivery of its own, each entry a worker
+// processed (outcome PROCESSED, REJECTED, RETRY or DEAD_LETTER; action ack,
+// reject, requeue for a retry after a backoff, or dead-letter).
+//
 // Both methods are called from the consumer's goroutines concurrently;
 // implementations must be safe for that and must not block for long.
 type Observer interface {

@@ -109,6 +109,12 @@ type WorkerConfig struct {
 	BackoffFunc func(attempt int) time.Duration
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ObserveFunc, if set, is called by Run and RunOnce for every claimed
+	// entry before it is processed: the entry is processed with the
+	// context it returns, and the returned function is called once with
+	// what Process returned (for metrics and traces; package consumer
+	// passes its Observer's). Nil: nothing is observed.
+	ObserveFunc func(ctx context.Context, c Claimed) (context.Context, func(Result, error))
 }
 
 func (c *WorkerConfig) setDefaults() {
@@ -538,7 +544,12 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 			}
 			return len(batch), nil
 		}
-		res, err := w.Process(work, c)
+		pctx, observed := work, func(Result, error) {}
+		if w.cfg.ObserveFunc != nil {
+			pctx, observed = w.cfg.ObserveFunc(work, c)
+		}
+		res, err := w.Process(pctx, c)
+		observed(res, err)
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			w.cfg.Logger.Warn("inbox worker: lease lost; the handler's writes were rolled back", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)

@@ -57,14 +57,11 @@ func mixHandler(_ context.Context, _ *sql.Tx, m inboxkit.Message) error {
 
 const parentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 
-// A known mix of deliveries — 3 processed, 2 duplicates, 1 business
-// rejection, 2 poison (one malformed, one without event id) — shows as
-// exactly these counts on /metrics, the inbox gauges count the table, and
-// every delivery has one span; the dead letter carries the delivery span's
-// traceparent, in the trace of the message's own traceparent.
-func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+// sendMix starts an embedded JetStream server and an SQLite inbox, and
+// publishes the known mix: E-1..E-3 ok, E-1 and E-2 again (duplicates), E-4
+// a business rejection, E-5 poison (with a traceparent), one without event id.
+func sendMix(ctx context.Context, t *testing.T) (*jetstream.Adapter, *inbox.Store) {
+	t.Helper()
 	srv, err := jetstream.StartEmbedded(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +103,18 @@ func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
 	send("E-4", "reject")
 	send("E-5", "poison", "traceparent", "00-"+parentTrace+"-00f067aa0ba902b7-01")
 	send("", "no event id")
+	return a, store
+}
+
+// A known mix of deliveries — 3 processed, 2 duplicates, 1 business
+// rejection, 2 poison (one malformed, one without event id) — shows as
+// exactly these counts on /metrics, the inbox gauges count the table, and
+// every delivery has one span; the dead letter carries the delivery span's
+// traceparent, in the trace of the message's own traceparent.
+func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, store := sendMix(ctx, t)
 	const total = 8
 
 	spans := tracetest.NewSpanRecorder()
@@ -392,5 +401,72 @@ func TestPurgeMetrics(t *testing.T) {
 	}
 	if rows, purges := read(); rows != 2 || purges != 1 {
 		t.Errorf("after the purge: inboxkit_purge_rows_total %v, purges observed %d; want 2, 1", rows, purges)
+	}
+}
+
+// In store-then-process mode the workers' outcomes are counted too (issue
+// 16): the mix's entries show as PROCESSED, REJECTED and DEAD_LETTER
+// settlements of the workers beside the receive side's STORED ones.
+func TestMetricsOfStoreThenProcessWorkers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a, store := sendMix(ctx, t)
+	obs, err := observe.New(observe.Config{Consumer: "mix", Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(consumer.Config{
+		Name: "mix", Source: a, Store: store, Handler: mixHandler, Mode: consumer.ModeStoreThenProcess,
+		DeadLetter: a, DeadLetterQueue: "dlq.mix", WorkerPollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Observer: obs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	hs := httptest.NewServer(observe.Mux(obs, nil))
+	defer hs.Close()
+	want := []string{
+		`inboxkit_deliveries_total{action="ack",consumer="mix",outcome="STORED",status="RECEIVED"} 5`,
+		`inboxkit_deliveries_total{action="dead-letter",consumer="mix",outcome="DEAD_LETTER",status="NONE"} 1`, // no event id: never stored
+		// the workers:
+		`inboxkit_deliveries_total{action="ack",consumer="mix",outcome="PROCESSED",status="PROCESSED"} 3`,
+		`inboxkit_deliveries_total{action="reject",consumer="mix",outcome="REJECTED",status="REJECTED"} 1`,
+		`inboxkit_deliveries_total{action="dead-letter",consumer="mix",outcome="DEAD_LETTER",status="DEAD_LETTERED"} 1`,
+		`inboxkit_duplicates_total{consumer="mix"} 2`,
+		`inboxkit_rejections_total{consumer="mix",reason="CUSTOMER_UNKNOWN"} 1`,
+		`inboxkit_dead_letters_total{consumer="mix",reason="MALFORMED_PAYLOAD"} 1`,
+		`inboxkit_dead_letters_total{consumer="mix",reason="MISSING_EVENT_ID"} 1`,
+		`inboxkit_runtime_errors_total{consumer="mix"} 0`,
+		`inboxkit_delivery_duration_seconds_count{consumer="mix"} 13`, // 8 received, 5 processed by workers
+	}
+	var body string
+	for {
+		body = get(t, hs.URL+"/metrics", http.StatusOK)
+		missing := 0
+		for _, w := range want {
+			if !strings.Contains(body, w+"\n") {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			for _, w := range want {
+				if !strings.Contains(body, w+"\n") {
+					t.Errorf("/metrics lacks %s", w)
+				}
+			}
+			t.Fatalf("/metrics:\n%s", grep(body, "inboxkit_"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
