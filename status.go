@@ -49,6 +49,75 @@ const (
 	ClassPoison Class = "POISON"
 )
 
+// Reason codes the toolkit itself produces, stored in REASON_CODE and in the
+// dead-letter envelope. Handlers may use any code that matches
+// ^[A-Z][A-Z0-9_]{0,79}$ (see classify.NormalizeCode); these are defined here
+// once, for every package.
+const (
+	// ReasonRejected: a business rejection whose reason is empty (a
+	// classify.Reject with an empty code, or a Decider that gave none).
+	ReasonRejected = "REJECTED"
+	// ReasonPoison: a poison decision whose reason is empty.
+	ReasonPoison = "POISON"
+	// ReasonMaxAttemptsExceeded: the backout threshold was reached; the
+	// reason a technical failure ends in the dead-letter queue.
+	ReasonMaxAttemptsExceeded = "MAX_ATTEMPTS_EXCEEDED"
+
+	// ReasonMissingEventID: the message carries no event id (poison, rule 6).
+	ReasonMissingEventID = "MISSING_EVENT_ID"
+	// ReasonEventIDTooLong: the event id does not fit EVENT_ID (poison).
+	ReasonEventIDTooLong = "EVENT_ID_TOO_LONG"
+	// ReasonMalformedPayload: the body cannot be decoded (poison).
+	ReasonMalformedPayload = "MALFORMED_PAYLOAD"
+	// ReasonMissingField: a required field of the payload is absent (poison).
+	ReasonMissingField = "MISSING_FIELD"
+	// ReasonInvalidEncoding: the message holds text the database refuses
+	// (invalid UTF-8 for a text column). Poison: retrying cannot help.
+	ReasonInvalidEncoding = "INVALID_ENCODING"
+	// ReasonMalformedHeaders: the stored headers of a store-then-process
+	// entry cannot be decoded (poison).
+	ReasonMalformedHeaders = "MALFORMED_HEADERS"
+	// ReasonMessageTooLarge: the broker adapter refused a body over its size
+	// limit (poison).
+	ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"
+
+	// ReasonCircuitOpen: a circuit breaker refused the call; technical,
+	// NoAttempt (see classify.Breaker).
+	ReasonCircuitOpen = "CIRCUIT_OPEN"
+	// ReasonConstraintViolation: a constraint violation (PostgreSQL class 23,
+	// MySQL/MariaDB 1062 and friends, SQLite SQLITE_CONSTRAINT, ORA-00001).
+	// NOT transient: a plain technical failure, retried by redelivery up to
+	// the backout threshold; a handler that knows it is a business case
+	// wraps it with classify.Reject.
+	ReasonConstraintViolation = "CONSTRAINT_VIOLATION"
+
+	// The transient technical reasons (classify.IsTransientReason): worth
+	// retrying soon, in process.
+
+	// ReasonTransient: marked with classify.Retry or classify.RetryAfter,
+	// cause not recognised as a specific driver condition.
+	ReasonTransient = "TRANSIENT"
+	// ReasonDeadlock: PostgreSQL 40P01, MySQL/MariaDB 1213, Oracle ORA-00060.
+	ReasonDeadlock = "DEADLOCK"
+	// ReasonSerializationFailure: PostgreSQL 40001, Oracle ORA-08177.
+	ReasonSerializationFailure = "SERIALIZATION_FAILURE"
+	// ReasonLockTimeout: PostgreSQL 55P03, MySQL/MariaDB 1205, Oracle ORA-00054.
+	ReasonLockTimeout = "LOCK_TIMEOUT"
+	// ReasonDBBusy: SQLite SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their
+	// extended codes.
+	ReasonDBBusy = "DB_BUSY"
+	// ReasonConnection: the connection failed or was lost (PostgreSQL class
+	// 08 and 57P01..57P03, MySQL/MariaDB 2006, 2013, 1927, driver.ErrBadConn,
+	// Oracle ORA-03113, ORA-03114, ORA-12541, ORA-12170, connection
+	// refused/reset/aborted, broken pipe, any *net.OpError).
+	ReasonConnection = "CONNECTION"
+	// ReasonInsufficientResources: PostgreSQL class 53, MySQL/MariaDB 1040.
+	ReasonInsufficientResources = "INSUFFICIENT_RESOURCES"
+	// ReasonTimeout: a net.Error whose Timeout() is true, or
+	// context.DeadlineExceeded.
+	ReasonTimeout = "TIMEOUT"
+)
+
 // Decision is what an error says should happen to the message that caused it.
 type Decision struct {
 	// Class of the failure.

@@ -164,7 +164,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) er
 		return &Error{
 			Decision: inboxkit.Decision{
 				Class:      inboxkit.ClassTechnical,
-				Reason:     CodeCircuitOpen,
+				Reason:     inboxkit.ReasonCircuitOpen,
 				RetryAfter: b.cfg.OpenTimeout,
 				NoAttempt:  true,
 			},

@@ -81,7 +81,7 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 	if called {
 		t.Fatal("fn called while open")
 	}
-	want := inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: classify.CodeCircuitOpen, RetryAfter: 50 * time.Millisecond, NoAttempt: true}
+	want := inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonCircuitOpen, RetryAfter: 50 * time.Millisecond, NoAttempt: true}
 	if got := classify.Of(err); got != want {
 		t.Errorf("Of(open error) = %+v, want %+v", got, want)
 	}
@@ -127,7 +127,7 @@ func TestBreakerIgnoresBusinessAndPoison(t *testing.T) {
 	ctx := context.Background()
 	for range 10 {
 		_ = b.Do(ctx, fail(classify.Reject("CUSTOMER_UNKNOWN", nil)))
-		_ = b.Do(ctx, fail(classify.Poison(classify.CodeMalformedPayload, nil)))
+		_ = b.Do(ctx, fail(classify.Poison(inboxkit.ReasonMalformedPayload, nil)))
 		_ = b.Do(ctx, fail(context.Canceled))
 	}
 	if b.State() != classify.StateClosed {
@@ -171,7 +171,7 @@ func TestBreakerConcurrentHalfOpen(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			err := b.Do(ctx, func(context.Context) error { <-release; return nil })
-			if classify.Of(err).Reason == classify.CodeCircuitOpen {
+			if classify.Of(err).Reason == inboxkit.ReasonCircuitOpen {
 				mu.Lock()
 				open++
 				mu.Unlock()

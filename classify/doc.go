@@ -99,6 +99,6 @@
 // stored in REASON_CODE. [Reject] and [Poison] do not panic on a bad code:
 // they normalise it with [NormalizeCode] ("customer-unknown" becomes
 // CUSTOMER_UNKNOWN) and fall back to REJECTED or POISON when nothing is left.
-// The toolkit's own codes are the Code* constants; the transient ones are the
-// Reason* constants.
+// The toolkit's own codes are the inboxkit.Reason* constants (defined there
+// once for every package); [IsTransientReason] tells the transient ones.
 package classify

@@ -7,85 +7,19 @@ import (
 	"github.com/inboxkit/inboxkit"
 )
 
-// Predefined reason codes. Handlers may use any code that matches
-// [A-Z][A-Z0-9_]{0,79}; these are the ones the toolkit itself produces.
-const (
-	// CodeMissingEventID: the message carries no event id (poison).
-	CodeMissingEventID = "MISSING_EVENT_ID"
-	// CodeEventIDTooLong: the event id does not fit EVENT_ID (poison).
-	CodeEventIDTooLong = "EVENT_ID_TOO_LONG"
-	// CodeMalformedPayload: the body cannot be decoded (poison).
-	CodeMalformedPayload = "MALFORMED_PAYLOAD"
-	// CodeMissingField: a required field of the payload is absent (poison).
-	CodeMissingField = "MISSING_FIELD"
-	// CodeInvalidEncoding: the message holds text the database refuses
-	// (invalid UTF-8 for a text column). Poison: retrying cannot help.
-	CodeInvalidEncoding = "INVALID_ENCODING"
-	// CodeCircuitOpen: a circuit breaker refused the call; technical,
-	// NoAttempt (see [Breaker]).
-	CodeCircuitOpen = "CIRCUIT_OPEN"
-	// CodeMaxAttemptsExceeded: the backout threshold was reached; the reason
-	// a technical failure ends in the dead-letter queue.
-	CodeMaxAttemptsExceeded = "MAX_ATTEMPTS_EXCEEDED"
-
-	// CodeRejected is the code of a Reject whose code normalises to "".
-	CodeRejected = "REJECTED"
-	// CodePoison is the code of a Poison whose code normalises to "".
-	CodePoison = "POISON"
-)
-
-// Reason codes of transient technical errors. [Of] returns them for errors
-// detected as transient (see [IsTransient]); [Policy.Do] retries in process
-// exactly the technical decisions that carry one of these codes.
-const (
-	// ReasonTransient: marked with [Retry] or [RetryAfter], cause not
-	// recognised as a specific driver condition.
-	ReasonTransient = "TRANSIENT"
-	// ReasonDeadlock: PostgreSQL 40P01, MySQL/MariaDB 1213, Oracle ORA-00060.
-	ReasonDeadlock = "DEADLOCK"
-	// ReasonSerializationFailure: PostgreSQL 40001, Oracle ORA-08177.
-	ReasonSerializationFailure = "SERIALIZATION_FAILURE"
-	// ReasonLockTimeout: PostgreSQL 55P03, MySQL/MariaDB 1205, Oracle ORA-00054.
-	ReasonLockTimeout = "LOCK_TIMEOUT"
-	// ReasonDBBusy: SQLite SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their
-	// extended codes.
-	ReasonDBBusy = "DB_BUSY"
-	// ReasonConnection: the connection failed or was lost: PostgreSQL class 08
-	// and 57P01..57P03, MySQL/MariaDB 2006, 2013, 1927, driver.ErrBadConn,
-	// mysql.ErrInvalidConn, Oracle ORA-03113, ORA-03114, ORA-12541, ORA-12170,
-	// connection refused/reset/aborted, broken pipe, any *net.OpError.
-	ReasonConnection = "CONNECTION"
-	// ReasonInsufficientResources: PostgreSQL class 53, MySQL/MariaDB 1040.
-	ReasonInsufficientResources = "INSUFFICIENT_RESOURCES"
-	// ReasonTimeout: a net.Error whose Timeout() is true, or
-	// context.DeadlineExceeded.
-	ReasonTimeout = "TIMEOUT"
-)
-
-// ReasonConstraintViolation is the reason of a constraint violation
-// (PostgreSQL class 23, MySQL/MariaDB 1062, 1048, 1216, 1217, 1451, 1452,
-// 3819, 4025, SQLite SQLITE_CONSTRAINT, Oracle ORA-00001, ORA-02291,
-// ORA-02292). It is NOT transient: a plain technical failure, not retried in
-// process, retried by redelivery up to the backout threshold and then
-// dead-lettered like any unknown error. It is not a business rejection
-// because the database cannot tell a duplicate caused by a bug from one the
-// business should hear about; a handler that knows better wraps it with
-// [Reject].
-const ReasonConstraintViolation = "CONSTRAINT_VIOLATION"
-
 var transientReasons = map[string]bool{
-	ReasonTransient:             true,
-	ReasonDeadlock:              true,
-	ReasonSerializationFailure:  true,
-	ReasonLockTimeout:           true,
-	ReasonDBBusy:                true,
-	ReasonConnection:            true,
-	ReasonInsufficientResources: true,
-	ReasonTimeout:               true,
+	inboxkit.ReasonTransient:             true,
+	inboxkit.ReasonDeadlock:              true,
+	inboxkit.ReasonSerializationFailure:  true,
+	inboxkit.ReasonLockTimeout:           true,
+	inboxkit.ReasonDBBusy:                true,
+	inboxkit.ReasonConnection:            true,
+	inboxkit.ReasonInsufficientResources: true,
+	inboxkit.ReasonTimeout:               true,
 }
 
 // IsTransientReason reports whether code is one of the transient reason
-// codes (ReasonTransient, ReasonDeadlock, ...).
+// codes (inboxkit.ReasonTransient, inboxkit.ReasonDeadlock, ...).
 func IsTransientReason(code string) bool { return transientReasons[code] }
 
 // Error is an error that carries a [inboxkit.Decision]. [Reject], [Poison],
@@ -115,7 +49,7 @@ func (e *Error) Error() string {
 		if IsTransientReason(e.Decision.Reason) {
 			s = "transient"
 		}
-		if e.Decision.Reason != "" && e.Decision.Reason != ReasonTransient {
+		if e.Decision.Reason != "" && e.Decision.Reason != inboxkit.ReasonTransient {
 			s += " " + e.Decision.Reason
 		}
 		if e.Decision.RetryAfter > 0 {
@@ -137,25 +71,25 @@ func (e *Error) InboxDecision() inboxkit.Decision { return e.Decision }
 // Reject marks err as a business rejection: the message is valid but the
 // business says no. The inbox records REJECTED with code; the message is
 // acknowledged and never retried. code is normalised with [NormalizeCode];
-// an empty result becomes CodeRejected. err may be nil; Reject always
+// an empty result becomes inboxkit.ReasonRejected. err may be nil; Reject always
 // returns a non-nil error.
 func Reject(code string, err error) error {
-	return &Error{Decision: inboxkit.Decision{Class: inboxkit.ClassBusiness, Reason: codeOr(code, CodeRejected)}, Err: err}
+	return &Error{Decision: inboxkit.Decision{Class: inboxkit.ClassBusiness, Reason: codeOr(code, inboxkit.ReasonRejected)}, Err: err}
 }
 
 // Poison marks err as a permanent technical failure: the message can never
 // be processed (undecodable payload, missing or over-long event id). It goes
 // to the dead-letter queue at once, without retries. code is normalised with
-// [NormalizeCode]; an empty result becomes CodePoison. err may be nil; Poison
+// [NormalizeCode]; an empty result becomes inboxkit.ReasonPoison. err may be nil; Poison
 // always returns a non-nil error.
 func Poison(code string, err error) error {
-	return &Error{Decision: inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: codeOr(code, CodePoison)}, Err: err}
+	return &Error{Decision: inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: codeOr(code, inboxkit.ReasonPoison)}, Err: err}
 }
 
 // Retry marks err as transient: [Policy.Do] retries it in process, and the
 // message is redelivered up to the backout threshold. The reason is the
 // transient reason detected in err (DEADLOCK, CONNECTION, ...) or
-// ReasonTransient. err may be nil; Retry always returns a non-nil error.
+// inboxkit.ReasonTransient. err may be nil; Retry always returns a non-nil error.
 func Retry(err error) error {
 	return RetryAfter(0, err)
 }
@@ -167,7 +101,7 @@ func RetryAfter(d time.Duration, err error) error {
 	if d < 0 {
 		d = 0
 	}
-	reason := ReasonTransient
+	reason := inboxkit.ReasonTransient
 	if r := driverReason(err); IsTransientReason(r) {
 		reason = r
 	}

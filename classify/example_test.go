@@ -28,7 +28,7 @@ func ExampleReject() {
 func ExamplePoison() {
 	var invoice struct{ Number string }
 	if err := json.Unmarshal([]byte("not json"), &invoice); err != nil {
-		err = classify.Poison(classify.CodeMalformedPayload, err)
+		err = classify.Poison(inboxkit.ReasonMalformedPayload, err)
 
 		d := classify.Of(err)
 		fmt.Println(d.Class, d.Reason)

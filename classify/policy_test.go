@@ -89,10 +89,10 @@ func TestPolicyDoNotRetried(t *testing.T) {
 	}{
 		{"reject", classify.Reject("CUSTOMER_UNKNOWN", nil)},
 		{"reject of a transient error", classify.Reject("CUSTOMER_UNKNOWN", syscall.ECONNREFUSED)},
-		{"poison", classify.Poison(classify.CodeMalformedPayload, nil)},
+		{"poison", classify.Poison(inboxkit.ReasonMalformedPayload, nil)},
 		{"unknown", errors.New("boom")},
 		{"canceled", context.Canceled},
-		{"circuit open", &classify.Error{Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: classify.CodeCircuitOpen, NoAttempt: true}}},
+		{"circuit open", &classify.Error{Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonCircuitOpen, NoAttempt: true}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -208,7 +208,7 @@ func TestPolicyDoStopsOnCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, last) {
 		t.Errorf("Do = %v, want the last error wrapped with context.Canceled", err)
 	}
-	if got := classify.Of(err).Reason; got != classify.ReasonTransient {
+	if got := classify.Of(err).Reason; got != inboxkit.ReasonTransient {
 		t.Errorf("Of(err).Reason = %q, want the last error's", got)
 	}
 	if n.Load() != 3 {
@@ -222,7 +222,7 @@ func TestPolicyClassifyFunc(t *testing.T) {
 	p := fast()
 	p.ClassifyFunc = func(err error) inboxkit.Decision {
 		if errors.Is(err, vendorBusy) {
-			return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: classify.ReasonTransient}
+			return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonTransient}
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return inboxkit.Decision{Class: inboxkit.ClassBusiness, Reason: "PARTNER_GONE"}

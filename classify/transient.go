@@ -19,7 +19,7 @@ import (
 // chain that implements [inboxkit.Decider] (as [inboxkit.DecisionOf] does);
 // when there is none, a technical decision whose reason is the detected
 // driver condition (DEADLOCK, CONNECTION, CONSTRAINT_VIOLATION, ...; see the
-// Reason* constants), or an empty reason for an unknown error. Of(nil) is the
+// inboxkit.Reason* constants), or an empty reason for an unknown error. Of(nil) is the
 // zero Decision.
 //
 // Of has the signature of the inbox's ClassifyFunc and can be used as one.
@@ -32,7 +32,7 @@ func Of(err error) inboxkit.Decision {
 		return inboxkit.DecisionOf(err)
 	}
 	if invalidEncoding(err) {
-		return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: CodeInvalidEncoding}
+		return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonInvalidEncoding}
 	}
 	return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: driverReason(err)}
 }
@@ -42,7 +42,7 @@ func Of(err error) inboxkit.Decision {
 // NoAttempt set (an open circuit breaker is not retried in process), and
 // carries a transient reason code. Errors wrapped with [Retry] or
 // [RetryAfter] are transient; so are the driver conditions listed at the
-// Reason* constants. Unknown errors and constraint violations are not.
+// inboxkit.Reason* constants. Unknown errors and constraint violations are not.
 func IsTransient(err error) bool {
 	return transientDecision(Of(err))
 }
@@ -54,57 +54,57 @@ func transientDecision(d inboxkit.Decision) bool {
 // PostgreSQL SQLSTATE codes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 var (
 	pgCodes = map[string]string{
-		"40001": ReasonSerializationFailure, // serialization_failure
-		"40P01": ReasonDeadlock,             // deadlock_detected
-		"55P03": ReasonLockTimeout,          // lock_not_available
-		"57P01": ReasonConnection,           // admin_shutdown
-		"57P02": ReasonConnection,           // crash_shutdown
-		"57P03": ReasonConnection,           // cannot_connect_now
+		"40001": inboxkit.ReasonSerializationFailure, // serialization_failure
+		"40P01": inboxkit.ReasonDeadlock,             // deadlock_detected
+		"55P03": inboxkit.ReasonLockTimeout,          // lock_not_available
+		"57P01": inboxkit.ReasonConnection,           // admin_shutdown
+		"57P02": inboxkit.ReasonConnection,           // crash_shutdown
+		"57P03": inboxkit.ReasonConnection,           // cannot_connect_now
 	}
 	pgClasses = map[string]string{
-		"08": ReasonConnection,            // connection exception
-		"53": ReasonInsufficientResources, // insufficient resources
-		"23": ReasonConstraintViolation,   // integrity constraint violation
+		"08": inboxkit.ReasonConnection,            // connection exception
+		"53": inboxkit.ReasonInsufficientResources, // insufficient resources
+		"23": inboxkit.ReasonConstraintViolation,   // integrity constraint violation
 	}
 )
 
 // MySQL/MariaDB error numbers.
 var mysqlNumbers = map[uint16]string{
-	1205: ReasonLockTimeout,           // ER_LOCK_WAIT_TIMEOUT
-	1213: ReasonDeadlock,              // ER_LOCK_DEADLOCK
-	2006: ReasonConnection,            // CR_SERVER_GONE_ERROR
-	2013: ReasonConnection,            // CR_SERVER_LOST
-	1927: ReasonConnection,            // ER_CONNECTION_KILLED (MariaDB)
-	1040: ReasonInsufficientResources, // ER_CON_COUNT_ERROR (too many connections)
-	1048: ReasonConstraintViolation,   // ER_BAD_NULL_ERROR
-	1062: ReasonConstraintViolation,   // ER_DUP_ENTRY
-	1216: ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW
-	1217: ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED
-	1451: ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED_2
-	1452: ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW_2
-	3819: ReasonConstraintViolation,   // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
-	4025: ReasonConstraintViolation,   // ER_CONSTRAINT_FAILED (MariaDB)
+	1205: inboxkit.ReasonLockTimeout,           // ER_LOCK_WAIT_TIMEOUT
+	1213: inboxkit.ReasonDeadlock,              // ER_LOCK_DEADLOCK
+	2006: inboxkit.ReasonConnection,            // CR_SERVER_GONE_ERROR
+	2013: inboxkit.ReasonConnection,            // CR_SERVER_LOST
+	1927: inboxkit.ReasonConnection,            // ER_CONNECTION_KILLED (MariaDB)
+	1040: inboxkit.ReasonInsufficientResources, // ER_CON_COUNT_ERROR (too many connections)
+	1048: inboxkit.ReasonConstraintViolation,   // ER_BAD_NULL_ERROR
+	1062: inboxkit.ReasonConstraintViolation,   // ER_DUP_ENTRY
+	1216: inboxkit.ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW
+	1217: inboxkit.ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED
+	1451: inboxkit.ReasonConstraintViolation,   // ER_ROW_IS_REFERENCED_2
+	1452: inboxkit.ReasonConstraintViolation,   // ER_NO_REFERENCED_ROW_2
+	3819: inboxkit.ReasonConstraintViolation,   // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
+	4025: inboxkit.ReasonConstraintViolation,   // ER_CONSTRAINT_FAILED (MariaDB)
 }
 
 // SQLite primary result codes (the low byte of an extended code).
 var sqliteCodes = map[int]string{
-	5:  ReasonDBBusy,              // SQLITE_BUSY
-	6:  ReasonDBBusy,              // SQLITE_LOCKED
-	19: ReasonConstraintViolation, // SQLITE_CONSTRAINT
+	5:  inboxkit.ReasonDBBusy,              // SQLITE_BUSY
+	6:  inboxkit.ReasonDBBusy,              // SQLITE_LOCKED
+	19: inboxkit.ReasonConstraintViolation, // SQLITE_CONSTRAINT
 }
 
 // Oracle error codes, matched in the error text as ORA-nnnnn.
 var oracleCodes = map[string]string{
-	"00060": ReasonDeadlock,             // deadlock detected while waiting for resource
-	"08177": ReasonSerializationFailure, // can't serialize access for this transaction
-	"00054": ReasonLockTimeout,          // resource busy and acquire with NOWAIT specified or timeout expired
-	"03113": ReasonConnection,           // end-of-file on communication channel
-	"03114": ReasonConnection,           // not connected to ORACLE
-	"12541": ReasonConnection,           // TNS:no listener
-	"12170": ReasonConnection,           // TNS:Connect timeout occurred
-	"00001": ReasonConstraintViolation,  // unique constraint violated
-	"02291": ReasonConstraintViolation,  // integrity constraint violated - parent key not found
-	"02292": ReasonConstraintViolation,  // integrity constraint violated - child record found
+	"00060": inboxkit.ReasonDeadlock,             // deadlock detected while waiting for resource
+	"08177": inboxkit.ReasonSerializationFailure, // can't serialize access for this transaction
+	"00054": inboxkit.ReasonLockTimeout,          // resource busy and acquire with NOWAIT specified or timeout expired
+	"03113": inboxkit.ReasonConnection,           // end-of-file on communication channel
+	"03114": inboxkit.ReasonConnection,           // not connected to ORACLE
+	"12541": inboxkit.ReasonConnection,           // TNS:no listener
+	"12170": inboxkit.ReasonConnection,           // TNS:Connect timeout occurred
+	"00001": inboxkit.ReasonConstraintViolation,  // unique constraint violated
+	"02291": inboxkit.ReasonConstraintViolation,  // integrity constraint violated - parent key not found
+	"02292": inboxkit.ReasonConstraintViolation,  // integrity constraint violated - child record found
 }
 
 var oraPattern = regexp.MustCompile(`ORA-(\d{5})`)
@@ -161,7 +161,7 @@ func driverReason(err error) string {
 		}
 	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
-		return ReasonConnection
+		return inboxkit.ReasonConnection
 	}
 	for _, m := range oraPattern.FindAllStringSubmatch(err.Error(), -1) {
 		if r, ok := oracleCodes[m[1]]; ok {
@@ -169,20 +169,20 @@ func driverReason(err error) string {
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return ReasonTimeout
+		return inboxkit.ReasonTimeout
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		return ReasonTimeout
+		return inboxkit.ReasonTimeout
 	}
 	for _, e := range connErrnos {
 		if errors.Is(err, e) {
-			return ReasonConnection
+			return inboxkit.ReasonConnection
 		}
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) {
-		return ReasonConnection
+		return inboxkit.ReasonConnection
 	}
 	return ""
 }

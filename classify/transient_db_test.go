@@ -26,23 +26,23 @@ func TestOfRealErrors(t *testing.T) {
 		reason    string
 		transient bool
 	}{
-		{"postgres deadlock", func(t *testing.T) error { return deadlock(t, dbtest.Postgres) }, classify.ReasonDeadlock, true},
-		{"mariadb deadlock", func(t *testing.T) error { return deadlock(t, dbtest.MySQL) }, classify.ReasonDeadlock, true},
-		{"postgres serialization failure", pgSerializationFailure, classify.ReasonSerializationFailure, true},
-		{"postgres lock timeout", func(t *testing.T) error { return lockTimeout(t, dbtest.Postgres) }, classify.ReasonLockTimeout, true},
-		{"mariadb lock wait timeout", func(t *testing.T) error { return lockTimeout(t, dbtest.MySQL) }, classify.ReasonLockTimeout, true},
-		{"sqlite busy", sqliteBusy, classify.ReasonDBBusy, true},
+		{"postgres deadlock", func(t *testing.T) error { return deadlock(t, dbtest.Postgres) }, inboxkit.ReasonDeadlock, true},
+		{"mariadb deadlock", func(t *testing.T) error { return deadlock(t, dbtest.MySQL) }, inboxkit.ReasonDeadlock, true},
+		{"postgres serialization failure", pgSerializationFailure, inboxkit.ReasonSerializationFailure, true},
+		{"postgres lock timeout", func(t *testing.T) error { return lockTimeout(t, dbtest.Postgres) }, inboxkit.ReasonLockTimeout, true},
+		{"mariadb lock wait timeout", func(t *testing.T) error { return lockTimeout(t, dbtest.MySQL) }, inboxkit.ReasonLockTimeout, true},
+		{"sqlite busy", sqliteBusy, inboxkit.ReasonDBBusy, true},
 		{"postgres connection refused", func(t *testing.T) error {
 			return refused(t, "pgx", "postgres://postgres@127.0.0.1:1/x?connect_timeout=5")
-		}, classify.ReasonConnection, true},
-		{"mariadb connection refused", func(t *testing.T) error { return refused(t, "mysql", "root@tcp(127.0.0.1:1)/x?timeout=5s") }, classify.ReasonConnection, true},
-		{"tcp connection refused", func(t *testing.T) error { _, err := net.Dial("tcp", "127.0.0.1:1"); return err }, classify.ReasonConnection, true},
-		{"postgres connection terminated", func(t *testing.T) error { return killed(t, dbtest.Postgres) }, classify.ReasonConnection, true},
-		{"mariadb connection killed", func(t *testing.T) error { return killed(t, dbtest.MySQL) }, classify.ReasonConnection, true},
-		{"postgres statement deadline", pgDeadline, classify.ReasonTimeout, true},
-		{"postgres unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.Postgres) }, classify.ReasonConstraintViolation, false},
-		{"mariadb unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.MySQL) }, classify.ReasonConstraintViolation, false},
-		{"sqlite unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.SQLite) }, classify.ReasonConstraintViolation, false},
+		}, inboxkit.ReasonConnection, true},
+		{"mariadb connection refused", func(t *testing.T) error { return refused(t, "mysql", "root@tcp(127.0.0.1:1)/x?timeout=5s") }, inboxkit.ReasonConnection, true},
+		{"tcp connection refused", func(t *testing.T) error { _, err := net.Dial("tcp", "127.0.0.1:1"); return err }, inboxkit.ReasonConnection, true},
+		{"postgres connection terminated", func(t *testing.T) error { return killed(t, dbtest.Postgres) }, inboxkit.ReasonConnection, true},
+		{"mariadb connection killed", func(t *testing.T) error { return killed(t, dbtest.MySQL) }, inboxkit.ReasonConnection, true},
+		{"postgres statement deadline", pgDeadline, inboxkit.ReasonTimeout, true},
+		{"postgres unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.Postgres) }, inboxkit.ReasonConstraintViolation, false},
+		{"mariadb unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.MySQL) }, inboxkit.ReasonConstraintViolation, false},
+		{"sqlite unique violation", func(t *testing.T) error { return uniqueViolation(t, dbtest.SQLite) }, inboxkit.ReasonConstraintViolation, false},
 		{"postgres syntax error", func(t *testing.T) error { return syntaxError(t, dbtest.Postgres) }, "", false},
 		{"mariadb syntax error", func(t *testing.T) error { return syntaxError(t, dbtest.MySQL) }, "", false},
 	}
@@ -326,7 +326,7 @@ func TestOfInvalidEncoding(t *testing.T) {
 				t.Fatal("the database stored invalid UTF-8 in a text column")
 			}
 			t.Logf("provoked: %v", err)
-			want := inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: classify.CodeInvalidEncoding}
+			want := inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonInvalidEncoding}
 			if got := classify.Of(err); got != want {
 				t.Errorf("Of = %+v, want %+v", got, want)
 			}

@@ -18,7 +18,7 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 	size, limit := d.Oversize()
 	cause := fmt.Errorf("consumer: message of %d bytes is over the client's limit of %d bytes: moved to the broker's dead-letter queue with its body (raise the source's body limit to receive it)", size, limit)
 	s := Settled{Message: m, Result: inbox.Result{
-		Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: ReasonMessageTooLarge, Err: cause,
+		Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMessageTooLarge, Err: cause,
 	}}
 	c.cfg.Logger.Warn("message over the size limit", slog.String("consumer", c.cfg.Name), slog.String("event_id", m.ID),
 		slog.String("correlation_id", m.CorrelationID), slog.String("broker_message_id", m.BrokerMessageID),
@@ -31,7 +31,7 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 	}
 	s.Action = ActionDeadLetter
 	entry.PayloadHash = "" // the body was not read
-	st, err := c.cfg.Store.MarkDeadLettered(ctx, inbox.DeadLetter{Entry: entry, Class: inboxkit.ClassPoison, Reason: ReasonMessageTooLarge, Err: cause})
+	st, err := c.cfg.Store.MarkDeadLettered(ctx, inbox.DeadLetter{Entry: entry, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMessageTooLarge, Err: cause})
 	if err != nil {
 		s.Err = fmt.Errorf("consumer: the oversize message is in the broker's dead-letter queue, but its inbox row was not written: %w", err)
 	}

@@ -67,7 +67,7 @@ type Features struct {
 // runtime never runs the handler for it: it calls Reject, which moves the
 // whole message to the broker's own dead-letter queue, records the event
 // (when the headers name one) as DEAD_LETTERED with reason
-// ReasonMessageTooLarge, and logs it. Ack and Requeue are not called.
+// inboxkit.ReasonMessageTooLarge, and logs it. Ack and Requeue are not called.
 type OversizeDelivery interface {
 	Delivery
 	// Oversize returns the body size and the limit it is over; size 0
@@ -77,7 +77,3 @@ type OversizeDelivery interface {
 	// NACK on ActiveMQ), body included.
 	Reject(ctx context.Context) error
 }
-
-// ReasonMessageTooLarge is the reason code of a message over the source's
-// size limit.
-const ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"

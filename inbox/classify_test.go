@@ -117,3 +117,31 @@ func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
 		_ = b
 	})
 }
+
+// A business rejection without a reason code is recorded as REJECTED (what
+// classify.Reject gives an empty code), in both engines: it used to be
+// BUSINESS_REJECTED in the inbox and REJECTED in classify.
+func TestEmptyBusinessReasonIsRejected(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		res := mustProcess(t, s, entry("T-1"), func(context.Context, *sql.Tx) error { return reject("") })
+		if res.Outcome != inboxkit.OutcomeRejected || res.Reason != inboxkit.ReasonRejected {
+			t.Errorf("transactional: result %+v, want REJECTED with reason %s", res, inboxkit.ReasonRejected)
+		}
+		if r := get(t, s, "T-1"); r.ReasonCode != inboxkit.ReasonRejected {
+			t.Errorf("transactional: REASON_CODE %q, want %s", r.ReasonCode, inboxkit.ReasonRejected)
+		}
+
+		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: (&deadLetters{}).publish,
+			HandleFunc: func(context.Context, *sql.Tx, inboxkit.Message) error { return reject("") }})
+		receive(t, s, "S-1")
+		res, err := w.Process(ctx, claimOne(t, w))
+		if err != nil || res.Outcome != inboxkit.OutcomeRejected || res.Reason != inboxkit.ReasonRejected {
+			t.Errorf("store-then-process: result %+v %v, want REJECTED with reason %s", res, err, inboxkit.ReasonRejected)
+		}
+		if r := get(t, s, "S-1"); r.ReasonCode != inboxkit.ReasonRejected {
+			t.Errorf("store-then-process: REASON_CODE %q, want %s", r.ReasonCode, inboxkit.ReasonRejected)
+		}
+	})
+}

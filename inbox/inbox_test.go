@@ -278,7 +278,7 @@ func TestBackoutThresholdDeadLetters(t *testing.T) {
 			}
 		}
 		wantOutcome(t, res, inboxkit.OutcomeDeadLetter, inboxkit.StatusTechnicalFailure)
-		if res.Reason != inbox.ReasonMaxAttemptsExceeded || calls != 3 {
+		if res.Reason != inboxkit.ReasonMaxAttemptsExceeded || calls != 3 {
 			t.Fatalf("result %+v after %d calls", res, calls)
 		}
 		st, err := s.MarkDeadLettered(context.Background(), inbox.DeadLetter{Entry: e, Class: res.Class, Reason: res.Reason, Err: res.Err})
@@ -287,7 +287,7 @@ func TestBackoutThresholdDeadLetters(t *testing.T) {
 			t.Fatalf("status = %s", st)
 		}
 		r := get(t, s, "E-5")
-		if r.Status != inboxkit.StatusDeadLettered || r.ReasonCode != inbox.ReasonMaxAttemptsExceeded || r.LastError != "downstream 503" || r.Attempts != 3 {
+		if r.Status != inboxkit.StatusDeadLettered || r.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded || r.LastError != "downstream 503" || r.Attempts != 3 {
 			t.Errorf("row = %+v", r)
 		}
 		res = mustProcess(t, s, e, failing)
@@ -332,7 +332,7 @@ func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 			t.Fatalf("handler ran a 5th time with MaxAttempts 4")
 		}
 		wantOutcome(t, res, inboxkit.OutcomeDeadLetter, inboxkit.StatusTechnicalFailure)
-		if res.Reason != inbox.ReasonMaxAttemptsExceeded || res.Attempts != 4 || calls != 4 || res.Err == nil {
+		if res.Reason != inboxkit.ReasonMaxAttemptsExceeded || res.Attempts != 4 || calls != 4 || res.Err == nil {
 			t.Errorf("result %+v, calls %d", res, calls)
 		}
 		if r := get(t, s, "E-6"); r.Attempts != 4 || !strings.Contains(r.LastError, "recorded no outcome") {
@@ -389,11 +389,11 @@ func TestMissingOrLongEventID(t *testing.T) {
 		s, b := setup(t, db, inbox.Config{})
 		never := func(context.Context, *sql.Tx) error { t.Error("handler ran"); return nil }
 		res := mustProcess(t, s, entry(""), never)
-		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Reason != inbox.ReasonMissingEventID || res.Class != inboxkit.ClassPoison {
+		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Reason != inboxkit.ReasonMissingEventID || res.Class != inboxkit.ClassPoison {
 			t.Errorf("missing id: %+v", res)
 		}
 		res = mustProcess(t, s, entry(strings.Repeat("x", 121)), never)
-		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Reason != inbox.ReasonEventIDTooLong {
+		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Reason != inboxkit.ReasonEventIDTooLong {
 			t.Errorf("long id: %+v", res)
 		}
 		res = mustProcess(t, s, entry(strings.Repeat("y", 120)), insertBusiness(db, "y", "ok"))

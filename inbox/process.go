@@ -19,13 +19,6 @@ const (
 	MaxCorrelationIDLength = 120
 )
 
-// Reason codes the store itself decides.
-const (
-	ReasonMissingEventID      = "MISSING_EVENT_ID"
-	ReasonEventIDTooLong      = "EVENT_ID_TOO_LONG"
-	ReasonMaxAttemptsExceeded = "MAX_ATTEMPTS_EXCEEDED"
-)
-
 // Entry is the part of a message the inbox records.
 type Entry struct {
 	// EventID is the event's business identity. Required, at most 120 bytes.
@@ -117,10 +110,10 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		return Result{}, fmt.Errorf("%w: handler is nil", ErrInvalidEntry)
 	}
 	if e.EventID == "" {
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: ReasonMissingEventID}, nil
+		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMissingEventID}, nil
 	}
 	if len(e.EventID) > MaxEventIDLength {
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: ReasonEventIDTooLong}, nil
+		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonEventIDTooLong}, nil
 	}
 	if len(e.CorrelationID) > MaxCorrelationIDLength {
 		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]
@@ -214,7 +207,7 @@ func (s *Store) startAttempt(ctx context.Context, e Entry) (int, Result, error) 
 			return 0, Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
 		case ok && attempts >= s.cfg.MaxAttempts:
 			r := Result{Outcome: inboxkit.OutcomeDeadLetter, Status: st, Class: inboxkit.ClassTechnical,
-				Reason: ReasonMaxAttemptsExceeded, Attempts: attempts}
+				Reason: inboxkit.ReasonMaxAttemptsExceeded, Attempts: attempts}
 			if rec, err := s.Get(ctx, e.EventID, e.ConsumerName); err == nil && rec.ErrorClass == "" && rec.Attempts > 0 {
 				r.Err = errors.New(markerError)
 			}
@@ -338,7 +331,7 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result,
 	case inboxkit.ClassBusiness:
 		reason := dec.Reason
 		if reason == "" {
-			reason = "BUSINESS_REJECTED"
+			reason = inboxkit.ReasonRejected
 		}
 		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
 			rollback()
@@ -438,7 +431,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 		Reason: dec.Reason, Attempts: attempts, Err: herr, RetryAfter: dec.RetryAfter}
 	if attempts >= s.cfg.MaxAttempts && !dec.NoAttempt {
 		r.Outcome = inboxkit.OutcomeDeadLetter
-		r.Reason = ReasonMaxAttemptsExceeded
+		r.Reason = inboxkit.ReasonMaxAttemptsExceeded
 	}
 	return r, nil
 }

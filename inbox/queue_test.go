@@ -134,7 +134,7 @@ func TestReceive(t *testing.T) {
 		}
 
 		// Unstorable messages: a typed poison error with the reason code.
-		for _, tc := range []struct{ id, reason string }{{"", inbox.ReasonMissingEventID}, {strings.Repeat("x", 121), inbox.ReasonEventIDTooLong}} {
+		for _, tc := range []struct{ id, reason string }{{"", inboxkit.ReasonMissingEventID}, {strings.Repeat("x", 121), inboxkit.ReasonEventIDTooLong}} {
 			_, _, err := s.Receive(ctx, inbox.Entry{EventID: tc.id, ConsumerName: consumerName}, nil, []byte("p"))
 			var re *inbox.ReceiveError
 			if !errors.As(err, &re) || re.Reason != tc.reason || !errors.Is(err, inbox.ErrUnstorable) {
@@ -433,7 +433,7 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 			t.Fatalf("threshold with failing DLQ = %+v %v", res, err)
 		}
 		r = get(t, s, "E-1")
-		if r.Status != inboxkit.StatusTechnicalFailure || r.ReasonCode != inbox.ReasonMaxAttemptsExceeded || !strings.Contains(r.LastError, "dlq broker unavailable") {
+		if r.Status != inboxkit.StatusTechnicalFailure || r.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded || !strings.Contains(r.LastError, "dlq broker unavailable") {
 			t.Fatalf("row kept after failed DLQ = %+v", r)
 		}
 		if len(dl.list()) != 0 {
@@ -444,7 +444,7 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 		before := calls.Load()
 		c = claimOne(t, w)
 		res, err = w.Process(ctx, c)
-		if err != nil || res.Outcome != inboxkit.OutcomeDeadLetter || res.Status != inboxkit.StatusDeadLettered || res.Reason != inbox.ReasonMaxAttemptsExceeded {
+		if err != nil || res.Outcome != inboxkit.OutcomeDeadLetter || res.Status != inboxkit.StatusDeadLettered || res.Reason != inboxkit.ReasonMaxAttemptsExceeded {
 			t.Fatalf("dead letter = %+v %v", res, err)
 		}
 		if calls.Load() != before {

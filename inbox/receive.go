@@ -19,18 +19,18 @@ var ErrUnstorable = errors.New("inbox: message cannot be stored")
 // ReceiveError is returned by Receive for a message that cannot be stored
 // because its event id is missing or longer than the column. The caller
 // publishes the message to the dead-letter destination with Reason
-// (ReasonMissingEventID or ReasonEventIDTooLong) and then acknowledges it.
+// (inboxkit.ReasonMissingEventID or inboxkit.ReasonEventIDTooLong) and then acknowledges it.
 // It implements inboxkit.Decider (class POISON), so inboxkit.DecisionOf
 // routes it like any other poison error.
 type ReceiveError struct {
-	// Reason is ReasonMissingEventID or ReasonEventIDTooLong.
+	// Reason is inboxkit.ReasonMissingEventID or inboxkit.ReasonEventIDTooLong.
 	Reason string
 	// EventID is the offending id ("" when missing).
 	EventID string
 }
 
 func (e *ReceiveError) Error() string {
-	if e.Reason == ReasonMissingEventID {
+	if e.Reason == inboxkit.ReasonMissingEventID {
 		return "inbox: receive: message has no event id (" + e.Reason + ")"
 	}
 	return fmt.Sprintf("inbox: receive: event id of %d bytes is longer than %d (%s)", len(e.EventID), MaxEventIDLength, e.Reason)
@@ -137,10 +137,10 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		return false, "", fmt.Errorf("%w: ConsumerName %q must be 1 to %d bytes", ErrInvalidEntry, e.ConsumerName, MaxConsumerNameLength)
 	}
 	if e.EventID == "" {
-		return false, "", &ReceiveError{Reason: ReasonMissingEventID}
+		return false, "", &ReceiveError{Reason: inboxkit.ReasonMissingEventID}
 	}
 	if len(e.EventID) > MaxEventIDLength {
-		return false, "", &ReceiveError{Reason: ReasonEventIDTooLong, EventID: e.EventID}
+		return false, "", &ReceiveError{Reason: inboxkit.ReasonEventIDTooLong, EventID: e.EventID}
 	}
 	if len(e.CorrelationID) > MaxCorrelationIDLength {
 		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]

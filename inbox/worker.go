@@ -23,10 +23,6 @@ import (
 // was rolled back; the other worker's processing counts.
 var ErrLeaseLost = errors.New("inbox: lease lost")
 
-// ReasonMalformedHeaders is the poison reason for a stored entry whose
-// HEADERS column is not a JSON object of strings.
-const ReasonMalformedHeaders = "MALFORMED_HEADERS"
-
 // MessageHandler runs the business change of one stored message inside the
 // worker's transaction. It must do all its database writes through tx and
 // must not commit or roll it back. Its error decides what happens, as for
@@ -335,10 +331,10 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 		if c.LastError != "" {
 			cause = errors.New(c.LastError)
 		}
-		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, ReasonMaxAttemptsExceeded, cause)
+		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, inboxkit.ReasonMaxAttemptsExceeded, cause)
 	}
 	if c.headerErr != nil {
-		return w.deadLetter(ctx, c, inboxkit.ClassPoison, ReasonMalformedHeaders, c.headerErr)
+		return w.deadLetter(ctx, c, inboxkit.ClassPoison, inboxkit.ReasonMalformedHeaders, c.headerErr)
 	}
 	s := w.s
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -365,7 +361,7 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 	case inboxkit.ClassBusiness:
 		reason := dec.Reason
 		if reason == "" {
-			reason = "BUSINESS_REJECTED"
+			reason = inboxkit.ReasonRejected
 		}
 		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
 			_ = tx.Rollback()
@@ -434,7 +430,7 @@ func (w *Worker) completeThen(ctx context.Context, tx *sql.Tx, q string, args []
 // rollback cannot erase it), or dead-letters at the threshold.
 func (w *Worker) fail(ctx context.Context, c Claimed, dec inboxkit.Decision, herr error) (Result, error) {
 	if c.Attempts >= w.s.cfg.MaxAttempts && !dec.NoAttempt {
-		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, ReasonMaxAttemptsExceeded, herr)
+		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, inboxkit.ReasonMaxAttemptsExceeded, herr)
 	}
 	return w.retryLater(ctx, c, inboxkit.ClassTechnical, dec.Reason, dec.RetryAfter, dec.NoAttempt, herr)
 }

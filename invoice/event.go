@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
 )
 
@@ -52,10 +53,10 @@ func Decode(body []byte) (InvoiceCreated, error) {
 	var ev InvoiceCreated
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&ev); err != nil {
-		return InvoiceCreated{}, classify.Poison(classify.CodeMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
+		return InvoiceCreated{}, classify.Poison(inboxkit.ReasonMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
 	}
 	if dec.More() {
-		return InvoiceCreated{}, classify.Poison(classify.CodeMalformedPayload, fmt.Errorf("%w: data after the JSON object", ErrDecode))
+		return InvoiceCreated{}, classify.Poison(inboxkit.ReasonMalformedPayload, fmt.Errorf("%w: data after the JSON object", ErrDecode))
 	}
 	var missing []string
 	for _, f := range []struct{ name, v string }{
@@ -67,13 +68,13 @@ func Decode(body []byte) (InvoiceCreated, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return InvoiceCreated{}, classify.Poison(classify.CodeMissingField, fmt.Errorf("%w: missing %s", ErrDecode, strings.Join(missing, ", ")))
+		return InvoiceCreated{}, classify.Poison(inboxkit.ReasonMissingField, fmt.Errorf("%w: missing %s", ErrDecode, strings.Join(missing, ", ")))
 	}
 	if _, err := ev.AmountValue(); err != nil {
-		return InvoiceCreated{}, classify.Poison(classify.CodeMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
+		return InvoiceCreated{}, classify.Poison(inboxkit.ReasonMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
 	}
 	if _, err := ev.IssuedTime(); err != nil {
-		return InvoiceCreated{}, classify.Poison(classify.CodeMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
+		return InvoiceCreated{}, classify.Poison(inboxkit.ReasonMalformedPayload, fmt.Errorf("%w: %v", ErrDecode, err))
 	}
 	return ev, nil
 }

@@ -113,10 +113,6 @@ func LetterIDFor(eventID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// ReasonInvalidEncoding is the poison reason of a body that is not valid
-// UTF-8 (the archived document is text).
-const ReasonInvalidEncoding = classify.CodeInvalidEncoding
-
 // NewHandler returns the refactored invoice consumer (the seed's "Nachher")
 // as a consumer.Handler. Inside the inbox transaction it decodes the event
 // (poison: INVALID_ENCODING, MALFORMED_PAYLOAD, MISSING_FIELD), checks the business rules
@@ -143,7 +139,7 @@ func (h *handler) handle(ctx context.Context, tx *sql.Tx, m inboxkit.Message) er
 	if !utf8.Valid(m.Body) {
 		// Every database with text columns refuses it (or stores garbage):
 		// retrying cannot help.
-		return classify.Poison(ReasonInvalidEncoding, fmt.Errorf("invoice: event %s: the body is not valid UTF-8", m.ID))
+		return classify.Poison(inboxkit.ReasonInvalidEncoding, fmt.Errorf("invoice: event %s: the body is not valid UTF-8", m.ID))
 	}
 	ev, err := Decode(m.Body)
 	if err != nil {

@@ -25,15 +25,15 @@ func TestDecode(t *testing.T) {
 	}{
 		{"ok", goodBody, "", ""},
 		{"rfc3339", `{"invoiceNo":"I","customerNo":"K","amount":"-1","currency":"EUR","issuedAt":"2026-01-05T10:00:00Z"}`, "", ""},
-		{"not json", `<invoice/>`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"truncated", `{"invoiceNo":"INV-1"`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"trailing", goodBody + ` {}`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"number amount", `{"invoiceNo":"I","customerNo":"K","amount":12,"currency":"EUR","issuedAt":"2026-01-05"}`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"bad amount", `{"invoiceNo":"I","customerNo":"K","amount":"12,50","currency":"EUR","issuedAt":"2026-01-05"}`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"exponent amount", `{"invoiceNo":"I","customerNo":"K","amount":"1e9","currency":"EUR","issuedAt":"2026-01-05"}`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"bad date", `{"invoiceNo":"I","customerNo":"K","amount":"1","currency":"EUR","issuedAt":"5.1.2026"}`, classify.CodeMalformedPayload, inboxkit.ClassPoison},
-		{"missing", `{"invoiceNo":"I","amount":"1","issuedAt":"2026-01-05"}`, classify.CodeMissingField, inboxkit.ClassPoison},
-		{"blank", `{"invoiceNo":" ","customerNo":"K","amount":"1","currency":"EUR","issuedAt":"2026-01-05"}`, classify.CodeMissingField, inboxkit.ClassPoison},
+		{"not json", `<invoice/>`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"truncated", `{"invoiceNo":"INV-1"`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"trailing", goodBody + ` {}`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"number amount", `{"invoiceNo":"I","customerNo":"K","amount":12,"currency":"EUR","issuedAt":"2026-01-05"}`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"bad amount", `{"invoiceNo":"I","customerNo":"K","amount":"12,50","currency":"EUR","issuedAt":"2026-01-05"}`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"exponent amount", `{"invoiceNo":"I","customerNo":"K","amount":"1e9","currency":"EUR","issuedAt":"2026-01-05"}`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"bad date", `{"invoiceNo":"I","customerNo":"K","amount":"1","currency":"EUR","issuedAt":"5.1.2026"}`, inboxkit.ReasonMalformedPayload, inboxkit.ClassPoison},
+		{"missing", `{"invoiceNo":"I","amount":"1","issuedAt":"2026-01-05"}`, inboxkit.ReasonMissingField, inboxkit.ClassPoison},
+		{"blank", `{"invoiceNo":" ","customerNo":"K","amount":"1","currency":"EUR","issuedAt":"2026-01-05"}`, inboxkit.ReasonMissingField, inboxkit.ClassPoison},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,8 +186,8 @@ func TestHandler(t *testing.T) {
 			{"E-3", body("K-100", "0.00", "EUR"), inboxkit.OutcomeRejected, invoice.ReasonInvalidAmount},
 			{"E-4", body("K-100", "-5", "EUR"), inboxkit.OutcomeRejected, invoice.ReasonInvalidAmount},
 			{"E-5", body("K-200", "5", "JPY"), inboxkit.OutcomeRejected, invoice.ReasonCurrencyUnsupported},
-			{"E-6", `{"invoiceNo":`, inboxkit.OutcomeDeadLetter, classify.CodeMalformedPayload},
-			{"E-7", `{"invoiceNo":"I"}`, inboxkit.OutcomeDeadLetter, classify.CodeMissingField},
+			{"E-6", `{"invoiceNo":`, inboxkit.OutcomeDeadLetter, inboxkit.ReasonMalformedPayload},
+			{"E-7", `{"invoiceNo":"I"}`, inboxkit.OutcomeDeadLetter, inboxkit.ReasonMissingField},
 		} {
 			res := b.process(t, tt.id, tt.body)
 			if res.Outcome != tt.outcome || res.Reason != tt.reason {
@@ -229,7 +229,7 @@ func TestHandlerOpenBreakerIsNoAttempt(t *testing.T) {
 		t.Fatalf("first failure: %+v", res)
 	}
 	res := b.process(t, "E-9", body)
-	if res.Outcome != inboxkit.OutcomeRetry || res.Reason != classify.CodeCircuitOpen || res.Attempts != 1 {
+	if res.Outcome != inboxkit.OutcomeRetry || res.Reason != inboxkit.ReasonCircuitOpen || res.Attempts != 1 {
 		t.Fatalf("open breaker: outcome %s reason %s attempts %d, want RETRY CIRCUIT_OPEN 1", res.Outcome, res.Reason, res.Attempts)
 	}
 	if b.letters.calls != 1 {
@@ -245,8 +245,8 @@ func TestInvalidUTF8IsPoison(t *testing.T) {
 		b := setup(t, db, nil)
 		body := "{\"invoiceNo\":\"INV-\xff\xfe\",\"customerNo\":\"K-100\",\"amount\":\"1\",\"currency\":\"EUR\",\"issuedAt\":\"2026-01-05\"}"
 		res := b.process(t, "E-UTF", body)
-		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Class != inboxkit.ClassPoison || res.Reason != invoice.ReasonInvalidEncoding || res.Attempts != 1 {
-			t.Fatalf("result %+v, want DEAD_LETTER POISON %s at attempt 1", res, invoice.ReasonInvalidEncoding)
+		if res.Outcome != inboxkit.OutcomeDeadLetter || res.Class != inboxkit.ClassPoison || res.Reason != inboxkit.ReasonInvalidEncoding || res.Attempts != 1 {
+			t.Fatalf("result %+v, want DEAD_LETTER POISON %s at attempt 1", res, inboxkit.ReasonInvalidEncoding)
 		}
 		if b.letters.calls != 0 || b.count(t, "shipping_letters") != 0 || b.count(t, "archived_documents") != 0 {
 			t.Errorf("letter service called %d times, %d letters, %d documents; want none", b.letters.calls, b.count(t, "shipping_letters"), b.count(t, "archived_documents"))

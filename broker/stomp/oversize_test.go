@@ -92,7 +92,7 @@ func TestOversizeMessageIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 			t.Fatalf("settled %d of 4 in 30s\n%s", len(got), logs)
 		}
 	}
-	if s := got["big-1"]; s.Action != consumer.ActionDeadLetter || s.Result.Reason != consumer.ReasonMessageTooLarge || s.Err != nil {
+	if s := got["big-1"]; s.Action != consumer.ActionDeadLetter || s.Result.Reason != inboxkit.ReasonMessageTooLarge || s.Err != nil {
 		t.Errorf("big-1 settled %s %s (%v), want dead-letter MESSAGE_TOO_LARGE", s.Action, s.Result.Reason, s.Err)
 	}
 	for _, id := range small {
@@ -101,7 +101,7 @@ func TestOversizeMessageIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 		}
 	}
 	r, err := store.Get(ctx, "big-1", "oversize-test")
-	if err != nil || r.Status != inboxkit.StatusDeadLettered || r.ReasonCode != consumer.ReasonMessageTooLarge {
+	if err != nil || r.Status != inboxkit.StatusDeadLettered || r.ReasonCode != inboxkit.ReasonMessageTooLarge {
 		t.Errorf("big-1 row %+v (%v), want DEAD_LETTERED MESSAGE_TOO_LARGE", r, err)
 	}
 	if !strings.Contains(logs.String(), "message over the size limit") || !strings.Contains(logs.String(), "size=6291456") {

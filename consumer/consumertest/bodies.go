@@ -238,8 +238,8 @@ func testBackout(t *testing.T, e *env) {
 		t.Fatalf("Run: %v", err)
 	}
 	ss := r.rec.list()
-	if len(ss) != maxAttempts || dead.Err != nil || dead.Result.Reason != inbox.ReasonMaxAttemptsExceeded {
-		t.Errorf("want %d deliveries, the last dead-lettered with %s:\n%s", maxAttempts, inbox.ReasonMaxAttemptsExceeded, summary(ss))
+	if len(ss) != maxAttempts || dead.Err != nil || dead.Result.Reason != inboxkit.ReasonMaxAttemptsExceeded {
+		t.Errorf("want %d deliveries, the last dead-lettered with %s:\n%s", maxAttempts, inboxkit.ReasonMaxAttemptsExceeded, summary(ss))
 	}
 	for i, s := range ss[:len(ss)-1] {
 		if s.Action != consumer.ActionRequeue || s.Err != nil || s.Result.Attempts != i+1 {
@@ -254,8 +254,8 @@ func testBackout(t *testing.T, e *env) {
 		}
 	}
 	row := e.row(t, ev)
-	if row.Status != inboxkit.StatusDeadLettered || row.Attempts != maxAttempts || row.ReasonCode != inbox.ReasonMaxAttemptsExceeded {
-		t.Errorf("row: status %s attempts %d reason %s, want DEAD_LETTERED %d %s", row.Status, row.Attempts, row.ReasonCode, maxAttempts, inbox.ReasonMaxAttemptsExceeded)
+	if row.Status != inboxkit.StatusDeadLettered || row.Attempts != maxAttempts || row.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded {
+		t.Errorf("row: status %s attempts %d reason %s, want DEAD_LETTERED %d %s", row.Status, row.Attempts, row.ReasonCode, maxAttempts, inboxkit.ReasonMaxAttemptsExceeded)
 	}
 	if n := e.businessRowsOf(t, ev); n != 0 {
 		t.Errorf("%d business rows after only failures, want 0", n)
@@ -264,7 +264,7 @@ func testBackout(t *testing.T, e *env) {
 	if len(dl) != 1 {
 		t.Fatalf("DLQ holds %d messages, want 1", len(dl))
 	}
-	env := checkEnvelope(t, e, dl[0], inbox.ReasonMaxAttemptsExceeded, ev, "corr-backout", dead.Message.Destination, maxAttempts, body)
+	env := checkEnvelope(t, e, dl[0], inboxkit.ReasonMaxAttemptsExceeded, ev, "corr-backout", dead.Message.Destination, maxAttempts, body)
 	if env.Class != string(inboxkit.ClassTechnical) {
 		t.Errorf("envelope class %q, want %s", env.Class, inboxkit.ClassTechnical)
 	}
@@ -319,8 +319,8 @@ func testBackoutAfterCrashes(t *testing.T, e *env) {
 	if dup.Result.Outcome != inboxkit.OutcomeDuplicate || dup.Result.Status != inboxkit.StatusDeadLettered || dup.Action != consumer.ActionAck {
 		t.Errorf("redelivery after the dead letter: want an acknowledged duplicate of DEAD_LETTERED:\n%s", summary(r.rec.list()))
 	}
-	if row := e.row(t, ev); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != inbox.ReasonMaxAttemptsExceeded {
-		t.Errorf("row: %s %s, want DEAD_LETTERED %s", row.Status, row.ReasonCode, inbox.ReasonMaxAttemptsExceeded)
+	if row := e.row(t, ev); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded {
+		t.Errorf("row: %s %s, want DEAD_LETTERED %s", row.Status, row.ReasonCode, inboxkit.ReasonMaxAttemptsExceeded)
 	}
 	if n := e.businessRowsOf(t, ev); n != 0 {
 		t.Errorf("%d business rows, want 0", n)
@@ -329,7 +329,7 @@ func testBackoutAfterCrashes(t *testing.T, e *env) {
 	if len(dl) != 1 {
 		t.Fatalf("DLQ holds %d messages, want 1", len(dl))
 	}
-	checkEnvelope(t, e, dl[0], inbox.ReasonMaxAttemptsExceeded, ev, "corr-killer", all[0].Message.Destination, maxAttempts, body)
+	checkEnvelope(t, e, dl[0], inboxkit.ReasonMaxAttemptsExceeded, ev, "corr-killer", all[0].Message.Destination, maxAttempts, body)
 	e.expectEmpty(t, e.queue)
 	t.Logf("%s/%s: checked 1 message over %d deliveries that killed the consumer + 1 redelivery (delivery count known: %v): dead-lettered from the inbox's count",
 		e.b.Name, e.backend, len(all), e.b.Features.DeliveryCount)
@@ -364,7 +364,7 @@ func testPoisonAndReject(t *testing.T, e *env) {
 		}
 		byReason[s.Result.Reason] = s
 	}
-	for _, reason := range []string{"MALFORMED_PAYLOAD", inbox.ReasonMissingEventID, inbox.ReasonEventIDTooLong} {
+	for _, reason := range []string{"MALFORMED_PAYLOAD", inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong} {
 		if s, ok := byReason[reason]; !ok || s.Action != consumer.ActionDeadLetter {
 			t.Errorf("no delivery dead-lettered with %s at first delivery:\n%s", reason, summary(ss))
 		}
@@ -400,12 +400,12 @@ func testPoisonAndReject(t *testing.T, e *env) {
 			if env.Class != string(inboxkit.ClassPoison) {
 				t.Errorf("malformed: class %q, want POISON", env.Class)
 			}
-		case inbox.ReasonMissingEventID:
-			checkEnvelope(t, e, m, inbox.ReasonMissingEventID, "", "corr-poison", dest, 0, valid)
+		case inboxkit.ReasonMissingEventID:
+			checkEnvelope(t, e, m, inboxkit.ReasonMissingEventID, "", "corr-poison", dest, 0, valid)
 			if env.Original["x-note"] != "no event id" {
 				t.Errorf("missing event id: original headers lost: %v", env.Original)
 			}
-		case inbox.ReasonEventIDTooLong:
+		case inboxkit.ReasonEventIDTooLong:
 			if env.Original["eventId"] != long || !bytes.Equal(m.Body, valid) {
 				t.Errorf("too long event id: original header or body changed")
 			}

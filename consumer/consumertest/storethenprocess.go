@@ -8,7 +8,6 @@ import (
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
-	"github.com/inboxkit/inboxkit/inbox"
 )
 
 // testStoreThenProcess runs the consumer in ModeStoreThenProcess: every
@@ -62,7 +61,7 @@ func testStoreThenProcess(t *testing.T, e *env) {
 	if rows != n || distinct != n {
 		t.Errorf("business table: %d rows for %d events, want %d for %d", rows, distinct, n, n)
 	}
-	if row := e.row(t, "stp-fail"); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != inbox.ReasonMaxAttemptsExceeded || row.Attempts != maxAttempts {
+	if row := e.row(t, "stp-fail"); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded || row.Attempts != maxAttempts {
 		t.Errorf("always-failing entry: %s %s attempts %d", row.Status, row.ReasonCode, row.Attempts)
 	}
 	var reasons []string
@@ -74,7 +73,7 @@ func testStoreThenProcess(t *testing.T, e *env) {
 		reasons = append(reasons, env.Reason+":"+env.EventID)
 	}
 	sort.Strings(reasons)
-	want := fmt.Sprint([]string{"MALFORMED_PAYLOAD:stp-malformed", inbox.ReasonMaxAttemptsExceeded + ":stp-fail", inbox.ReasonMissingEventID + ":"})
+	want := fmt.Sprint([]string{"MALFORMED_PAYLOAD:stp-malformed", inboxkit.ReasonMaxAttemptsExceeded + ":stp-fail", inboxkit.ReasonMissingEventID + ":"})
 	if fmt.Sprint(reasons) != want {
 		t.Errorf("DLQ holds %v, want %s", reasons, want)
 	}

@@ -60,7 +60,7 @@ func NewHandler(cfg Config) (consumer.Handler, error) {
 	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 		match := reported.FindStringSubmatch(string(m.Body))
 		if match == nil {
-			return classify.Poison(classify.CodeMalformedPayload, fmt.Errorf("claims: %q is not \"Schaden <no> gemeldet\"", m.Body))
+			return classify.Poison(inboxkit.ReasonMalformedPayload, fmt.Errorf("claims: %q is not \"Schaden <no> gemeldet\"", m.Body))
 		}
 		var at any = cfg.Clock.Now().UTC()
 		if cfg.Dialect.Name() == "sqlite" {

@@ -49,7 +49,7 @@ func NewHandler(d inbox.Dialect) consumer.Handler {
 	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 		report := m.Header("report")
 		if report == "" {
-			return classify.Poison(classify.CodeMissingField, errors.New("reportworker: no report header"))
+			return classify.Poison(inboxkit.ReasonMissingField, errors.New("reportworker: no report header"))
 		}
 		res, err := tx.ExecContext(ctx, d.Rebind(`UPDATE report_counters SET value = value + 1 WHERE report_id = ?`), report)
 		if err != nil {
