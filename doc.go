@@ -1,7 +1,17 @@
 // Package inboxkit holds the vocabulary shared by every part of the toolkit:
-// the [Message] a consumer receives, the [Status] of an inbox row, the
-// [Decision] an error carries (business reject, technical retry, poison) and
-// the [Clock] that time is read from. It has no dependencies.
+// the [Message] a consumer receives, the [Decision] an error carries
+// (business reject, technical retry, poison), the reason codes (Reason*) and
+// the [Clock] that time is read from. It has no dependencies; every name is
+// defined here once.
+//
+// What became of one delivery is told by four types, one per question, so a
+// word may appear in several of them (REJECTED is a Status, an Outcome and,
+// as "reject", an Action):
+//
+//	[Status]   what the inbox row says (the STATUS column)
+//	[Class]    what kind of failure it was (ERROR_CLASS); a Reason* code says which
+//	[Outcome]  what the inbox did with the delivery (inbox.Result)
+//	[Action]   what the consumer runtime told the broker (consumer.Settled)
 //
 // The parts that do the work live in sub-packages:
 //

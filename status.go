@@ -183,3 +183,25 @@ const (
 	// RECEIVED. Acknowledge; a worker processes it.
 	OutcomeStored Outcome = "STORED"
 )
+
+// Action is what the consumer runtime told the broker about one delivery.
+// It follows the Outcome, except where the runtime itself failed: a
+// dead-letter or rejection publish, or the inbox, that failed hands the
+// delivery back (ActionRequeue, whatever the Outcome), and a redelivered
+// duplicate of a rejection is published to the reject queue again
+// (ActionReject with OutcomeDuplicate). Its values are the "action" label of
+// logs and metrics.
+type Action string
+
+// Actions of the consumer runtime.
+const (
+	// ActionAck: acknowledged (processed, stored or duplicate).
+	ActionAck Action = "ack"
+	// ActionRequeue: handed back to the broker for redelivery.
+	ActionRequeue Action = "requeue"
+	// ActionReject: acknowledged after a business rejection (and published
+	// to the reject queue when there is one).
+	ActionReject Action = "reject"
+	// ActionDeadLetter: published to the dead-letter queue, then acknowledged.
+	ActionDeadLetter Action = "dead-letter"
+)

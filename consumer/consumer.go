@@ -26,23 +26,12 @@ import (
 // (technical: handed back for redelivery until the backout threshold).
 type Handler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
 
-// Action is what the runtime did with a delivery.
-type Action string
-
-// Actions.
-const (
-	ActionAck        Action = "ack"
-	ActionRequeue    Action = "requeue"
-	ActionReject     Action = "reject"      // acknowledged after a business rejection
-	ActionDeadLetter Action = "dead-letter" // published to the DLQ, then acknowledged
-)
-
 // Settled reports one settled delivery to Config.OnSettled.
 type Settled struct {
 	Message inboxkit.Message
 	Result  inbox.Result
-	Action  Action
-	// Delay is the requeue delay for ActionRequeue.
+	Action  inboxkit.Action
+	// Delay is the requeue delay for inboxkit.ActionRequeue.
 	Delay time.Duration
 	// Err is an error of the runtime itself (inbox down, DLQ publish
 	// failed); the delivery was then handed back to the broker.
@@ -551,18 +540,18 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s 
 	res, m := s.Result, s.Message
 	switch res.Outcome {
 	case inboxkit.OutcomeProcessed:
-		return c.ack(ctx, d, s, ActionAck)
+		return c.ack(ctx, d, s, inboxkit.ActionAck)
 	case inboxkit.OutcomeDuplicate:
 		if res.Status == inboxkit.StatusRejected && m.Redelivered && c.cfg.RejectQueue != "" {
 			// The first delivery may have died between commit and publish.
 			return c.reject(ctx, d, s, entry)
 		}
-		return c.ack(ctx, d, s, ActionAck)
+		return c.ack(ctx, d, s, inboxkit.ActionAck)
 	case inboxkit.OutcomeRejected:
 		if c.cfg.RejectQueue != "" {
 			return c.reject(ctx, d, s, entry)
 		}
-		return c.ack(ctx, d, s, ActionReject)
+		return c.ack(ctx, d, s, inboxkit.ActionReject)
 	case inboxkit.OutcomeRetry:
 		delay := res.RetryAfter
 		if delay == 0 {
@@ -635,7 +624,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 	if st != "" {
 		s.Result.Status = st
 	}
-	return c.ack(ctx, d, s, ActionDeadLetter)
+	return c.ack(ctx, d, s, inboxkit.ActionDeadLetter)
 }
 
 // forgetPoisonAttempt takes back the attempt of a poison message that is
@@ -664,10 +653,10 @@ func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbo
 		s.Err = fmt.Errorf("consumer: publish rejection to %s: %w (message handed back to the broker)", c.cfg.RejectQueue, err)
 		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
 	}
-	return c.ack(ctx, d, s, ActionReject)
+	return c.ack(ctx, d, s, inboxkit.ActionReject)
 }
 
-func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a Action) Settled {
+func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a inboxkit.Action) Settled {
 	s.Action = a
 	failpoint.Hit(failpoint.AfterCommitBeforeAck)
 	if err := d.Ack(ctx); err != nil {
@@ -679,7 +668,7 @@ func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a Action) Set
 }
 
 func (c *Consumer) requeue(ctx context.Context, d Delivery, s Settled, delay time.Duration) Settled {
-	s.Action, s.Delay = ActionRequeue, delay
+	s.Action, s.Delay = inboxkit.ActionRequeue, delay
 	if err := d.Requeue(ctx, delay); err != nil {
 		err = fmt.Errorf("consumer: requeue: %w", err)
 		s.Err = errors.Join(s.Err, err)
@@ -724,7 +713,7 @@ func (c *Consumer) logLine(s Settled) {
 	if s.Result.Attempts > 0 {
 		attrs = append(attrs, slog.Int("attempts", s.Result.Attempts))
 	}
-	if s.Action == ActionRequeue {
+	if s.Action == inboxkit.ActionRequeue {
 		attrs = append(attrs, slog.Duration("delay", s.Delay))
 	}
 	// One line per message at debug; info has the summary and outages
@@ -735,7 +724,7 @@ func (c *Consumer) logLine(s Settled) {
 	}
 	if s.Err != nil {
 		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
-	} else if s.Action == ActionDeadLetter {
+	} else if s.Action == inboxkit.ActionDeadLetter {
 		level = slog.LevelWarn
 	}
 	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
@@ -760,7 +749,7 @@ func (c *Consumer) store(ctx context.Context, d Delivery, m inboxkit.Message, en
 	default:
 		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st}
 	}
-	return c.ack(ctx, d, s, ActionAck)
+	return c.ack(ctx, d, s, inboxkit.ActionAck)
 }
 
 // deadLetterStored publishes a stored entry that a worker gave up on.
@@ -775,7 +764,7 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 		return fmt.Errorf("consumer: publish to dead-letter queue %s: %w", c.cfg.DeadLetterQueue, err)
 	}
 	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark)
-	s := Settled{Message: m, Result: res, Action: ActionDeadLetter}
+	s := Settled{Message: m, Result: res, Action: inboxkit.ActionDeadLetter}
 	s.Result.Status = inboxkit.StatusDeadLettered
 	c.finish(s)
 	return nil
@@ -824,7 +813,7 @@ func (c *Consumer) rejectFunc() inbox.RejectFunc {
 		if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 			return fmt.Errorf("consumer: publish rejection to %s: %w", c.cfg.RejectQueue, err)
 		}
-		c.finish(Settled{Message: m, Result: res, Action: ActionReject})
+		c.finish(Settled{Message: m, Result: res, Action: inboxkit.ActionReject})
 		return nil
 	}
 }

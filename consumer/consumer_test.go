@@ -104,7 +104,7 @@ func TestInProcessRetry(t *testing.T) {
 	cfg.Handler = h
 	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: 5 * time.Millisecond, MaxInterval: 10 * time.Millisecond}
 	s := runUntil(t, cfg, settled)
-	if s.Action != consumer.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Result.Attempts != 3 || calls() != 3 {
+	if s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Result.Attempts != 3 || calls() != 3 {
 		t.Fatalf("settled %s %s attempts %d after %d calls; want ack PROCESSED attempts 3 after 3 calls", s.Action, s.Result.Outcome, s.Result.Attempts, calls())
 	}
 }
@@ -115,7 +115,7 @@ func TestNoInProcessRetry(t *testing.T) {
 	h, calls := flaky(2)
 	cfg.Handler = h
 	s := runUntil(t, cfg, settled)
-	if s.Action != consumer.ActionRequeue || s.Result.Attempts != 1 || calls() != 1 {
+	if s.Action != inboxkit.ActionRequeue || s.Result.Attempts != 1 || calls() != 1 {
 		t.Fatalf("settled %s attempts %d after %d calls; want requeue after 1", s.Action, s.Result.Attempts, calls())
 	}
 }
@@ -130,7 +130,7 @@ func TestInProcessRetryNeverRetriesReject(t *testing.T) {
 	}
 	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: time.Millisecond}
 	s := runUntil(t, cfg, settled)
-	if s.Action != consumer.ActionReject || calls != 1 {
+	if s.Action != inboxkit.ActionReject || calls != 1 {
 		t.Fatalf("settled %s after %d calls", s.Action, calls)
 	}
 }
@@ -197,7 +197,7 @@ func TestRunReturnsSourceError(t *testing.T) {
 	}
 	close(settled)
 	for s := range settled {
-		if s.Action != consumer.ActionAck {
+		if s.Action != inboxkit.ActionAck {
 			t.Errorf("delivery settled with %s", s.Action)
 		}
 	}

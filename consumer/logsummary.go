@@ -44,11 +44,11 @@ func (c *Consumer) logSettled(s Settled) {
 	switch {
 	case s.Err != nil:
 		l.counts.handedBack++
-	case s.Action == ActionDeadLetter:
+	case s.Action == inboxkit.ActionDeadLetter:
 		l.counts.deadLettered++
-	case s.Action == ActionReject || s.Result.Outcome == inboxkit.OutcomeRejected:
+	case s.Action == inboxkit.ActionReject || s.Result.Outcome == inboxkit.OutcomeRejected:
 		l.counts.rejected++
-	case s.Action == ActionRequeue:
+	case s.Action == inboxkit.ActionRequeue:
 		l.counts.retried++
 	case s.Result.Outcome == inboxkit.OutcomeDuplicate:
 		l.counts.duplicates++

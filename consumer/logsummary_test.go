@@ -101,7 +101,7 @@ func TestOutageLoggedOnceAtStartAndEnd(t *testing.T) {
 	for {
 		s := <-settled
 		if s.Err == nil {
-			if s.Action != consumer.ActionDeadLetter {
+			if s.Action != inboxkit.ActionDeadLetter {
 				t.Fatalf("after the outage: %s", s.Action)
 			}
 			break

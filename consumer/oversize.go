@@ -29,7 +29,7 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 		c.finish(s)
 		return s
 	}
-	s.Action = ActionDeadLetter
+	s.Action = inboxkit.ActionDeadLetter
 	entry.PayloadHash = "" // the body was not read
 	st, err := c.cfg.Store.MarkDeadLettered(ctx, inbox.DeadLetter{Entry: entry, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMessageTooLarge, Err: cause})
 	if err != nil {

@@ -367,7 +367,7 @@ func (r *runner) deliver(ctx context.Context, inst *instance, p *pending) (res r
 	if inst.cons != nil {
 		s := inst.cons.Handle(ctx, del)
 		d.Action = string(s.Action)
-		if s.Action == consumer.ActionRequeue {
+		if s.Action == inboxkit.ActionRequeue {
 			d.Action = "redelivery"
 		}
 		d.Outcome, d.Class, d.Reason = string(s.Result.Outcome), string(s.Result.Class), s.Result.Reason

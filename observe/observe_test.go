@@ -322,8 +322,8 @@ func TestDashboardUsesRegisteredMetrics(t *testing.T) {
 	}
 	// Vectors show once they have a child: settle a dead letter and a rejection.
 	for _, s := range []consumer.Settled{
-		{Action: consumer.ActionDeadLetter, Result: inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Reason: "R"}},
-		{Action: consumer.ActionReject, Result: inbox.Result{Outcome: inboxkit.OutcomeRejected, Reason: "R"}},
+		{Action: inboxkit.ActionDeadLetter, Result: inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Reason: "R"}},
+		{Action: inboxkit.ActionReject, Result: inbox.Result{Outcome: inboxkit.OutcomeRejected, Reason: "R"}},
 	} {
 		_, done := obs.Delivery(context.Background(), inboxkit.Message{ID: "x"})
 		done(s)

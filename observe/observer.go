@@ -68,7 +68,7 @@ func (o *Observer) Delivery(ctx context.Context, m inboxkit.Message) (context.Co
 		case s.Err != nil:
 			span.RecordError(s.Err)
 			span.SetStatus(codes.Error, s.Err.Error())
-		case s.Result.Err != nil && s.Action != consumer.ActionAck:
+		case s.Result.Err != nil && s.Action != inboxkit.ActionAck:
 			span.RecordError(s.Result.Err)
 			span.SetStatus(codes.Error, s.Result.Err.Error())
 		}
@@ -123,9 +123,9 @@ func (o *Observer) count(s consumer.Settled) {
 	switch {
 	case s.Result.Outcome == inboxkit.OutcomeDuplicate:
 		o.m.duplicates.Inc()
-	case s.Action == consumer.ActionDeadLetter:
+	case s.Action == inboxkit.ActionDeadLetter:
 		o.m.deadLetters.WithLabelValues(reason(s.Result.Reason)).Inc()
-	case s.Action == consumer.ActionReject || s.Result.Outcome == inboxkit.OutcomeRejected:
+	case s.Action == inboxkit.ActionReject || s.Result.Outcome == inboxkit.OutcomeRejected:
 		o.m.rejections.WithLabelValues(reason(s.Result.Reason)).Inc()
 	}
 }

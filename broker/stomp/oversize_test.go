@@ -92,11 +92,11 @@ func TestOversizeMessageIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 			t.Fatalf("settled %d of 4 in 30s\n%s", len(got), logs)
 		}
 	}
-	if s := got["big-1"]; s.Action != consumer.ActionDeadLetter || s.Result.Reason != inboxkit.ReasonMessageTooLarge || s.Err != nil {
+	if s := got["big-1"]; s.Action != inboxkit.ActionDeadLetter || s.Result.Reason != inboxkit.ReasonMessageTooLarge || s.Err != nil {
 		t.Errorf("big-1 settled %s %s (%v), want dead-letter MESSAGE_TOO_LARGE", s.Action, s.Result.Reason, s.Err)
 	}
 	for _, id := range small {
-		if s := got[id]; s.Action != consumer.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed {
+		if s := got[id]; s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed {
 			t.Errorf("%s settled %s %s, want ack PROCESSED", id, s.Action, s.Result.Outcome)
 		}
 	}

@@ -231,7 +231,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 			}
 			fmt.Fprintf(out, "    %-8s %-10s %-22s %s\n", orDash(s.Message.ID), s.Result.Outcome, s.Result.Status, what)
 			mu.Lock()
-			if s.Action != consumer.ActionRequeue {
+			if s.Action != inboxkit.ActionRequeue {
 				settled[s.Message.ID]++
 			}
 			total := 0

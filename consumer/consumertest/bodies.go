@@ -65,7 +65,7 @@ func testDuplicates(t *testing.T, e *env) {
 
 	var processed, duplicates int
 	for _, s := range ss {
-		if s.Err != nil || s.Action != consumer.ActionAck {
+		if s.Err != nil || s.Action != inboxkit.ActionAck {
 			t.Errorf("event %s: action %s, error %v; want ack without error", s.Message.ID, s.Action, s.Err)
 			continue
 		}
@@ -124,7 +124,7 @@ func testCrashAfterCommit(t *testing.T, e *env) {
 		if err := r2.stop(t); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if s.Message.ID != ev || s.Result.Outcome != inboxkit.OutcomeDuplicate || s.Action != consumer.ActionAck || s.Err != nil {
+		if s.Message.ID != ev || s.Result.Outcome != inboxkit.OutcomeDuplicate || s.Action != inboxkit.ActionAck || s.Err != nil {
 			t.Fatalf("round %d: redelivery after a crash after commit must be an acknowledged duplicate of %s:\n%s", i, ev, summary(r2.rec.list()))
 		}
 		redelivered++
@@ -172,7 +172,7 @@ func testCrashBeforeCommit(t *testing.T, e *env) {
 		if err := r2.stop(t); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if s.Message.ID != ev || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Action != consumer.ActionAck || s.Err != nil {
+		if s.Message.ID != ev || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Action != inboxkit.ActionAck || s.Err != nil {
 			t.Fatalf("round %d: the redelivery of %s must be processed and acknowledged:\n%s", i, ev, summary(r2.rec.list()))
 		}
 		if s.Result.Attempts < 2 {
@@ -233,7 +233,7 @@ func testBackout(t *testing.T, e *env) {
 	body := Event{Amount: 5, Fail: true}.Body()
 	e.send(t, ev, "corr-backout", body, "x-origin", "conformance", "x-tenant", "acme")
 	r := e.start(t, runOpts{})
-	dead := e.waitAction(t, r, consumer.ActionDeadLetter)
+	dead := e.waitAction(t, r, inboxkit.ActionDeadLetter)
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -242,7 +242,7 @@ func testBackout(t *testing.T, e *env) {
 		t.Errorf("want %d deliveries, the last dead-lettered with %s:\n%s", maxAttempts, inboxkit.ReasonMaxAttemptsExceeded, summary(ss))
 	}
 	for i, s := range ss[:len(ss)-1] {
-		if s.Action != consumer.ActionRequeue || s.Err != nil || s.Result.Attempts != i+1 {
+		if s.Action != inboxkit.ActionRequeue || s.Err != nil || s.Result.Attempts != i+1 {
 			t.Errorf("delivery %d: want a requeue at attempt %d:\n%s", i+1, i+1, summary(ss))
 		}
 	}
@@ -299,7 +299,7 @@ func testBackoutAfterCrashes(t *testing.T, e *env) {
 		s := e.waitSettled(t, r, 1)[0]
 		r.waitEnded(t, 30*time.Second)
 		all = append(all, r.rec.list()...)
-		if s.Action == consumer.ActionDeadLetter {
+		if s.Action == inboxkit.ActionDeadLetter {
 			deadLettered = true
 		}
 	}
@@ -316,7 +316,7 @@ func testBackoutAfterCrashes(t *testing.T, e *env) {
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if dup.Result.Outcome != inboxkit.OutcomeDuplicate || dup.Result.Status != inboxkit.StatusDeadLettered || dup.Action != consumer.ActionAck {
+	if dup.Result.Outcome != inboxkit.OutcomeDuplicate || dup.Result.Status != inboxkit.StatusDeadLettered || dup.Action != inboxkit.ActionAck {
 		t.Errorf("redelivery after the dead letter: want an acknowledged duplicate of DEAD_LETTERED:\n%s", summary(r.rec.list()))
 	}
 	if row := e.row(t, ev); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != inboxkit.ReasonMaxAttemptsExceeded {
@@ -365,11 +365,11 @@ func testPoisonAndReject(t *testing.T, e *env) {
 		byReason[s.Result.Reason] = s
 	}
 	for _, reason := range []string{"MALFORMED_PAYLOAD", inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong} {
-		if s, ok := byReason[reason]; !ok || s.Action != consumer.ActionDeadLetter {
+		if s, ok := byReason[reason]; !ok || s.Action != inboxkit.ActionDeadLetter {
 			t.Errorf("no delivery dead-lettered with %s at first delivery:\n%s", reason, summary(ss))
 		}
 	}
-	if s := byReason["CUSTOMER_UNKNOWN"]; s.Action != consumer.ActionReject || s.Result.Status != inboxkit.StatusRejected {
+	if s := byReason["CUSTOMER_UNKNOWN"]; s.Action != inboxkit.ActionReject || s.Result.Status != inboxkit.StatusRejected {
 		t.Errorf("rejection: want action reject, status REJECTED:\n%s", summary(ss))
 	}
 	if row := e.row(t, "poison-malformed"); row.Status != inboxkit.StatusDeadLettered || row.ReasonCode != "MALFORMED_PAYLOAD" || row.ErrorClass != string(inboxkit.ClassPoison) {
@@ -443,14 +443,14 @@ func testDeadLetterPublishFails(t *testing.T, e *env) {
 	e.waitFor(t, fmt.Sprintf("%d failed dead-letter publishes", failures), func() bool {
 		n := 0
 		for _, s := range r.rec.list() {
-			if s.Err != nil && s.Action == consumer.ActionRequeue {
+			if s.Err != nil && s.Action == inboxkit.ActionRequeue {
 				n++
 			}
 		}
 		return n >= failures
 	}, func() string { return summary(r.rec.list()) })
 	for _, s := range r.rec.list() {
-		if s.Action != consumer.ActionRequeue || s.Err == nil || !strings.Contains(s.Err.Error(), "dead-letter") {
+		if s.Action != inboxkit.ActionRequeue || s.Err == nil || !strings.Contains(s.Err.Error(), "dead-letter") {
 			t.Fatalf("while the DLQ publisher is broken every delivery must be handed back with the publish error:\n%s", summary(r.rec.list()))
 		}
 	}
@@ -459,7 +459,7 @@ func testDeadLetterPublishFails(t *testing.T, e *env) {
 	}
 	failed := r.rec.len()
 	sp.set(e.newPublisher(t)) // the connection is repaired
-	e.waitAction(t, r, consumer.ActionDeadLetter)
+	e.waitAction(t, r, inboxkit.ActionDeadLetter)
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -493,7 +493,7 @@ func testReplay(t *testing.T, e *env) {
 	}
 	e.send(t, ev, "corr-replay", body)
 	r := e.start(t, runOpts{hook: hook})
-	e.waitAction(t, r, consumer.ActionDeadLetter)
+	e.waitAction(t, r, inboxkit.ActionDeadLetter)
 	failing.Store(false) // the cause is fixed; the operator replays
 	dlqSrc := e.b.NewSource(t, e.dlq)
 	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
@@ -571,7 +571,7 @@ func testGracefulShutdown(t *testing.T, e *env) {
 		t.Errorf("%d handlers started but %d deliveries settled: in-flight work was abandoned", started.Load(), len(first))
 	}
 	for _, s := range first {
-		if s.Err != nil || s.Action != consumer.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed {
+		if s.Err != nil || s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed {
 			t.Errorf("drained delivery not processed and acknowledged:\n%s", summary(first))
 			break
 		}

@@ -433,7 +433,7 @@ func (e *env) waitSettled(t testing.TB, r *run, n int) []consumer.Settled {
 }
 
 // waitAction waits until r settled a delivery with action a and returns it.
-func (e *env) waitAction(t testing.TB, r *run, a consumer.Action) consumer.Settled {
+func (e *env) waitAction(t testing.TB, r *run, a inboxkit.Action) consumer.Settled {
 	t.Helper()
 	var found consumer.Settled
 	e.waitFor(t, "a delivery settled with action "+string(a), func() bool {

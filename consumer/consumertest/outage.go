@@ -57,7 +57,7 @@ func testDatabaseOutage(t *testing.T, e *env) {
 	e.waitFor(t, fmt.Sprintf("every message handed back at least %d times during the outage", 2*maxAttempts), func() bool {
 		back := map[string]int{}
 		for _, s := range r.rec.list() {
-			if s.Action == consumer.ActionRequeue && s.Err != nil {
+			if s.Action == inboxkit.ActionRequeue && s.Err != nil {
 				back[s.Message.ID]++
 			}
 		}
@@ -70,7 +70,7 @@ func testDatabaseOutage(t *testing.T, e *env) {
 	}, func() string { return summary(r.rec.list()) })
 	during := r.rec.len()
 	for _, s := range r.rec.list() {
-		if s.Action != consumer.ActionRequeue || s.Err == nil {
+		if s.Action != inboxkit.ActionRequeue || s.Err == nil {
 			t.Fatalf("while the database is unreachable every delivery must be handed back with the error:\n%s", summary(r.rec.list()))
 		}
 	}
@@ -86,7 +86,7 @@ func testDatabaseOutage(t *testing.T, e *env) {
 	maxCount := 0
 	for _, s := range r.rec.list() {
 		maxCount = max(maxCount, s.Message.DeliveryCount)
-		if s.Action == consumer.ActionDeadLetter {
+		if s.Action == inboxkit.ActionDeadLetter {
 			t.Errorf("dead-lettered after the outage:\n%s", summary(r.rec.list()))
 		}
 	}

@@ -45,7 +45,7 @@ func testReplayRejection(t *testing.T, e *env) {
 	}
 	e.send(t, ev, "corr-clarify", Event{Amount: 3}.Body())
 	r := e.start(t, runOpts{hook: hook, rejectQueue: e.rejects})
-	e.waitAction(t, r, consumer.ActionReject)
+	e.waitAction(t, r, inboxkit.ActionReject)
 	if row := e.row(t, ev); row.Status != inboxkit.StatusRejected {
 		t.Fatalf("row %s, want REJECTED", row.Status)
 	}
@@ -96,14 +96,14 @@ func testReplayPoison(t *testing.T, e *env) {
 	body := []byte(`{"amount": still broken`)
 	e.send(t, ev, "corr-poison-replay", body)
 	r := e.start(t, runOpts{})
-	e.waitAction(t, r, consumer.ActionDeadLetter)
+	e.waitAction(t, r, inboxkit.ActionDeadLetter)
 	if rep := e.replay(t, e.dlq, ev); len(rep.Replayed) != 1 {
 		t.Fatalf("Replay report %+v, want %s replayed", rep, ev)
 	}
 	e.waitFor(t, "the replayed poison dead-lettered again", func() bool {
 		n := 0
 		for _, s := range r.rec.list() {
-			if s.Action == consumer.ActionDeadLetter {
+			if s.Action == inboxkit.ActionDeadLetter {
 				n++
 			}
 		}

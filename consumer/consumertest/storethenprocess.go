@@ -50,7 +50,7 @@ func testStoreThenProcess(t *testing.T, e *env) {
 			stored++
 		case s.Result.Outcome == inboxkit.OutcomeDuplicate:
 			dups++
-		case s.Action == consumer.ActionDeadLetter && s.Message.ID == "":
+		case s.Action == inboxkit.ActionDeadLetter && s.Message.ID == "":
 			deadAtReceive++
 		}
 	}
