@@ -783,13 +783,13 @@ func (c *Consumer) observeStored() func(context.Context, inbox.Claimed) (context
 			s := Settled{Message: cl.Message, Result: res, Err: err}
 			switch res.Outcome {
 			case inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate:
-				s.Action = ActionAck
+				s.Action = inboxkit.ActionAck
 			case inboxkit.OutcomeRejected:
-				s.Action = ActionReject
+				s.Action = inboxkit.ActionReject
 			case inboxkit.OutcomeDeadLetter:
-				s.Action = ActionDeadLetter
+				s.Action = inboxkit.ActionDeadLetter
 			default: // retried after a backoff, or not recorded (the lease expires)
-				s.Action = ActionRequeue
+				s.Action = inboxkit.ActionRequeue
 			}
 			done(s)
 		}
