@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	_ "github.com/inboxkit/inboxkit/driver/mysql" // MySQL errors are read only with it (TestOfDriverCodes)
 	"github.com/jackc/pgx/v5/pgconn"
 )
 

@@ -53,15 +53,21 @@
 //	LOCK_TIMEOUT            PostgreSQL 55P03, MySQL/MariaDB 1205, ORA-00054
 //	DB_BUSY                 SQLite SQLITE_BUSY (5), SQLITE_LOCKED (6) and their extended codes
 //	CONNECTION              PostgreSQL class 08, 57P01-57P03; MySQL/MariaDB 2006, 2013, 1927;
-//	                        driver.ErrBadConn, mysql.ErrInvalidConn; ORA-03113, ORA-03114,
+//	                        driver.ErrBadConn, mysql's ErrInvalidConn; ORA-03113, ORA-03114,
 //	                        ORA-12541, ORA-12170; ECONNREFUSED, ECONNRESET, ECONNABORTED,
 //	                        EPIPE; any *net.OpError
 //	INSUFFICIENT_RESOURCES  PostgreSQL class 53, MySQL/MariaDB 1040
 //	TIMEOUT                 a net.Error with Timeout(), context.DeadlineExceeded
 //	TRANSIENT               Retry/RetryAfter of an error not recognised above
 //
-// Oracle errors are recognised by the ORA-nnnnn code in the error text, so any
-// Oracle driver works; none is linked here.
+// This package links no database driver; it reads the codes through package
+// dberr. PostgreSQL errors are read through their SQLState() method and
+// SQLite's (modernc.org/sqlite) through their Code() method, so importing the
+// driver is enough. Oracle errors are recognised by the ORA-nnnnn code in the
+// error text, so any Oracle driver works. MySQL/MariaDB errors (numbers, and
+// the driver's ErrInvalidConn, read as 2013) are recognised only when the
+// program imports _ "github.com/inboxkit/inboxkit/driver/mysql"; inbox.New
+// refuses the MySQL dialect without it.
 //
 // A constraint violation (PostgreSQL class 23, MySQL/MariaDB 1062 and
 // friends, SQLite SQLITE_CONSTRAINT, ORA-00001) is reported with reason

@@ -9,10 +9,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/inboxkit/inboxkit"
-	"github.com/jackc/pgx/v5/pgconn"
-	"modernc.org/sqlite"
+	"github.com/inboxkit/inboxkit/dberr"
 )
 
 // Of returns the decision for err: the decision of the first error in err's
@@ -69,7 +67,7 @@ var (
 )
 
 // MySQL/MariaDB error numbers.
-var mysqlNumbers = map[uint16]string{
+var mysqlNumbers = map[int]string{
 	1205: inboxkit.ReasonLockTimeout,           // ER_LOCK_WAIT_TIMEOUT
 	1213: inboxkit.ReasonDeadlock,              // ER_LOCK_DEADLOCK
 	2006: inboxkit.ReasonConnection,            // CR_SERVER_GONE_ERROR
@@ -118,49 +116,53 @@ var connErrnos = []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONN
 // MySQL/MariaDB: 1366 "Incorrect string value", 1300 invalid character
 // string. Every delivery of the message fails the same way.
 func invalidEncoding(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "22021" || pgErr.Code == "22P05"
+	c, ok := dberr.Of(err)
+	if !ok {
+		return false
 	}
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		return myErr.Number == 1300 || (myErr.Number == 1366 && strings.Contains(myErr.Message, "Incorrect string value"))
+	switch c.Database {
+	case dberr.Postgres:
+		return c.SQLState == "22021" || c.SQLState == "22P05"
+	case dberr.MySQL:
+		return c.Number == 1300 || (c.Number == 1366 && strings.Contains(c.Message, "Incorrect string value"))
 	}
 	return false
 }
 
+// codeReason returns the reason of a database error code, or "".
+func codeReason(c dberr.Code) string {
+	switch c.Database {
+	case dberr.Postgres:
+		if r, ok := pgCodes[c.SQLState]; ok {
+			return r
+		}
+		if len(c.SQLState) == 5 {
+			return pgClasses[c.SQLState[:2]]
+		}
+	case dberr.MySQL:
+		return mysqlNumbers[c.Number]
+	case dberr.SQLite:
+		return sqliteCodes[c.Number&0xff]
+	}
+	return ""
+}
+
 // driverReason returns the reason code of the driver or network condition
 // found in err's chain, or "" when none is recognised. Database error codes
-// are checked first, so a PostgreSQL 40P01 reports DEADLOCK even when the
-// driver also wrapped a network error.
+// (read by package dberr, which links no driver) are checked first, so a
+// PostgreSQL 40P01 reports DEADLOCK even when the driver also wrapped a
+// network error. MySQL/MariaDB errors are read only when
+// github.com/inboxkit/inboxkit/driver/mysql is linked.
 func driverReason(err error) string {
 	if err == nil {
 		return ""
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		if r, ok := pgCodes[pgErr.Code]; ok {
-			return r
-		}
-		if len(pgErr.Code) == 5 {
-			if r, ok := pgClasses[pgErr.Code[:2]]; ok {
-				return r
-			}
-		}
-	}
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		if r, ok := mysqlNumbers[myErr.Number]; ok {
+	if c, ok := dberr.Of(err); ok {
+		if r := codeReason(c); r != "" {
 			return r
 		}
 	}
-	var liteErr *sqlite.Error
-	if errors.As(err, &liteErr) {
-		if r, ok := sqliteCodes[liteErr.Code()&0xff]; ok {
-			return r
-		}
-	}
-	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) {
+	if errors.Is(err, driver.ErrBadConn) {
 		return inboxkit.ReasonConnection
 	}
 	for _, m := range oraPattern.FindAllStringSubmatch(err.Error(), -1) {

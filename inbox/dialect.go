@@ -7,16 +7,24 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxkit/inboxkit/dberr"
 )
 
 // Dialect is the SQL flavour of one database. Use the values Postgres,
 // MySQL, SQLite and Oracle; DialectByName finds one by name.
 type Dialect struct {
 	name string
-	// placeholder returns the n-th (1-based) bind placeholder.
-	placeholder func(n int) string
+	// database names the errors' reader in package dberr that isDuplicate
+	// needs; "" when the error text is enough (Oracle).
+	database string
+	// support is the package a program imports for this database; New
+	// names it when the reader of database is not linked.
+	support string
 	// isDuplicate reports a primary-key or unique violation.
 	isDuplicate func(error) bool
+	// placeholder returns the n-th (1-based) bind placeholder.
+	placeholder func(n int) string
 	// purgeBatch deletes at most ?2 terminal rows older than ?1; the status
 	// list is appended by the caller as a fixed IN list.
 	purgeBatch string
@@ -37,12 +45,38 @@ func (d Dialect) String() string { return d.name }
 
 // IsDuplicate reports whether err is the database's primary-key (or unique)
 // violation: PostgreSQL SQLSTATE 23505, MySQL/MariaDB 1062, SQLite
-// SQLITE_CONSTRAINT_PRIMARYKEY/UNIQUE, Oracle ORA-00001.
+// SQLITE_CONSTRAINT_PRIMARYKEY/UNIQUE, Oracle ORA-00001. For MySQL it needs
+// driver/mysql linked (see [ErrDriverNotLinked]); without it, it reports
+// false.
 func (d Dialect) IsDuplicate(err error) bool {
 	if err == nil || d.isDuplicate == nil {
 		return false
 	}
 	return d.isDuplicate(err)
+}
+
+// codeIs returns an isDuplicate that reads the code of database's errors
+// (package dberr) and matches it.
+func codeIs(database string, match func(dberr.Code) bool) func(error) bool {
+	return func(err error) bool {
+		c, ok := dberr.Of(err)
+		return ok && c.Database == database && match(c)
+	}
+}
+
+// ErrDriverNotLinked is returned by [New] for a dialect whose driver errors
+// this program cannot read, so that it could not recognise a duplicate
+// event (rule 1 of ARCHITECTURE.md): MySQL without
+// github.com/inboxkit/inboxkit/driver/mysql imported.
+var ErrDriverNotLinked = errors.New("inbox: driver package not linked")
+
+// linked returns ErrDriverNotLinked, with the import to add, when the reader
+// of d's driver errors is not registered.
+func (d Dialect) linked() error {
+	if d.database == "" || dberr.Registered(d.database) {
+		return nil
+	}
+	return fmt.Errorf("%w: add import _ %q to the main package; without it the %s dialect cannot recognise a duplicate event", ErrDriverNotLinked, d.support, d.name)
 }
 
 // Rebind rewrites a statement written with '?' placeholders into the

@@ -74,8 +74,27 @@
 // Dialects: [Postgres] (pgx stdlib), [MySQL] (MariaDB 10.6+ and MySQL 8,
 // go-sql-driver/mysql with parseTime=true&loc=UTC&time_zone='+00:00'),
 // [SQLite] (modernc.org/sqlite, pure Go; open with WAL, a busy timeout and
-// _txlock=immediate), and [Oracle] (statements and error mapping only; bring
-// your own godror connection; no Oracle server is available to test it).
+// _txlock=immediate), and [Oracle] (go-ora or godror; statements and error
+// mapping only: no Oracle server is available to test it).
+//
+// This package links no database driver. A program imports the package of
+// each database it uses, which registers the database/sql driver:
+//
+//	import (
+//		_ "github.com/inboxkit/inboxkit/driver/postgres" // sql.Open("pgx", ...)
+//		_ "github.com/inboxkit/inboxkit/driver/mysql"    // sql.Open("mysql", ...)
+//		_ "github.com/inboxkit/inboxkit/driver/sqlite"   // sql.Open("sqlite", ...)
+//		_ "github.com/inboxkit/inboxkit/driver/oracle"   // sql.Open("oracle", ...), go-ora
+//	)
+//
+// Duplicates are recognised by the database's error code, read without the
+// driver (package dberr): PostgreSQL's through the SQLState() method of the
+// error, SQLite's through its Code() method, Oracle's from the ORA-00001 in
+// the text. Importing the plain driver (_ "github.com/jackc/pgx/v5/stdlib",
+// _ "modernc.org/sqlite", go-ora, godror) is therefore enough for those.
+// MySQL's errors have no such method: [New] refuses [MySQL] with
+// [ErrDriverNotLinked], naming the import, when driver/mysql is not linked,
+// rather than let duplicates through (rule 1 of ARCHITECTURE.md).
 // The DDL lives in package schema and is applied by [Store.Migrate].
 //
 // Note for MariaDB/MySQL: any DDL statement commits the open transaction

@@ -1,23 +1,26 @@
 package inbox
 
-import (
-	"errors"
+import "github.com/inboxkit/inboxkit/dberr"
 
-	"github.com/go-sql-driver/mysql"
-)
+// erDupEntry is MySQL/MariaDB's ER_DUP_ENTRY.
+const erDupEntry = 1062
 
 // MySQL is the MariaDB (10.6+) and MySQL (8+) dialect, for
-// github.com/go-sql-driver/mysql. Open the pool with parseTime=true,
-// loc=UTC and time_zone='+00:00' (inbox.MySQLDSN does).
+// github.com/go-sql-driver/mysql (database/sql driver name "mysql"). Import
+// _ "github.com/inboxkit/inboxkit/driver/mysql": it links that driver and
+// the reader of its errors, by which duplicates (error 1062) are
+// recognised; [New] refuses this dialect without it. Open the pool with
+// parseTime=true, loc=UTC and time_zone='+00:00'.
 var MySQL = Dialect{
-	name:        "mysql",
+	name:     "mysql",
+	database: dberr.MySQL,
+	support:  "github.com/inboxkit/inboxkit/driver/mysql",
+	isDuplicate: codeIs(dberr.MySQL, func(c dberr.Code) bool {
+		return c.Number == erDupEntry
+	}),
 	placeholder: questionMark,
-	isDuplicate: func(err error) bool {
-		var my *mysql.MySQLError
-		return errors.As(err, &my) && my.Number == 1062
-	},
-	purgeBatch: `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? ORDER BY PROCESSED_AT LIMIT ?`,
-	skipLocked: " FOR UPDATE SKIP LOCKED",
-	limit:      func(n string) (string, string) { return "", " LIMIT " + n },
-	timeArg:    utcTime,
+	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? ORDER BY PROCESSED_AT LIMIT ?`,
+	skipLocked:  " FOR UPDATE SKIP LOCKED",
+	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
+	timeArg:     utcTime,
 }

@@ -3,23 +3,24 @@ package inbox
 import "strings"
 
 // Oracle is the Oracle (12c+) dialect, for the pure-Go driver
-// github.com/sijms/go-ora/v2 (database/sql driver name "oracle", which
-// inboxctl links) or github.com/godror/godror (cgo and Oracle's client
-// libraries; inboxctl links it only when built with -tags godror). This
-// package imports neither: register one in your main package. There is no
-// Oracle server in the project's CI: the statements, the migration plan and
-// the error mapping are tested offline only.
+// github.com/sijms/go-ora/v2 (database/sql driver name "oracle"; import
+// _ "github.com/inboxkit/inboxkit/driver/oracle") or github.com/godror/godror
+// (cgo and Oracle's client libraries; inboxctl links it only when built with
+// -tags godror). This package imports neither. There is no Oracle server in
+// the project's CI: the statements, the migration plan and the error mapping
+// are tested offline only.
 //
 // Duplicates are recognised by ORA-00001 in the error text, which is how
-// every Oracle driver reports a unique constraint violation.
+// every Oracle driver reports a unique constraint violation; no driver
+// package is needed for it.
 var Oracle = Dialect{
-	name:        "oracle",
-	placeholder: colon,
+	name: "oracle",
 	isDuplicate: func(err error) bool {
 		return strings.Contains(err.Error(), "ORA-00001")
 	},
-	purgeBatch: `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? AND ROWNUM <= ?`,
-	skipLocked: " FOR UPDATE SKIP LOCKED",
-	limit:      func(n string) (string, string) { return "", " FETCH FIRST " + n + " ROWS ONLY" },
-	timeArg:    utcTime,
+	placeholder: colon,
+	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? AND ROWNUM <= ?`,
+	skipLocked:  " FOR UPDATE SKIP LOCKED",
+	limit:       func(n string) (string, string) { return "", " FETCH FIRST " + n + " ROWS ONLY" },
+	timeArg:     utcTime,
 }

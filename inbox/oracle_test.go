@@ -1,28 +1,9 @@
 package inbox
 
 import (
-	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/sijms/go-ora/v2/network"
 )
-
-// No Oracle server exists here: the error mapping is tested with the error
-// values of the pure-Go driver (go-ora) and godror's text.
-func TestOracleErrorMapping(t *testing.T) {
-	dup := &network.OracleError{ErrCode: 1, ErrMsg: "ORA-00001: unique constraint (APP.INBOX_EVENT_PROCESSING_PK) violated"}
-	if !Oracle.IsDuplicate(dup) || !Oracle.IsDuplicate(fmt.Errorf("inbox: insert: %w", dup)) {
-		t.Error("go-ora's ORA-00001 is not a duplicate")
-	}
-	if Oracle.IsDuplicate(&network.OracleError{ErrCode: 60, ErrMsg: "ORA-00060: deadlock detected while waiting for resource"}) {
-		t.Error("ORA-00060 taken for a duplicate")
-	}
-	// go-ora fills ErrMsg from the code when the server sent none.
-	if e := (&network.OracleError{ErrCode: 1}); !strings.Contains(e.Error(), "ORA-00001") || !Oracle.IsDuplicate(e) {
-		t.Errorf("go-ora error without message: %q", e.Error())
-	}
-}
 
 // The seed table on Oracle gets plain ALTER TABLE ... ADD statements with
 // Oracle types, no IF NOT EXISTS, and the version rows.

@@ -1,22 +1,26 @@
 package inbox
 
-import (
-	"errors"
+import "github.com/inboxkit/inboxkit/dberr"
 
-	"github.com/jackc/pgx/v5/pgconn"
-)
+// sqlstateUniqueViolation is PostgreSQL's unique_violation.
+const sqlstateUniqueViolation = "23505"
 
 // Postgres is the PostgreSQL dialect, for the pgx stdlib driver
-// (database/sql driver name "pgx").
+// (database/sql driver name "pgx"): import
+// _ "github.com/inboxkit/inboxkit/driver/postgres" or
+// _ "github.com/jackc/pgx/v5/stdlib". Duplicates are recognised by SQLSTATE
+// 23505, read through the SQLState() method of the driver's error (package
+// dberr), so this package links no driver.
 var Postgres = Dialect{
-	name:        "postgres",
+	name:     "postgres",
+	database: dberr.Postgres,
+	support:  "github.com/inboxkit/inboxkit/driver/postgres",
+	isDuplicate: codeIs(dberr.Postgres, func(c dberr.Code) bool {
+		return c.SQLState == sqlstateUniqueViolation
+	}),
 	placeholder: dollar,
-	isDuplicate: func(err error) bool {
-		var pg *pgconn.PgError
-		return errors.As(err, &pg) && pg.Code == "23505"
-	},
-	purgeBatch: `DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
-	skipLocked: " FOR UPDATE SKIP LOCKED",
-	limit:      func(n string) (string, string) { return "", " LIMIT " + n },
-	timeArg:    utcTime,
+	purgeBatch:  `DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
+	skipLocked:  " FOR UPDATE SKIP LOCKED",
+	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
+	timeArg:     utcTime,
 }

@@ -1,33 +1,37 @@
 package inbox
 
 import (
-	"errors"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/inboxkit/inboxkit/dberr"
 )
 
 // sqliteTimeLayout is fixed-width so that text comparison is time order.
 const sqliteTimeLayout = "2006-01-02 15:04:05.000000"
 
+// SQLite extended result codes of a primary-key and a unique violation.
+const (
+	sqliteConstraintPrimaryKey = 1555 // SQLITE_CONSTRAINT_PRIMARYKEY
+	sqliteConstraintUnique     = 2067 // SQLITE_CONSTRAINT_UNIQUE
+)
+
 // SQLite is the SQLite dialect, for the pure-Go modernc.org/sqlite driver
-// (database/sql driver name "sqlite"). Open the file with a busy timeout,
-// WAL and _txlock=immediate (inbox.SQLiteDSN does), so concurrent writers
-// wait instead of failing.
+// (database/sql driver name "sqlite"): import
+// _ "github.com/inboxkit/inboxkit/driver/sqlite" or _ "modernc.org/sqlite".
+// Duplicates are recognised by the extended result code, read through the
+// Code() method of the driver's error (package dberr), so this package
+// links no driver. Open the file with a busy timeout, WAL and
+// _txlock=immediate, so concurrent writers wait instead of failing.
 var SQLite = Dialect{
-	name:        "sqlite",
+	name:     "sqlite",
+	database: dberr.SQLite,
+	support:  "github.com/inboxkit/inboxkit/driver/sqlite",
+	isDuplicate: codeIs(dberr.SQLite, func(c dberr.Code) bool {
+		return c.Number == sqliteConstraintPrimaryKey || c.Number == sqliteConstraintUnique
+	}),
 	placeholder: questionMark,
-	isDuplicate: func(err error) bool {
-		var se *sqlite.Error
-		if !errors.As(err, &se) {
-			return false
-		}
-		c := se.Code()
-		return c == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY || c == sqlite3.SQLITE_CONSTRAINT_UNIQUE
-	},
-	purgeBatch: `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
-	skipLocked: "",
-	limit:      func(n string) (string, string) { return "", " LIMIT " + n },
-	timeArg:    func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
+	purgeBatch:  `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
+	skipLocked:  "",
+	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
+	timeArg:     func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
 }

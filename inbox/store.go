@@ -96,6 +96,9 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if d.name == "" {
 		return nil, errors.New("inbox: New: dialect is empty; use inbox.Postgres, inbox.MySQL, inbox.SQLite or inbox.Oracle")
 	}
+	if err := d.linked(); err != nil {
+		return nil, err
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -10,12 +10,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "github.com/sijms/go-ora/v2"     // database/sql driver "oracle", pure Go
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
-
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
+	_ "github.com/inboxkit/inboxkit/driver/mysql"    // database/sql driver "mysql" and its errors
+	_ "github.com/inboxkit/inboxkit/driver/oracle"   // database/sql driver "oracle" (go-ora), pure Go
+	_ "github.com/inboxkit/inboxkit/driver/postgres" // database/sql driver "pgx"
+	_ "github.com/inboxkit/inboxkit/driver/sqlite"   // database/sql driver "sqlite"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 

@@ -23,9 +23,15 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
+	// PostgreSQL and SQLite through the plain drivers, on purpose: every
+	// test then checks that a program importing only the driver (as
+	// external benchmark instruments import pgx/stdlib) detects duplicates
+	// and classifies errors. MySQL needs inboxkit's driver package (its
+	// errors have no method to read them by).
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+
+	_ "github.com/inboxkit/inboxkit/driver/mysql" // database/sql driver "mysql" and its errors
 )
 
 // MaxOpenConns bounds each PostgreSQL and MariaDB test pool (and each pool

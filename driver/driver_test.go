@@ -1,4 +1,4 @@
-package classify_test
+package driver_test
 
 import (
 	"context"
@@ -12,11 +12,17 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	_ "github.com/inboxkit/inboxkit/driver/mysql"
+	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
 
 // The errors in these tests are provoked on the real servers; nothing is
-// mocked. Each case returns the driver's error as database/sql hands it out.
+// mocked. Each case returns the driver's error as database/sql hands it out,
+// and classify reads it through package dberr. This test binary links
+// PostgreSQL and SQLite through the plain drivers only (dbtest imports
+// pgx/stdlib and modernc.org/sqlite), as a program that never heard of
+// driver/postgres does; MySQL through driver/mysql, which it needs.
 
 func TestOfRealErrors(t *testing.T) {
 	t.Parallel()
@@ -281,6 +287,56 @@ func syntaxError(t *testing.T, backend string) error {
 	db := dbtest.New(t, backend)
 	_, err := db.Exec("SELEKT 1")
 	return err
+}
+
+// The program external benchmark instruments are: pgx/stdlib imported, no
+// inboxkit driver package, inbox.New(db, inbox.Postgres,
+// inbox.Config{ClassifyFunc: classify.Of}). It answers a redelivery as a
+// duplicate and records a real deadlock as DEADLOCK; its dialect recognises
+// the real primary-key violation, by which racing first deliveries are told
+// apart (rule 1), in TestIsDuplicateRealErrors, in this same binary.
+func TestPlainPgxProgram(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	db := dbtest.New(t, dbtest.Postgres)
+	store, err := inbox.New(db.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	dbtest.Must(t, err, "inbox.New")
+	dbtest.Must(t, store.Migrate(ctx), "migrate")
+	ok := func(context.Context, *sql.Tx) error { return nil }
+	e := inbox.Entry{EventID: "ev-1", ConsumerName: "bench"}
+	for i, want := range []inboxkit.Outcome{inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate} {
+		res, err := store.Process(ctx, e, ok)
+		dbtest.Must(t, err, "process %d", i+1)
+		if res.Outcome != want {
+			t.Fatalf("delivery %d: outcome %s, want %s", i+1, res.Outcome, want)
+		}
+	}
+	victim := deadlock(t, dbtest.Postgres)
+	res, err := store.Process(ctx, inbox.Entry{EventID: "ev-2", ConsumerName: "bench"}, func(context.Context, *sql.Tx) error { return victim })
+	dbtest.Must(t, err, "process ev-2")
+	if res.Class != inboxkit.ClassTechnical || res.Reason != inboxkit.ReasonDeadlock {
+		t.Errorf("deadlock recorded as %s %q, want %s %q", res.Class, res.Reason, inboxkit.ClassTechnical, inboxkit.ReasonDeadlock)
+	}
+}
+
+// Each dialect recognises its database's real primary-key violation as a
+// duplicate, and nothing else.
+func TestIsDuplicateRealErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		backend string
+		d       inbox.Dialect
+	}{{dbtest.Postgres, inbox.Postgres}, {dbtest.MySQL, inbox.MySQL}, {dbtest.SQLite, inbox.SQLite}} {
+		t.Run(tc.backend, func(t *testing.T) {
+			t.Parallel()
+			if err := uniqueViolation(t, tc.backend); !tc.d.IsDuplicate(err) {
+				t.Errorf("IsDuplicate(%v) = false", err)
+			}
+			if err := syntaxError(t, tc.backend); tc.d.IsDuplicate(err) {
+				t.Errorf("IsDuplicate(%v) = true", err)
+			}
+		})
+	}
 }
 
 // A real deadlock is retried in process and the second call succeeds.
