@@ -1,7 +1,8 @@
 // Package dberr reads the code a database put into an error without linking
-// any database driver. [inbox] recognises a duplicate event by it (rule 1 of
-// ARCHITECTURE.md) and [classify] a deadlock, a lost connection or a refused
-// encoding, while a program links only the drivers of the databases it uses.
+// any database driver. Package inbox recognises a duplicate event by it
+// (rule 1 of ARCHITECTURE.md) and package classify a deadlock, a lost
+// connection or a refused encoding, while a program links only the drivers
+// of the databases it uses.
 //
 // # Which errors are read
 //
@@ -21,9 +22,6 @@
 //
 // Oracle: nothing is read here. Every Oracle driver puts ORA-nnnnn into the
 // error text, and inbox and classify read that text.
-//
-// [inbox]: https://pkg.go.dev/github.com/inboxkit/inboxkit/inbox
-// [classify]: https://pkg.go.dev/github.com/inboxkit/inboxkit/classify
 package dberr
 
 import (
