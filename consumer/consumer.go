@@ -197,7 +197,7 @@ func (c *Config) validate() error {
 	case len(c.Name) > inbox.MaxConsumerNameLength:
 		return fmt.Errorf("consumer: Config.Name is %d bytes, at most %d fit CONSUMER_NAME", len(c.Name), inbox.MaxConsumerNameLength)
 	case c.Source == nil:
-		return missing("Source", "a broker adapter such as stomp.NewSource")
+		return missing("Source", "a broker adapter such as stomp.Open")
 	case c.Store == nil:
 		return missing("Store", "inbox.New(db, dialect, cfg)")
 	case c.Handler == nil:

@@ -35,19 +35,15 @@ func Example() {
 	if err := store.Migrate(ctx); err != nil { // schema/postgres.sql, idempotent
 		log.Fatal(err)
 	}
-	src, err := stomp.NewSource(ctx, stomp.Config{Addr: "127.0.0.1:61613", Queue: "invoices", Prefetch: 4})
+	// One adapter receives the queue and publishes dead letters.
+	broker, err := stomp.Open(ctx, stomp.Config{URL: "stomp://127.0.0.1:61613", Queue: "invoices", Prefetch: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := stomp.NewPublisher(ctx, stomp.Config{Addr: "127.0.0.1:61613"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pub.Close()
 
 	c, err := consumer.New(consumer.Config{
-		Name: "invoice-consumer", Source: src, Store: store,
-		DeadLetter: pub, DeadLetterQueue: "DLQ.invoices", RejectQueue: "invoices.rejected",
+		Name: "invoice-consumer", Source: broker, Store: store,
+		DeadLetter: broker, DeadLetterQueue: "DLQ.invoices", RejectQueue: "invoices.rejected",
 		Concurrency: 4,
 		Handler: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			var ev struct {

@@ -46,19 +46,15 @@ type Source interface {
 	Close() error
 }
 
-// Features says what a broker can and cannot tell or do, so the runtime and
-// the broker conformance suite know what to expect.
-type Features struct {
-	// DeliveryCount: the broker reports a delivery count on every redelivery,
-	// including after a consumer crash.
-	DeliveryCount bool
-	// RedeliveredFlag: the broker marks redeliveries (true for all brokers here).
-	RedeliveredFlag bool
-	// DelayedRequeue: Requeue honours its delay.
-	DelayedRequeue bool
-	// NativeDLQ: the broker has a dead-letter queue of its own (the runtime
-	// still publishes its own envelope and never relies on it).
-	NativeDLQ bool
+// Readier is implemented by a Source that knows the state of its broker
+// connection; every adapter in broker/ does. The runtime does not call it:
+// a readiness check (observe.SourceCheck, inboxctl's /readyz) does.
+type Readier interface {
+	// Ready returns nil while the connection to the broker is up, and
+	// otherwise an error saying why not (for example since when the
+	// adapter has been reconnecting, and the last error). It returns
+	// quickly, bounded by ctx.
+	Ready(ctx context.Context) error
 }
 
 // OversizeDelivery is implemented by a Delivery whose body the source did

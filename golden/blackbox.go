@@ -288,7 +288,7 @@ type bbRun struct {
 	srv           *http.Server
 	serviceURL    string
 	stompCfg      stomp.Config
-	pub           *stomp.Publisher
+	pub           *stomp.Adapter
 	procs         []*bbProc
 	out           strings.Builder
 	tr            *Transcript
@@ -403,7 +403,7 @@ func (r *bbRun) setup(ctx context.Context) error {
 	if err != nil || bu.Scheme != "stomp" || bu.Host == "" {
 		return fmt.Errorf("golden: black-box broker %q: want stomp://host:port", r.bb.Broker)
 	}
-	r.stompCfg = stomp.Config{Addr: bu.Host, HeartBeat: -1}
+	r.stompCfg = stomp.Config{Addr: bu.Host, Heartbeat: -1}
 	if bu.User != nil {
 		r.stompCfg.Login = bu.User.Username()
 		r.stompCfg.Passcode, _ = bu.User.Password()
@@ -411,7 +411,7 @@ func (r *bbRun) setup(ctx context.Context) error {
 	if r.bb.OpenWire == "" {
 		r.bb.OpenWire = "tcp://" + net.JoinHostPort(bu.Hostname(), "61616")
 	}
-	if r.pub, err = stomp.NewPublisher(ctx, r.stompCfg); err != nil {
+	if r.pub, err = stomp.Open(ctx, r.stompCfg); err != nil {
 		return fmt.Errorf("golden: broker %s: %w (is ActiveMQ running? scripts/activemq start)", bu.Host, err)
 	}
 	r.onClose(func() { r.pub.Close() })

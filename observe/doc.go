@@ -9,6 +9,7 @@
 //	obs, _ := observe.New(observe.Config{Consumer: "invoice-consumer", Store: store})
 //	health := observe.NewHealth()
 //	health.Add("database", store.CheckReady)
+//	health.Add("broker", observe.SourceCheck(src)) // the adapter's connection state
 //	go obs.RunInboxStats(ctx)                      // inbox gauges, every 15s
 //	go http.ListenAndServe("127.0.0.1:9464", observe.Mux(obs, health))
 //	c, _ := consumer.New(consumer.Config{..., Observer: obs,
@@ -53,5 +54,8 @@
 //
 // [Health] answers /healthz (the process serves HTTP) and /readyz (every
 // check passes and the consumer is not draining), with a JSON body naming
-// each check.
+// each check. [SourceCheck] makes the broker check from the source's own
+// connection state (consumer.Readier, which every adapter in broker/
+// implements): not ready while the adapter reconnects, ready again once it
+// has.
 package observe

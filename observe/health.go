@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inboxkit/inboxkit/consumer"
 )
 
 // Health answers /healthz and /readyz. Its zero value is not usable: call
@@ -35,6 +37,19 @@ func (h *Health) Add(name string, fn func(context.Context) error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.checks = append(h.checks, check{name, fn})
+}
+
+// SourceCheck returns a readiness check for src: the connection state it
+// reports when it is a consumer.Readier (every adapter in broker/ is), and
+// always ready otherwise. Add it as "broker":
+//
+//	h.Add("broker", observe.SourceCheck(src))
+func SourceCheck(src consumer.Source) func(context.Context) error {
+	r, ok := src.(consumer.Readier)
+	if !ok {
+		return func(context.Context) error { return nil }
+	}
+	return r.Ready
 }
 
 // SetDraining marks the consumer as draining (it stopped taking messages):

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	amqp "github.com/Azure/go-amqp"
-	"github.com/cenkalti/backoff/v4"
 
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 var (
@@ -42,19 +42,14 @@ var (
 type Adapter struct {
 	cfg Config
 	ep  endpoint
-
-	mu    sync.Mutex
-	sess  *session      // nil while disconnected
-	ready chan struct{} // closed when sess is set
-
-	closed    chan struct{}
-	closeOnce sync.Once
-	done      chan struct{} // supervisor exited
+	sv  *reconnect.Supervisor[*session]
 }
 
 // session is one connection with its links. It is never reused after it
 // died; the supervisor opens a new one.
 type session struct {
+	reconnect.Life // dead after the connection, a session or the receiver link ended
+
 	conn   *amqp.Conn
 	rabbit bool // AddressingRabbitMQ in effect
 	rcv    *amqp.Receiver
@@ -73,10 +68,6 @@ type session struct {
 	pubMu   sync.Mutex
 	senders map[string]*amqp.Sender // by destination queue
 	pubSess map[string]*amqp.Session
-
-	dead     chan struct{}
-	deadOnce sync.Once
-	err      error // why it died; written before dead is closed
 }
 
 // Open connects to the broker, attaches the receiver link on Config.Queue
@@ -92,31 +83,18 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	if cfg.ContainerID == "" {
 		cfg.ContainerID = "inboxkit-" + newID()[:12]
 	}
-	a := &Adapter{
-		cfg:    cfg,
-		ep:     ep,
-		ready:  make(chan struct{}),
-		closed: make(chan struct{}),
-		done:   make(chan struct{}),
-	}
+	a := &Adapter{cfg: cfg, ep: ep}
+	a.sv = reconnect.New(reconnect.Config[*session]{
+		Name: "amqp10", URL: ep.display, Queue: cfg.Queue, Logger: cfg.Logger,
+		Backoff: reconnect.Backoff{First: cfg.ReconnectBackoff, Max: cfg.MaxReconnectBackoff, Jitter: 0.5},
+		Connect: a.connect,
+	})
 	s, err := a.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	a.install(s)
-	go a.supervise(s)
+	a.sv.Start(s)
 	return a, nil
-}
-
-// Features reports what the broker tells and does through this Adapter:
-// the redelivered flag (the header's first-acquirer) and delayed Requeue
-// always; the delivery count only with Config.TrustDeliveryCount.
-func (a *Adapter) Features() consumer.Features {
-	return consumer.Features{
-		DeliveryCount:   a.cfg.TrustDeliveryCount,
-		RedeliveredFlag: true,
-		DelayedRequeue:  true,
-	}
 }
 
 // Receive returns the next delivery from Config.Queue. It blocks until a
@@ -127,7 +105,7 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 		return nil, ErrNoQueue
 	}
 	for {
-		s, err := a.current(ctx)
+		s, err := a.sv.Current(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -140,12 +118,12 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 			return nil, ctx.Err()
 		}
 		select {
-		case <-a.closed:
+		case <-a.sv.Closed():
 			return nil, consumer.ErrClosed
 		default:
 		}
 		// The link, its session or the connection ended.
-		a.lost(s, fmt.Errorf("receiver link on %s: %w", a.cfg.Queue, err))
+		a.sv.Lost(s, fmt.Errorf("receiver link on %s: %w", a.cfg.Queue, err))
 	}
 }
 
@@ -160,7 +138,7 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 	if destination == "" {
 		return errors.New("amqp10: publish: empty destination")
 	}
-	s, err := a.current(ctx)
+	s, err := a.sv.Current(ctx)
 	if err != nil {
 		return fmt.Errorf("amqp10: publish to %s: %w", destination, err)
 	}
@@ -197,98 +175,14 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 // waits for the background reconnect loop to end and is safe to call more
 // than once.
 func (a *Adapter) Close() error {
-	a.closeOnce.Do(func() { close(a.closed) })
-	<-a.done
+	a.sv.Close()
 	return nil
 }
 
-// current returns the live session, waiting while the connection is being
-// repaired.
-func (a *Adapter) current(ctx context.Context) (*session, error) {
-	for {
-		select {
-		case <-a.closed:
-			return nil, consumer.ErrClosed
-		default:
-		}
-		a.mu.Lock()
-		s, ready := a.sess, a.ready
-		a.mu.Unlock()
-		if s != nil {
-			return s, nil
-		}
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-a.closed:
-			return nil, consumer.ErrClosed
-		}
-	}
-}
-
-func (a *Adapter) install(s *session) {
-	a.mu.Lock()
-	a.sess = s
-	close(a.ready)
-	a.mu.Unlock()
-}
-
-// lost marks s dead and makes current wait for its successor.
-func (a *Adapter) lost(s *session, err error) {
-	s.deadOnce.Do(func() {
-		a.mu.Lock()
-		if a.sess == s {
-			a.sess = nil
-			a.ready = make(chan struct{})
-		}
-		a.mu.Unlock()
-		s.err = err
-		close(s.dead)
-	})
-}
-
-// supervise replaces the session whenever it dies, until Close.
-func (a *Adapter) supervise(s *session) {
-	defer close(a.done)
-	for {
-		select {
-		case <-s.dead:
-		case <-a.closed:
-			a.lost(s, consumer.ErrClosed)
-			s.close()
-			return
-		}
-		s.close()
-		a.cfg.Logger.Warn("amqp10: connection lost, reconnecting", "url", a.ep.display, "queue", a.cfg.Queue, "err", s.err)
-		b := &backoff.ExponentialBackOff{
-			InitialInterval:     a.cfg.ReconnectBackoff,
-			RandomizationFactor: 0.5,
-			Multiplier:          2,
-			MaxInterval:         a.cfg.MaxReconnectBackoff,
-			Clock:               backoff.SystemClock,
-		}
-		b.Reset()
-		for {
-			wait := b.NextBackOff()
-			select {
-			case <-a.closed:
-				return
-			case <-time.After(wait):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), a.cfg.DialTimeout)
-			var err error
-			s, err = a.connect(ctx)
-			cancel()
-			if err == nil {
-				break
-			}
-			a.cfg.Logger.Warn("amqp10: reconnect failed", "url", a.ep.display, "err", err)
-		}
-		a.install(s)
-		a.cfg.Logger.Info("amqp10: reconnected", "url", a.ep.display, "queue", a.cfg.Queue)
-	}
-}
+// Ready returns nil while the Adapter is connected, and otherwise an error
+// saying since when it is reconnecting and why (a readiness check: see
+// consumer.Readier). It does not block.
+func (a *Adapter) Ready(context.Context) error { return a.sv.Ready() }
 
 // connect opens a connection and, with Config.Queue, the receiver link.
 func (a *Adapter) connect(ctx context.Context) (*session, error) {
@@ -334,7 +228,6 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		conn:    conn,
 		senders: map[string]*amqp.Sender{},
 		pubSess: map[string]*amqp.Session{},
-		dead:    make(chan struct{}),
 	}
 	switch a.cfg.Addressing {
 	case AddressingRabbitMQ:
@@ -382,8 +275,8 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 	go func() {
 		select {
 		case <-conn.Done():
-			a.lost(s, fmt.Errorf("connection closed: %v", conn.Err()))
-		case <-s.dead:
+			a.sv.Lost(s, fmt.Errorf("connection closed: %v", conn.Err()))
+		case <-s.Dead():
 		}
 	}()
 	return s, nil
@@ -482,9 +375,9 @@ func closeQuietly(ps *amqp.Session) {
 	_ = ps.Close(ctx)
 }
 
-// close closes the connection; the broker hands back what was delivered
+// Close closes the connection; the broker hands back what was delivered
 // and not settled.
-func (s *session) close() {
+func (s *session) Close() {
 	_ = s.conn.Close()
 }
 

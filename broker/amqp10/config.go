@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 // Addressing values of Config.Addressing: how a queue name becomes the
@@ -115,15 +117,7 @@ func (c *Config) setDefaults() {
 	if c.URL == "" {
 		c.URL = "amqp10://guest:guest@127.0.0.1:5672"
 	}
-	if c.ReconnectBackoff == 0 {
-		c.ReconnectBackoff = 500 * time.Millisecond
-	}
-	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 30 * time.Second
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
-	}
+	reconnect.SetDefaults(&c.ReconnectBackoff, &c.MaxReconnectBackoff, &c.DialTimeout)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 30 * time.Second
 	}
@@ -214,14 +208,11 @@ func (c *Config) validate() (endpoint, error) {
 		return endpoint{}, errors.New("amqp10: Config.Prefetch must be at most 1048576")
 	case c.TrustDeliveryCount && c.RequeueModified:
 		return endpoint{}, errors.New("amqp10: Config.TrustDeliveryCount cannot be combined with Config.RequeueModified: every Requeue (also one for a database outage) would raise the broker's count and burn an attempt")
-	case c.ReconnectBackoff < 0:
-		return endpoint{}, errors.New("amqp10: Config.ReconnectBackoff must not be negative")
-	case c.MaxReconnectBackoff < c.ReconnectBackoff:
-		return endpoint{}, errors.New("amqp10: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
-	case c.DialTimeout < 0:
-		return endpoint{}, errors.New("amqp10: Config.DialTimeout must not be negative")
 	case c.IdleTimeout < 0:
 		return endpoint{}, errors.New("amqp10: Config.IdleTimeout must not be negative")
+	}
+	if err := reconnect.Validate("amqp10", c.ReconnectBackoff, c.MaxReconnectBackoff, c.DialTimeout); err != nil {
+		return endpoint{}, err
 	}
 	return ep, nil
 }

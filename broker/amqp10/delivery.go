@@ -214,8 +214,8 @@ func (d *delivery) release(ctx context.Context) error {
 // could not reach the broker, which delivers the message again.
 func (d *delivery) alive() error {
 	select {
-	case <-d.s.dead:
-		return fmt.Errorf("amqp10: delivery of %s (message-id %s) came on a connection that has ended: %w", d.msg.Destination, d.msg.BrokerMessageID, d.s.err)
+	case <-d.s.Dead():
+		return fmt.Errorf("amqp10: delivery of %s (message-id %s) came on a connection that has ended: %w", d.msg.Destination, d.msg.BrokerMessageID, d.s.Err())
 	default:
 		return nil
 	}

@@ -84,9 +84,13 @@
 // When the connection, a session or the receiver link ends, the Adapter
 // reconnects in the background with doubling, jittered backoff
 // (Config.ReconnectBackoff up to Config.MaxReconnectBackoff) and attaches
-// again. Meanwhile Receive and Publish wait, bounded by their ctx. Close
-// closes the connection; the broker hands back every unsettled delivery. The
+// again. Meanwhile Receive and Publish wait, bounded by their ctx, and
+// [Adapter.Ready] reports the outage (for readiness checks). Close closes
+// the connection; the broker hands back every unsettled delivery. The
 // password of Config.URL never appears in errors or logs (url.URL.Redacted).
+//
+// AMQP 1.0 has no request for a queue's depth, so this adapter cannot tell
+// how many messages a dead-letter queue holds ("inboxctl stats" says so).
 //
 // # Broker facts (RabbitMQ 3.10.8, rabbitmq_amqp1_0)
 //

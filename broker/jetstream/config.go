@@ -19,7 +19,7 @@ type Config struct {
 	// Stream is the JetStream stream holding Subject. When it does not exist
 	// it is created with file storage and work-queue retention (see
 	// KeepAcked); when it exists and does not capture Subject, Subject is
-	// added to its subjects. Required when Subject is set.
+	// added to its subjects. Defaults to StreamName(Subject).
 	Stream string
 	// Subject is the subject Receive consumes (the durable consumer's filter
 	// subject). Empty means a publisher-only Adapter: Receive returns
@@ -39,21 +39,34 @@ type Config struct {
 	// AckWait is how long the server waits for an Ack or Requeue before it
 	// redelivers a delivery, also after a consumer crash. Defaults to 30s.
 	AckWait time.Duration
-	// MaxAckPending is the most deliveries the consumer has unacknowledged at
-	// once. Defaults to 1000.
-	MaxAckPending int
+	// Prefetch is the durable consumer's MaxAckPending: the most deliveries
+	// it has unacknowledged at once (across every process sharing Durable).
+	// -1 means unlimited. Defaults to 1000.
+	Prefetch int
+	// NoStreamCreation makes Publish fail (jetstream.ErrNoStreamResponse)
+	// for a subject that no stream captures. By default Publish then
+	// creates the stream StreamName(subject) with file storage and limits
+	// retention (dead letters stay until they are replayed or purged), or
+	// adds the subject to that stream, and publishes again. Defaults to
+	// false.
+	NoStreamCreation bool
 	// PollWait is how long one pull request waits on the server for a message
 	// before Receive issues the next one. It bounds how long Receive takes to
 	// notice a reconnect. Defaults to 5s.
 	PollWait time.Duration
-	// ReconnectWait is the pause between reconnect attempts (nats.go
-	// reconnects forever). Defaults to 500ms.
-	ReconnectWait time.Duration
-	// ConnectTimeout bounds the first connect. Defaults to 5s.
-	ConnectTimeout time.Duration
-	// Name is the connection name shown by the server's monitoring.
-	// Defaults to "inboxkit".
-	Name string
+	// ReconnectBackoff is the first pause before reconnecting after a
+	// broken connection (nats.go reconnects forever), and after a failed
+	// pull request; it doubles after each failed attempt.
+	// Defaults to 500ms.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
+	// Defaults to 30s.
+	MaxReconnectBackoff time.Duration
+	// DialTimeout bounds one connect. Defaults to 5s.
+	DialTimeout time.Duration
+	// ConnectionName is the connection name shown by the server's
+	// monitoring. Defaults to "inboxkit".
+	ConnectionName string
 	// Logger receives disconnect and reconnect messages.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -69,20 +82,26 @@ func (c *Config) setDefaults() {
 	if c.AckWait == 0 {
 		c.AckWait = 30 * time.Second
 	}
-	if c.MaxAckPending == 0 {
-		c.MaxAckPending = 1000
+	if c.Stream == "" && c.Subject != "" {
+		c.Stream = StreamName(c.Subject)
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 1000
 	}
 	if c.PollWait == 0 {
 		c.PollWait = 5 * time.Second
 	}
-	if c.ReconnectWait == 0 {
-		c.ReconnectWait = 500 * time.Millisecond
+	if c.ReconnectBackoff == 0 {
+		c.ReconnectBackoff = 500 * time.Millisecond
 	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 5 * time.Second
+	if c.MaxReconnectBackoff == 0 {
+		c.MaxReconnectBackoff = 30 * time.Second
 	}
-	if c.Name == "" {
-		c.Name = "inboxkit"
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.ConnectionName == "" {
+		c.ConnectionName = "inboxkit"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -99,9 +118,6 @@ func (c *Config) validate() error {
 			return fmt.Errorf("jetstream: Config.URL is invalid: %s", err)
 		}
 	}
-	if c.Subject != "" && c.Stream == "" {
-		return errors.New("jetstream: Config.Stream is required with Config.Subject")
-	}
 	if strings.ContainsAny(c.Stream, ".*> \t") {
 		return fmt.Errorf("jetstream: Config.Stream %q must not contain '.', '*', '>' or spaces", c.Stream)
 	}
@@ -111,19 +127,49 @@ func (c *Config) validate() error {
 	if c.AckWait < 0 {
 		return errors.New("jetstream: Config.AckWait must not be negative")
 	}
-	if c.MaxAckPending < -1 {
-		return errors.New("jetstream: Config.MaxAckPending must be -1 (unlimited) or positive")
+	if c.Prefetch < -1 {
+		return errors.New("jetstream: Config.Prefetch must be -1 (unlimited) or positive")
 	}
 	if c.PollWait < 0 || (c.PollWait > 0 && c.PollWait < 100*time.Millisecond) {
 		return errors.New("jetstream: Config.PollWait must be at least 100ms")
 	}
-	if c.ReconnectWait < 0 {
-		return errors.New("jetstream: Config.ReconnectWait must not be negative")
+	if c.ReconnectBackoff < 0 {
+		return errors.New("jetstream: Config.ReconnectBackoff must not be negative")
 	}
-	if c.ConnectTimeout < 0 {
-		return errors.New("jetstream: Config.ConnectTimeout must not be negative")
+	if c.MaxReconnectBackoff < c.ReconnectBackoff {
+		return errors.New("jetstream: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
+	}
+	if c.DialTimeout < 0 {
+		return errors.New("jetstream: Config.DialTimeout must not be negative")
 	}
 	return nil
+}
+
+// StreamName is the stream the Adapter creates for subject when
+// Config.Stream is empty, and for a Publish to a subject no stream
+// captures: "INBOXKIT_" and the subject in upper case, every character but
+// ASCII letters and digits replaced by '_' ("invoice.events" becomes
+// INBOXKIT_INVOICE_EVENTS).
+func StreamName(subject string) string {
+	return "INBOXKIT_" + strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, subject)
+}
+
+// backoff returns nats.go's reconnect delay: ReconnectBackoff doubling per
+// attempt up to MaxReconnectBackoff.
+func (c *Config) backoff(attempts int) time.Duration {
+	d := c.ReconnectBackoff
+	for i := 1; i < attempts && d < c.MaxReconnectBackoff; i++ {
+		d *= 2
+	}
+	return min(d, c.MaxReconnectBackoff)
 }
 
 // redact returns the URL list with passwords replaced by "xxxxx".

@@ -51,7 +51,7 @@ func conformanceBroker(name, url string) consumertest.Broker {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	open := func(t testing.TB, subject string) *jetstream.Adapter {
 		t.Helper()
-		cfg := jetstream.Config{URL: url, Logger: quiet, AckWait: 10 * time.Second, MaxAckPending: 4, PollWait: time.Second, ReconnectWait: 50 * time.Millisecond}
+		cfg := jetstream.Config{URL: url, Logger: quiet, AckWait: 10 * time.Second, Prefetch: 4, PollWait: time.Second, ReconnectBackoff: 50 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond}
 		if subject != "" {
 			cfg.Stream, cfg.Subject = streamOf(subject), subject
 		}
@@ -63,17 +63,9 @@ func conformanceBroker(name, url string) consumertest.Broker {
 		}
 		return a
 	}
-	var features consumer.Features
-	{
-		a, err := jetstream.Open(context.Background(), jetstream.Config{URL: url, Logger: quiet})
-		if err == nil {
-			features = a.Features()
-			a.Close()
-		}
-	}
 	return consumertest.Broker{
 		Name:     name,
-		Features: features,
+		Features: consumertest.Features{DeliveryCount: true, RedeliveredFlag: true},
 		NewSource: func(t testing.TB, subject string) consumer.Source {
 			a := open(t, subject)
 			t.Cleanup(func() { a.Close() })

@@ -4,22 +4,22 @@
 // a dlq.Publisher. [StartEmbedded] runs a NATS server with JetStream inside
 // the process for the zero-setup demo and for tests.
 //
-//	a, err := jetstream.Open(ctx, jetstream.Config{Stream: "INVOICE", Subject: "invoice.events"})
+//	a, err := jetstream.Open(ctx, jetstream.Config{Subject: "invoice.events"})
 //	...
 //	defer a.Close()
-//	err = a.EnsureStream(ctx, "INVOICE_DLQ", "invoice.events.dlq")
 //	d, err := a.Receive(ctx) // consumer.Delivery
-//	err = a.Publish(ctx, "invoice.events.dlq", headers, body)
+//	err = a.Publish(ctx, "invoice.events.dlq", headers, body) // creates INBOXKIT_INVOICE_EVENTS_DLQ
 //
 // # Stream and consumer
 //
-// Open makes sure Config.Stream captures Config.Subject. A missing stream is
+// Open makes sure Config.Stream (by default [StreamName] of the subject,
+// INBOXKIT_INVOICE_EVENTS above) captures Config.Subject. A missing stream is
 // created with file storage and work-queue retention: the stream is a queue,
 // and a message is removed once acknowledged (Config.KeepAcked chooses
 // limits retention instead). An existing stream keeps its settings; Subject
 // is added to its subjects if it does not capture it. The durable pull
 // consumer Config.Durable is created or updated with explicit ack,
-// Config.AckWait, Config.MaxAckPending and MaxDeliver -1 (unlimited):
+// Config.AckWait, MaxAckPending Config.Prefetch and MaxDeliver -1 (unlimited):
 // dead-lettering is the inboxkit runtime's decision, made from the inbox's
 // own attempt count, so the server never gives up on a message.
 //
@@ -48,13 +48,18 @@
 // # Publishing
 //
 // Publish is a JetStream publish with headers and returns nil only after the
-// stream's PubAck. A subject that no stream captures is an error:
-// [Adapter.EnsureStream] creates (file storage, limits retention) or extends
-// a stream so the DLQ and reject subjects are stored.
+// stream's PubAck. For a subject that no stream captures (a DLQ or reject
+// subject) Publish creates the stream [StreamName] of the subject (file
+// storage, limits retention: dead letters stay until replayed or purged)
+// and publishes again; Config.NoStreamCreation makes that an error instead.
+// [Adapter.EnsureStream] creates or extends a stream of a chosen name ahead
+// of time. [Adapter.Depth] counts a subject's messages in its stream.
 //
 // # Connection loss
 //
-// nats.go reconnects forever (Config.ReconnectWait between attempts).
+// nats.go reconnects forever (Config.ReconnectBackoff, doubling up to
+// Config.MaxReconnectBackoff, between attempts); [Adapter.Ready] reports
+// whether the connection is up, for readiness checks.
 // Nothing is buffered while disconnected, so an Ack, Requeue or Publish that
 // returns an error was not sent. Receive issues a new pull request after a
 // lost one and so resumes after a reconnect, within Config.PollWait. A

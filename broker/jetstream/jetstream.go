@@ -60,10 +60,10 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	}
 	log := cfg.Logger
 	nc, err := nats.Connect(cfg.URL,
-		nats.Name(cfg.Name),
-		nats.Timeout(cfg.ConnectTimeout),
+		nats.Name(cfg.ConnectionName),
+		nats.Timeout(cfg.DialTimeout),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(cfg.ReconnectWait),
+		nats.CustomReconnectDelay(cfg.backoff),
 		// No buffering while disconnected: an Ack, Requeue or Publish that
 		// returns an error was not sent, and cannot take effect later.
 		nats.ReconnectBufSize(-1),
@@ -103,7 +103,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       cfg.AckWait,
 			MaxDeliver:    -1,
-			MaxAckPending: cfg.MaxAckPending,
+			MaxAckPending: cfg.Prefetch,
 		})
 		if err != nil {
 			nc.Close()
@@ -112,16 +112,6 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	}
 	a.closedCtx, a.close = context.WithCancel(context.Background())
 	return a, nil
-}
-
-// Features reports what JetStream tells and does through this Adapter.
-func (a *Adapter) Features() consumer.Features {
-	return consumer.Features{
-		DeliveryCount:   true,
-		RedeliveredFlag: true,
-		DelayedRequeue:  true,
-		NativeDLQ:       false,
-	}
 }
 
 // Receive returns the next delivery of Config.Subject. It blocks until a
@@ -171,18 +161,20 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 			a.cfg.Logger.Warn("jetstream: pull failed, retrying", "stream", a.cfg.Stream, "consumer", a.cfg.Durable, "err", err)
 			select {
 			case <-rctx.Done():
-			case <-time.After(a.cfg.ReconnectWait):
+			case <-time.After(a.cfg.ReconnectBackoff):
 			}
 		}
 	}
 }
 
 // Publish sends body with headers to subject and returns nil only after the
-// stream that captures subject acknowledged it (a JetStream PubAck). A
-// subject no stream captures is an error (jetstream.ErrNoStreamResponse);
-// EnsureStream makes a stream capture it. A "Nats-Msg-Id" header enables
-// the server's duplicate detection for retried publishes. Without a
-// deadline in ctx the wait for the PubAck is bounded by 5s.
+// stream that captures subject acknowledged it (a JetStream PubAck). For a
+// subject no stream captures it creates the stream StreamName(subject)
+// (file storage, limits retention), or adds the subject to it, and
+// publishes again; with Config.NoStreamCreation that is an error
+// (jetstream.ErrNoStreamResponse). A "Nats-Msg-Id" header enables the
+// server's duplicate detection for retried publishes. Without a deadline in
+// ctx the wait for the PubAck is bounded by 5s.
 func (a *Adapter) Publish(ctx context.Context, subject string, headers map[string]string, body []byte) error {
 	if a.closedCtx.Err() != nil {
 		return fmt.Errorf("jetstream: publish to %s: %w", subject, consumer.ErrClosed)
@@ -191,10 +183,60 @@ func (a *Adapter) Publish(ctx context.Context, subject string, headers map[strin
 	for k, v := range headers {
 		msg.Header[k] = []string{v} // as given: nats.Header.Set would canonicalize
 	}
-	if _, err := a.js.PublishMsg(ctx, msg); err != nil {
+	_, err := a.js.PublishMsg(ctx, msg)
+	if errors.Is(err, jetstream.ErrNoStreamResponse) && !a.cfg.NoStreamCreation {
+		// Nothing stored the message (no stream answered): create its
+		// stream and send it again.
+		if err := a.EnsureStream(ctx, StreamName(subject), subject); err != nil {
+			return fmt.Errorf("jetstream: publish to %s: no stream captures it, and creating one failed: %w", subject, err)
+		}
+		_, err = a.js.PublishMsg(ctx, msg)
+	}
+	if err != nil {
 		return fmt.Errorf("jetstream: publish to %s: %w", subject, err)
 	}
 	return nil
+}
+
+// Ready returns nil while the connection to the server is up, and
+// otherwise an error saying its state and the last error (a readiness
+// check: see consumer.Readier). It does not block.
+func (a *Adapter) Ready(context.Context) error {
+	if a.closedCtx.Err() != nil {
+		return fmt.Errorf("jetstream: %w", consumer.ErrClosed)
+	}
+	if st := a.nc.Status(); st != nats.CONNECTED {
+		msg := fmt.Sprintf("jetstream: not connected to %s (%s)", a.url, st)
+		err := a.nc.LastError()
+		if err == nil {
+			return errors.New(msg)
+		}
+		return &redactedError{msg: msg + ": " + hidePassword(a.cfg.URL, err.Error()), err: err}
+	}
+	return nil
+}
+
+// Depth returns the number of messages on subject that the stream
+// capturing it holds: for a limits-retention stream (a dead-letter
+// stream) every message not purged, for a work-queue stream the messages
+// not yet acknowledged. A subject no stream captures has depth 0.
+func (a *Adapter) Depth(ctx context.Context, subject string) (int, error) {
+	name, err := a.js.StreamNameBySubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: stream of %s: %w", subject, err)
+	}
+	s, err := a.js.Stream(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: look up stream %s: %w", name, err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: stream %s info: %w", name, err)
+	}
+	return int(info.State.Subjects[subject]), nil
 }
 
 // EnsureStream makes sure stream name exists and captures subjects, so that

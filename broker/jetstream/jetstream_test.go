@@ -236,8 +236,24 @@ func TestPublish(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	if err := a.Publish(ctx, dlqSubject, nil, []byte("lost")); err == nil {
-		t.Error("Publish to a subject no stream captures succeeded; want an error")
+	strict := open(t, Config{NoStreamCreation: true})
+	if err := strict.Publish(ctx, dlqSubject, nil, []byte("lost")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+		t.Errorf("Publish with NoStreamCreation to a subject no stream captures = %v; want ErrNoStreamResponse", err)
+	}
+	// By default Publish creates the subject's stream.
+	created := "inboxkit.test." + randID() + ".created"
+	createdStream := StreamName(created)
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.js.DeleteStream(dctx, createdStream)
+	})
+	publish(t, a, created, nil, "kept")
+	if d, err := a.Depth(ctx, created); err != nil || d != 1 {
+		t.Errorf("Depth of the created stream's subject = %d, %v; want 1", d, err)
+	}
+	if cs, err := a.js.Stream(ctx, createdStream); err != nil || cs.CachedInfo().Config.Retention != jetstream.LimitsPolicy {
+		t.Errorf("stream %s made by Publish: %v (want limits retention)", createdStream, err)
 	}
 	for range 2 { // idempotent
 		if err := a.EnsureStream(ctx, dlqStream, dlqSubject); err != nil {
@@ -289,7 +305,7 @@ func TestReconnect(t *testing.T) {
 	t.Cleanup(func() { e.Shutdown() })
 
 	n := names{stream: "RECONNECT", subject: "inboxkit.reconnect"}
-	a := open(t, Config{URL: e.URL(), Stream: n.stream, Subject: n.subject, AckWait: 2 * time.Second, ReconnectWait: 100 * time.Millisecond})
+	a := open(t, Config{URL: e.URL(), Stream: n.stream, Subject: n.subject, AckWait: 2 * time.Second, ReconnectBackoff: 100 * time.Millisecond, MaxReconnectBackoff: 100 * time.Millisecond})
 	publish(t, a, n.subject, nil, "one")
 	if err := receive(t, a, 5*time.Second).Ack(context.Background()); err != nil {
 		t.Fatalf("Ack: %v", err)
@@ -396,11 +412,15 @@ func TestConcurrent(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
+	if got := StreamName("invoice.events-2*"); got != "INBOXKIT_INVOICE_EVENTS_2_" {
+		t.Errorf("StreamName = %q", got)
+	}
 	for _, tc := range []struct {
 		cfg   Config
 		field string
 	}{
-		{Config{Subject: "a.b"}, "Config.Stream"},
+		{Config{Prefetch: -2}, "Config.Prefetch"},
+		{Config{ReconnectBackoff: time.Second, MaxReconnectBackoff: time.Millisecond}, "Config.MaxReconnectBackoff"},
 		{Config{Stream: "A.B"}, "Config.Stream"},
 		{Config{Durable: "x.y"}, "Config.Durable"},
 		{Config{AckWait: -time.Second}, "Config.AckWait"},
@@ -412,7 +432,7 @@ func TestConfig(t *testing.T) {
 			t.Errorf("Open(%+v) = %v, want an error naming %s without the password", tc.cfg, err, tc.field)
 		}
 	}
-	_, err := Open(context.Background(), Config{URL: "nats://u:s3cr3t@127.0.0.1:1", ConnectTimeout: time.Second})
+	_, err := Open(context.Background(), Config{URL: "nats://u:s3cr3t@127.0.0.1:1", DialTimeout: time.Second})
 	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("Open to a closed port = %v; want an error without the password", err)
 	}

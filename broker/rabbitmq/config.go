@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 // Config configures an Adapter. The zero value of every field selects its
@@ -58,15 +60,7 @@ func (c *Config) setDefaults() {
 	if c.Prefetch == 0 {
 		c.Prefetch = 10
 	}
-	if c.ReconnectBackoff == 0 {
-		c.ReconnectBackoff = 500 * time.Millisecond
-	}
-	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 30 * time.Second
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 10 * time.Second
-	}
+	reconnect.SetDefaults(&c.ReconnectBackoff, &c.MaxReconnectBackoff, &c.DialTimeout)
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 10 * time.Second
 	}
@@ -99,14 +93,8 @@ func (c *Config) validate() error {
 	if c.Prefetch < 0 {
 		return errors.New("rabbitmq: Config.Prefetch must not be negative")
 	}
-	if c.ReconnectBackoff < 0 {
-		return errors.New("rabbitmq: Config.ReconnectBackoff must not be negative")
-	}
-	if c.MaxReconnectBackoff < c.ReconnectBackoff {
-		return errors.New("rabbitmq: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
-	}
-	if c.DialTimeout < 0 {
-		return errors.New("rabbitmq: Config.DialTimeout must not be negative")
+	if err := reconnect.Validate("rabbitmq", c.ReconnectBackoff, c.MaxReconnectBackoff, c.DialTimeout); err != nil {
+		return err
 	}
 	if c.Heartbeat < 0 {
 		return errors.New("rabbitmq: Config.Heartbeat must not be negative")

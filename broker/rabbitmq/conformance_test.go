@@ -37,12 +37,10 @@ func TestConformance(t *testing.T) {
 		}
 		return a
 	}
-	probe := open(t, "")
-	features := probe.Features()
-	probe.Close()
 	consumertest.Run(t, consumertest.Broker{
-		Name:     "rabbitmq",
-		Features: features,
+		Name: "rabbitmq",
+		// Quorum queues report x-delivery-count.
+		Features: consumertest.Features{DeliveryCount: true, RedeliveredFlag: true},
 		NewSource: func(t testing.TB, queue string) consumer.Source {
 			a := open(t, queue)
 			t.Cleanup(func() { a.Close() })

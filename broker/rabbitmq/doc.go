@@ -51,9 +51,14 @@
 // channel closes, the Adapter reconnects in the background with doubling
 // backoff (Config.ReconnectBackoff up to Config.MaxReconnectBackoff),
 // redeclares and consumes again. Meanwhile Receive and Publish wait, bounded
-// by their ctx. Close closes the connection; the broker requeues every
+// by their ctx, and [Adapter.Ready] reports the outage (for readiness
+// checks). Close closes the connection; the broker requeues every
 // unacknowledged delivery. The password of Config.URL never appears in
 // errors or logs.
+//
+// [Adapter.Depth] counts the ready messages of a queue (a passive declare,
+// which creates nothing): the depth of a dead-letter queue in
+// "inboxctl stats".
 //
 // # Broker facts (RabbitMQ 3.10)
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 var (
@@ -26,6 +27,8 @@ var (
 	// ErrNacked is returned by Publish when the broker did not confirm the
 	// message: it nacked it, or the channel closed before the confirm.
 	ErrNacked = errors.New("rabbitmq: publish not confirmed")
+	// ErrNoSuchQueue is returned by Depth for a queue that does not exist.
+	ErrNoSuchQueue = errors.New("rabbitmq: no such queue")
 )
 
 var (
@@ -40,19 +43,14 @@ var (
 type Adapter struct {
 	cfg Config
 	url string // redacted, for logs and errors
-
-	mu    sync.Mutex
-	sess  *session      // nil while disconnected
-	ready chan struct{} // closed when sess is set
-
-	closed    chan struct{}
-	closeOnce sync.Once
-	done      chan struct{} // supervisor exited
+	sv  *reconnect.Supervisor[*session]
 }
 
 // session is one connection with its channels. It is never reused after it
 // died; the supervisor opens a new one.
 type session struct {
+	reconnect.Life // dead after the connection or a channel closed
+
 	conn    *amqp.Connection
 	netConn net.Conn // the raw socket, so tests can break it
 
@@ -64,10 +62,6 @@ type session struct {
 
 	declMu   sync.Mutex
 	declared map[string]bool
-
-	dead     chan struct{}
-	deadOnce sync.Once
-	err      error // why it died; written before dead is closed
 }
 
 // Open connects to the broker, declares Config.Queue (when set), starts
@@ -79,13 +73,12 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Adapter{
-		cfg:    cfg,
-		url:    redact(cfg.URL),
-		ready:  make(chan struct{}),
-		closed: make(chan struct{}),
-		done:   make(chan struct{}),
-	}
+	a := &Adapter{cfg: cfg, url: redact(cfg.URL)}
+	a.sv = reconnect.New(reconnect.Config[*session]{
+		Name: "rabbitmq", URL: a.url, Queue: cfg.Queue, Logger: cfg.Logger,
+		Backoff: reconnect.Backoff{First: cfg.ReconnectBackoff, Max: cfg.MaxReconnectBackoff},
+		Connect: func(context.Context) (*session, error) { return a.connect() },
+	})
 	type result struct {
 		s   *session
 		err error
@@ -105,7 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	case <-ctx.Done():
 		go func() { // do not leak a connection that completes late
 			if r := <-ch; r.s != nil {
-				r.s.close()
+				r.s.Close()
 			}
 		}()
 		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", a.url, ctx.Err())
@@ -113,20 +106,8 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	a.install(r.s)
-	go a.supervise(r.s)
+	a.sv.Start(r.s)
 	return a, nil
-}
-
-// Features reports what RabbitMQ tells and does through this Adapter.
-// DeliveryCount is known only for quorum queues (Config.Quorum).
-func (a *Adapter) Features() consumer.Features {
-	return consumer.Features{
-		DeliveryCount:   a.cfg.Quorum,
-		RedeliveredFlag: true,
-		DelayedRequeue:  true,
-		NativeDLQ:       true,
-	}
 }
 
 // Receive returns the next delivery from Config.Queue. It blocks until a
@@ -137,7 +118,7 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 		return nil, ErrNoQueue
 	}
 	for {
-		s, err := a.current(ctx)
+		s, err := a.sv.Current(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -146,19 +127,19 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 			if !ok {
 				// The consumer ended with its channel; the session is dying.
 				select {
-				case <-s.dead:
+				case <-s.Dead():
 					continue
 				case <-ctx.Done():
 					return nil, ctx.Err()
-				case <-a.closed:
+				case <-a.sv.Closed():
 					return nil, consumer.ErrClosed
 				}
 			}
 			return newDelivery(a.cfg.Queue, a.cfg.Quorum, d), nil
-		case <-s.dead:
+		case <-s.Dead():
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-a.closed:
+		case <-a.sv.Closed():
 			return nil, consumer.ErrClosed
 		}
 	}
@@ -204,7 +185,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	if destination == "" {
 		return errors.New("rabbitmq: publish: empty destination")
 	}
-	s, err := a.current(ctx)
+	s, err := a.sv.Current(ctx)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
 	}
@@ -239,7 +220,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	}
 	select {
 	case <-dc.Done():
-	case <-s.dead:
+	case <-s.Dead():
 		return fmt.Errorf("rabbitmq: publish to %s: connection lost before confirm: %w", destination, ErrNacked)
 	case <-ctx.Done():
 		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
@@ -261,95 +242,43 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 // Publish return consumer.ErrClosed afterwards. Close waits for the
 // background reconnect loop to end and is safe to call more than once.
 func (a *Adapter) Close() error {
-	a.closeOnce.Do(func() { close(a.closed) })
-	<-a.done
+	a.sv.Close()
 	return nil
 }
 
-// current returns the live session, waiting while the connection is being
-// repaired.
-func (a *Adapter) current(ctx context.Context) (*session, error) {
-	for {
-		select {
-		case <-a.closed:
-			return nil, consumer.ErrClosed
-		default:
-		}
-		a.mu.Lock()
-		s, ready := a.sess, a.ready
-		a.mu.Unlock()
-		if s != nil {
-			return s, nil
-		}
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-a.closed:
-			return nil, consumer.ErrClosed
-		}
+// Ready returns nil while the Adapter is connected, and otherwise an error
+// saying since when it is reconnecting and why (a readiness check: see
+// consumer.Readier). It does not block.
+func (a *Adapter) Ready(context.Context) error { return a.sv.Ready() }
+
+// Depth returns the number of messages ready in queue, from a passive
+// declare (which never creates the queue): messages delivered and not yet
+// acknowledged are not counted. A missing queue is ErrNoSuchQueue.
+func (a *Adapter) Depth(ctx context.Context, queue string) (int, error) {
+	s, err := a.sv.Current(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: %w", queue, err)
 	}
-}
-
-func (a *Adapter) install(s *session) {
-	a.mu.Lock()
-	a.sess = s
-	close(a.ready)
-	a.mu.Unlock()
-}
-
-// lost marks s dead and makes current wait for its successor.
-func (a *Adapter) lost(s *session, err error) {
-	s.deadOnce.Do(func() {
-		a.mu.Lock()
-		if a.sess == s {
-			a.sess = nil
-			a.ready = make(chan struct{})
-		}
-		a.mu.Unlock()
-		s.err = err
-		close(s.dead)
-	})
-}
-
-// supervise replaces the session whenever it dies, until Close.
-func (a *Adapter) supervise(s *session) {
-	defer close(a.done)
-	for {
-		select {
-		case <-s.dead:
-		case <-a.closed:
-			s.close()
-			return
-		}
-		s.close()
-		a.cfg.Logger.Warn("rabbitmq: connection lost, reconnecting", "url", a.url, "queue", a.cfg.Queue, "err", s.err)
-		backoff := a.cfg.ReconnectBackoff
-		for {
-			select {
-			case <-a.closed:
-				return
-			case <-time.After(backoff):
-			}
-			var err error
-			if s, err = a.connect(); err == nil {
-				break
-			}
-			a.cfg.Logger.Warn("rabbitmq: reconnect failed", "url", a.url, "err", err, "retry_in", backoff)
-			backoff = min(2*backoff, a.cfg.MaxReconnectBackoff)
-		}
-		a.install(s)
-		a.cfg.Logger.Info("rabbitmq: reconnected", "url", a.url, "queue", a.cfg.Queue)
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: open channel: %w", queue, err)
 	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return 0, fmt.Errorf("rabbitmq: depth of %s on %s: %w", queue, a.url, ErrNoSuchQueue)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: %w", queue, err)
+	}
+	return q.Messages, nil
 }
 
 // connect opens a connection, the publishing channel in confirm mode and,
 // with Config.Queue, the consuming channel.
 func (a *Adapter) connect() (*session, error) {
-	s := &session{
-		declared: make(map[string]bool),
-		dead:     make(chan struct{}),
-	}
+	s := &session{declared: make(map[string]bool)}
 	dial := amqp.DefaultDial(a.cfg.DialTimeout)
 	conn, err := amqp.DialConfig(a.cfg.URL, amqp.Config{
 		Heartbeat:  a.cfg.Heartbeat,
@@ -415,7 +344,7 @@ func (a *Adapter) connect() (*session, error) {
 		case tag := <-cancelled:
 			err = fmt.Errorf("consumer %s cancelled by the broker", tag)
 		}
-		a.lost(s, err)
+		a.sv.Lost(s, err)
 	}()
 	return s, nil
 }
@@ -434,9 +363,9 @@ func queueArgs(quorum bool) amqp.Table {
 	return nil
 }
 
-// close closes the connection (and so its channels); the broker requeues
+// Close closes the connection (and so its channels); the broker requeues
 // what was delivered and not acknowledged.
-func (s *session) close() {
+func (s *session) Close() {
 	_ = s.conn.Close()
 }
 

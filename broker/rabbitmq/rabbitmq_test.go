@@ -104,9 +104,6 @@ func TestRoundTrip(t *testing.T) {
 			t.Parallel()
 			q, _ := testQueue(t)
 			a := open(t, Config{Queue: q, Quorum: quorum})
-			if got := a.Features().DeliveryCount; got != quorum {
-				t.Errorf("Features().DeliveryCount = %v, want %v", got, quorum)
-			}
 			publish(t, a, q, map[string]string{"event-id": "E-1", "correlation-id": "C-1", "type": "invoice"}, `{"n":1}`)
 
 			d := receive(t, a, 5*time.Second)
@@ -265,12 +262,12 @@ func TestReconnect(t *testing.T) {
 	d := receive(t, a, 5*time.Second)
 
 	// Break the socket under the client, as a network failure would.
-	s, err := a.current(context.Background())
+	s, err := a.sv.Current(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = s.netConn.Close()
-	<-s.dead
+	<-s.Dead()
 
 	if err := d.Ack(context.Background()); err == nil {
 		t.Error("Ack of a delivery from the broken connection succeeded; want an error")
@@ -428,5 +425,28 @@ func TestConcurrentQuorumDeclare(t *testing.T) {
 				t.Errorf("round %d: %v", round, err)
 			}
 		}
+	}
+}
+
+// TestDepth: Depth counts the ready messages of a queue without consuming
+// or creating it; a missing queue is ErrNoSuchQueue.
+func TestDepth(t *testing.T) {
+	t.Parallel()
+	q, more := testQueue(t)
+	a := open(t, Config{}) // publisher only
+	for i := range 3 {
+		publish(t, a, q, map[string]string{"event-id": fmt.Sprint("E-", i)}, "x")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if n, err := a.Depth(ctx, q); err != nil || n != 3 {
+		t.Errorf("Depth = %d, %v; want 3", n, err)
+	}
+	missing := more("missing")
+	if _, err := a.Depth(ctx, missing); !errors.Is(err, ErrNoSuchQueue) {
+		t.Errorf("Depth of a missing queue = %v; want ErrNoSuchQueue", err)
+	}
+	if ok, err := QueueExists(ctx, testURL, missing); err != nil || ok {
+		t.Errorf("Depth created the queue: QueueExists = %v, %v", ok, err)
 	}
 }

@@ -16,8 +16,10 @@ import (
 func TestConformance(t *testing.T) {
 	base := brokerConfig(t) // fails loudly, naming scripts/activemq start
 	consumertest.Run(t, consumertest.Broker{
-		Name:     "activemq",
-		Features: stomp.Features(),
+		Name: "activemq",
+		// ActiveMQ over STOMP gives no delivery count after a consumer
+		// crash: attempts are the inbox's alone.
+		Features: consumertest.Features{RedeliveredFlag: true},
 		NewSource: func(t testing.TB, queue string) consumer.Source {
 			t.Helper()
 			cfg := base
@@ -25,7 +27,7 @@ func TestConformance(t *testing.T) {
 			cfg.Prefetch = 4
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			s, err := stomp.NewSource(ctx, cfg)
+			s, err := stomp.Open(ctx, cfg)
 			if err != nil {
 				t.Fatalf("stomp source on %s: %v", queue, err)
 			}
@@ -36,7 +38,7 @@ func TestConformance(t *testing.T) {
 			t.Helper()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			p, err := stomp.NewPublisher(ctx, base)
+			p, err := stomp.Open(ctx, base)
 			if err != nil {
 				t.Fatalf("stomp publisher: %v", err)
 			}

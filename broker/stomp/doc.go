@@ -3,17 +3,26 @@
 //
 // # What it does
 //
-// [Source] consumes one queue and implements consumer.Source;
-// [Publisher] sends persistent messages with a receipt and implements
-// dlq.Publisher; [Browse] lists a queue without consuming it (the CLI's
-// "dlq list"). Below them, [Conn] is a STOMP 1.2 connection (CONNECT with
+// [Open] returns an [Adapter], the shape of every adapter in broker/: it
+// consumes Config.Queue (a consumer.Source) and sends persistent messages
+// with a receipt (a dlq.Publisher); without Config.Queue it only publishes.
+//
+//	a, err := stomp.Open(ctx, stomp.Config{URL: "stomp://127.0.0.1:61613", Queue: "invoices", Prefetch: 4})
+//	...
+//	defer a.Close()
+//	d, err := a.Receive(ctx) // consumer.Delivery
+//	err = a.Publish(ctx, "DLQ.invoices", headers, body)
+//
+// [Adapter.Ready] reports whether the receiving connection is up (for
+// readiness checks). [Browse] lists a queue without consuming it (the
+// CLI's "dlq list"). Below them, [Conn] is a STOMP 1.2 connection (CONNECT with
 // heart-beat negotiation, SUBSCRIBE, ACK/NACK, SEND with receipt,
 // DISCONNECT with receipt) and [FrameReader] / [WriteFrame] are the frame
 // codec.
 //
 // # The contract
 //
-// A Source subscribes with ack:client-individual and activemq.prefetchSize
+// The Adapter subscribes with ack:client-individual and activemq.prefetchSize
 // set to Config.Prefetch. Receive may be called from several goroutines.
 // Every delivery is settled exactly once, by Ack or Requeue, from any
 // goroutine:
@@ -28,9 +37,10 @@
 //     fails after the copy was stored, both exist: a duplicate, which the
 //     inbox absorbs by event id.
 //
-// When the connection breaks (read or write error, ERROR frame, or no data
+// The receiving and the publishing connection are two connections. When
+// the receiving one breaks (read or write error, ERROR frame, or no data
 // and no heart-beat from the broker for three times the negotiated
-// interval), the Source reconnects with exponential backoff
+// interval), the Adapter reconnects with exponential backoff
 // (Config.ReconnectBackoff up to Config.MaxReconnectBackoff). Deliveries of
 // the broken connection can no longer be settled: Ack and Requeue return an
 // error wrapping [ErrConnClosed], and the broker delivers the message again

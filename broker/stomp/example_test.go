@@ -8,32 +8,23 @@ import (
 	"github.com/inboxkit/inboxkit/broker/stomp"
 )
 
-// Publish one message, receive it from a Source and acknowledge it. Needs
-// the broker started by `scripts/activemq start`.
+// Publish one message, receive it and acknowledge it. Needs the broker
+// started by `scripts/activemq start`.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg := stomp.Config{
-		Addr:  "127.0.0.1:61613",
-		Queue: fmt.Sprintf("inboxkit.example.%d", time.Now().UnixNano()),
-	}
-	pub, err := stomp.NewPublisher(ctx, cfg)
+	queue := fmt.Sprintf("inboxkit.example.%d", time.Now().UnixNano())
+	a, err := stomp.Open(ctx, stomp.Config{URL: "stomp://127.0.0.1:61613", Queue: queue})
 	if err != nil {
 		fmt.Println("start the broker with scripts/activemq start:", err)
 		return
 	}
-	defer pub.Close()
-	if err := pub.Publish(ctx, cfg.Queue, map[string]string{"eventId": "inv-42"}, []byte(`{"amount":10}`)); err != nil {
+	defer a.Close()
+	if err := a.Publish(ctx, queue, map[string]string{"eventId": "inv-42"}, []byte(`{"amount":10}`)); err != nil {
 		fmt.Println(err)
 		return
 	}
-	src, err := stomp.NewSource(ctx, cfg)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer src.Close()
-	d, err := src.Receive(ctx)
+	d, err := a.Receive(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -245,7 +245,7 @@ func TestHostileServerStopsReading(t *testing.T) {
 		<-stop // never reads again
 	})
 	defer close(stop)
-	pub, err := stomp.NewPublisher(testCtx(t), stomp.Config{Addr: addr, HeartBeat: -1, WriteTimeout: 200 * time.Millisecond})
+	pub, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Heartbeat: -1, WriteTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestHostileNoReceipt(t *testing.T) {
 		stomp.NewFrameReader(r, stomp.Limits{}).ReadFrame() // the SEND
 		c.Close()
 	})
-	pub, err := stomp.NewPublisher(testCtx(t), stomp.Config{Addr: addr, HeartBeat: -1})
+	pub, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Heartbeat: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestHostileSlowServerLosesNothing(t *testing.T) {
 			}
 		}
 	})
-	src, err := stomp.NewSource(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, HeartBeat: 100 * time.Millisecond,
+	src, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, Heartbeat: 100 * time.Millisecond,
 		ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -9,18 +9,15 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/consumer"
 )
 
-// ErrPublisherClosed is returned by Publish after Close.
-var ErrPublisherClosed = errors.New("stomp: publisher closed")
-
-// Publisher sends persistent messages with a receipt. It implements
-// dlq.Publisher and is safe for concurrent use. It holds one connection,
+// publisher sends persistent messages with a receipt: the publishing half
+// of an Adapter. It is safe for concurrent use. It holds one connection,
 // dialled on first use and again on the next Publish after it broke; a
 // Publish in flight when the connection breaks returns an error (the
 // message may or may not be stored; the caller keeps its original).
-type Publisher struct {
+type publisher struct {
 	cfg Config
 
 	mu     sync.Mutex
@@ -28,26 +25,11 @@ type Publisher struct {
 	closed bool
 }
 
-var _ dlq.Publisher = (*Publisher)(nil)
-
-// NewPublisher validates cfg and connects to the broker.
-func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	p := &Publisher{cfg: cfg}
-	if _, err := p.connection(ctx); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (p *Publisher) connection(ctx context.Context) (*Conn, error) {
+func (p *publisher) connection(ctx context.Context) (*Conn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrPublisherClosed
+		return nil, consumer.ErrClosed
 	}
 	if p.conn != nil && p.conn.Err() == nil {
 		return p.conn, nil
@@ -60,12 +42,7 @@ func (p *Publisher) connection(ctx context.Context) (*Conn, error) {
 	return c, nil
 }
 
-// Publish sends body with headers to destination (a plain name gets the
-// "/queue/" prefix) as a persistent message, and returns after the broker's
-// RECEIPT. An ERROR frame from the broker fails it with a *BrokerError.
-// Header "persistent" may be overridden; "destination", "receipt" and
-// "content-length" are set by Publish.
-func (p *Publisher) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
+func (p *publisher) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
 	if destination == "" {
 		return errors.New("stomp: publish: empty destination")
 	}
@@ -84,15 +61,13 @@ func (p *Publisher) Publish(ctx context.Context, destination string, headers map
 	return nil
 }
 
-// Conn returns the current connection, or nil (tests cut it).
-func (p *Publisher) Conn() *Conn {
+func (p *publisher) current() *Conn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.conn
 }
 
-// Close disconnects. Publish fails with ErrPublisherClosed afterwards.
-func (p *Publisher) Close() error {
+func (p *publisher) Close() error {
 	p.mu.Lock()
 	c := p.conn
 	p.closed = true
@@ -111,8 +86,7 @@ func (p *Publisher) Close() error {
 // broker ends the browse with a MESSAGE carrying browser:end). The messages
 // stay on the queue. Browse holds the listed messages in memory.
 func Browse(ctx context.Context, cfg Config, queue string, limit int) ([]inboxkit.Message, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	if queue == "" {

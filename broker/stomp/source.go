@@ -2,9 +2,7 @@ package stomp
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,95 +23,6 @@ const (
 	HeaderScheduledDelay = "AMQ_SCHEDULED_DELAY"
 )
 
-// Config configures a Source, a Publisher and Browse. Zero fields take
-// their defaults.
-type Config struct {
-	// Addr is the broker's STOMP address, host:port. Defaults to
-	// "127.0.0.1:61613".
-	Addr string
-	// Host is the CONNECT host header. Defaults to the host part of Addr.
-	Host string
-	// Login and Passcode authenticate when Login is not empty. Default: none.
-	Login, Passcode string
-	// Queue is the queue a Source consumes: a plain name ("orders") becomes
-	// "/queue/orders"; a name starting with '/' is used as it is. Required by
-	// NewSource, ignored by the Publisher.
-	Queue string
-	// Prefetch is how many unacknowledged messages the broker may push to a
-	// Source at once (activemq.prefetchSize). Set it to the consumer's
-	// concurrency, or a little more: a higher value holds messages back from
-	// other consumers. Defaults to 10.
-	Prefetch int
-	// HeartBeat is the STOMP heart-beat interval, both ways. The connection
-	// is considered dead (and a Source reconnects) when the broker sends
-	// nothing for three times the negotiated interval. Defaults to 10s; negative
-	// disables heart-beats.
-	HeartBeat time.Duration
-	// ConnectTimeout bounds dialling and the STOMP handshake. Defaults to 10s.
-	ConnectTimeout time.Duration
-	// WriteTimeout bounds every frame write. Defaults to 10s.
-	WriteTimeout time.Duration
-	// ReconnectBackoff is the first wait before reconnecting after a broken
-	// connection; it doubles after each failed attempt up to
-	// MaxReconnectBackoff. Defaults to 100ms.
-	ReconnectBackoff time.Duration
-	// MaxReconnectBackoff caps ReconnectBackoff. Defaults to 5s.
-	MaxReconnectBackoff time.Duration
-	// Limits bound the frames accepted from the broker. Defaults: see Limits.
-	Limits Limits
-	// ErrorFunc, when set, is called with every connection error a Source
-	// recovers from by reconnecting (for logs). Default: nil.
-	ErrorFunc func(error)
-	// Logger, when set, logs a Source's connection errors with their cause,
-	// at most once per minute. Default: nil (no log).
-	Logger *slog.Logger
-}
-
-func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = "127.0.0.1:61613"
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 10
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 10 * time.Second
-	}
-	if c.ReconnectBackoff == 0 {
-		c.ReconnectBackoff = 100 * time.Millisecond
-	}
-	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 5 * time.Second
-	}
-}
-
-func (c *Config) validate() error {
-	switch {
-	case c.Prefetch < 0:
-		return errors.New("stomp: Config.Prefetch must not be negative")
-	case c.ConnectTimeout < 0:
-		return errors.New("stomp: Config.ConnectTimeout must not be negative")
-	case c.WriteTimeout < 0:
-		return errors.New("stomp: Config.WriteTimeout must not be negative")
-	case c.ReconnectBackoff < 0:
-		return errors.New("stomp: Config.ReconnectBackoff must not be negative")
-	case c.MaxReconnectBackoff < c.ReconnectBackoff:
-		return errors.New("stomp: Config.MaxReconnectBackoff must not be smaller than ReconnectBackoff")
-	case c.Limits.MaxBodySize < 0 || c.Limits.MaxHeaders < 0 || c.Limits.MaxLineLength < 0:
-		return errors.New("stomp: Config.Limits fields must not be negative")
-	}
-	return nil
-}
-
-func (c *Config) dial(ctx context.Context) (*Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
-	defer cancel()
-	return Dial(ctx, c.Addr, ConnOptions{
-		Host: c.Host, Login: c.Login, Passcode: c.Passcode,
-		HeartBeat: c.HeartBeat, WriteTimeout: c.WriteTimeout, Limits: c.Limits,
-	})
-}
-
 // QueueDestination returns the STOMP destination of queue name: a name
 // without a leading '/' gets the "/queue/" prefix.
 func QueueDestination(name string) string {
@@ -123,24 +32,13 @@ func QueueDestination(name string) string {
 	return "/queue/" + name
 }
 
-// Features tells what ActiveMQ Classic over STOMP offers through this
-// package.
-func Features() consumer.Features {
-	return consumer.Features{
-		DeliveryCount:   false, // no delivery count after a consumer crash
-		RedeliveredFlag: true,  // redelivered:true, or our requeue header
-		DelayedRequeue:  true,  // AMQ_SCHEDULED_DELAY (schedulerSupport="true")
-		NativeDLQ:       true,  // ActiveMQ's DLQ (NACK), never used by Requeue
-	}
-}
-
-// Source consumes one queue of ActiveMQ over STOMP with
-// ack:client-individual. It implements consumer.Source: Receive may be
+// source consumes one queue of ActiveMQ over STOMP with
+// ack:client-individual: the receiving half of an Adapter. Receive may be
 // called from several goroutines; after a broken connection it reconnects
 // with backoff, and the deliveries of the broken connection can no longer
 // be acknowledged (their Ack returns an error wrapping ErrConnClosed) and
 // come again from the broker with Redelivered=true.
-type Source struct {
+type source struct {
 	cfg  Config
 	dest string
 
@@ -153,24 +51,16 @@ type Source struct {
 	closeOnce  sync.Once
 	wg         sync.WaitGroup
 
-	mu   sync.Mutex
-	conn *Conn
+	mu     sync.Mutex
+	conn   *Conn
+	lostAt time.Time // when conn broke
 }
 
-var _ consumer.Source = (*Source)(nil)
-
-// NewSource connects to the broker, subscribes to cfg.Queue and starts
+// newSource connects to the broker, subscribes to cfg.Queue and starts
 // receiving. It fails when the first connection fails; later broken
-// connections are re-established in the background.
-func NewSource(ctx context.Context, cfg Config) (*Source, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Queue == "" {
-		return nil, errors.New("stomp: Config.Queue is required")
-	}
-	s := &Source{
+// connections are re-established in the background. cfg is validated.
+func newSource(ctx context.Context, cfg Config) (*source, error) {
+	s := &source{
 		cfg:        cfg,
 		dest:       QueueDestination(cfg.Queue),
 		limit:      cfg.Limits.withDefaults().MaxBodySize,
@@ -186,12 +76,12 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	return s, nil
 }
 
-func (s *Source) connect(ctx context.Context) (*Subscription, error) {
+func (s *source) connect(ctx context.Context) (*Subscription, error) {
 	c, err := s.cfg.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
 	sub, err := c.Subscribe(sctx, s.dest, SubscribeOptions{Prefetch: s.cfg.Prefetch})
 	if err != nil {
@@ -199,14 +89,14 @@ func (s *Source) connect(ctx context.Context) (*Subscription, error) {
 		return nil, fmt.Errorf("stomp: subscribe %s: %w", s.dest, err)
 	}
 	s.mu.Lock()
-	s.conn = c
+	s.conn, s.lostAt = c, time.Time{}
 	s.mu.Unlock()
 	return sub, nil
 }
 
 // run pumps messages of the current subscription to Receive and reconnects
 // when the connection breaks.
-func (s *Source) run(sub *Subscription) {
+func (s *source) run(sub *Subscription) {
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -219,6 +109,9 @@ func (s *Source) run(sub *Subscription) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.mu.Lock()
+		s.lostAt = time.Now()
+		s.mu.Unlock()
 		s.report(err)
 		backoff := s.cfg.ReconnectBackoff
 		for {
@@ -242,7 +135,7 @@ func (s *Source) run(sub *Subscription) {
 
 // report passes a connection error to ErrorFunc and logs it with its cause,
 // at most once per minute (with the number of errors not logged since).
-func (s *Source) report(err error) {
+func (s *source) report(err error) {
 	if s.cfg.ErrorFunc != nil {
 		s.cfg.ErrorFunc(err)
 	}
@@ -258,7 +151,7 @@ func (s *Source) report(err error) {
 	s.suppressed++
 }
 
-func (s *Source) pump(ctx context.Context, sub *Subscription) error {
+func (s *source) pump(ctx context.Context, sub *Subscription) error {
 	for {
 		f, err := sub.Next(ctx)
 		if err != nil {
@@ -273,8 +166,7 @@ func (s *Source) pump(ctx context.Context, sub *Subscription) error {
 	}
 }
 
-// Receive returns the next delivery. See consumer.Source.
-func (s *Source) Receive(ctx context.Context) (consumer.Delivery, error) {
+func (s *source) Receive(ctx context.Context) (consumer.Delivery, error) {
 	select {
 	case <-s.closed:
 		return nil, consumer.ErrClosed
@@ -290,10 +182,7 @@ func (s *Source) Receive(ctx context.Context) (consumer.Delivery, error) {
 	}
 }
 
-// Close stops intake and disconnects; the broker redelivers every message
-// not yet acknowledged (with Redelivered=true). Deliveries received before
-// Close can no longer be settled.
-func (s *Source) Close() error {
+func (s *source) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.wg.Wait()
@@ -309,14 +198,32 @@ func (s *Source) Close() error {
 	return nil
 }
 
-// Conn returns the current connection (tests cut it to simulate a failure).
-func (s *Source) Conn() *Conn {
+func (s *source) current() *Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conn
 }
 
-// Delivery is one MESSAGE received by a Source. It implements
+// ready tells whether the subscribed connection is up.
+func (s *source) ready() error {
+	s.mu.Lock()
+	c, lostAt := s.conn, s.lostAt
+	s.mu.Unlock()
+	select {
+	case <-s.closed:
+		return fmt.Errorf("stomp: %w", consumer.ErrClosed)
+	default:
+	}
+	if err := c.Err(); err != nil {
+		if lostAt.IsZero() { // the reconnect loop has not seen it yet
+			return fmt.Errorf("stomp: not connected to %s, reconnecting: %w", s.cfg.Addr, err)
+		}
+		return fmt.Errorf("stomp: not connected to %s since %s, reconnecting: %w", s.cfg.Addr, lostAt.UTC().Format(time.RFC3339), err)
+	}
+	return nil
+}
+
+// Delivery is one MESSAGE received by an Adapter. It implements
 // consumer.Delivery.
 type Delivery struct {
 	conn     *Conn

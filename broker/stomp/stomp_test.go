@@ -33,7 +33,7 @@ func brokerConfig(t *testing.T) stomp.Config {
 		t.Fatalf("ActiveMQ (STOMP) not reachable at %s; start it with `scripts/activemq start`: %v", addr, err)
 	}
 	c.Disconnect(ctx)
-	return stomp.Config{Addr: addr, HeartBeat: 2 * time.Second, ReconnectBackoff: 50 * time.Millisecond, MaxReconnectBackoff: time.Second}
+	return stomp.Config{Addr: addr, Heartbeat: 2 * time.Second, ReconnectBackoff: 50 * time.Millisecond, MaxReconnectBackoff: time.Second}
 }
 
 func uniqueQueue(t *testing.T) string {
@@ -51,14 +51,16 @@ func testCtx(t *testing.T) context.Context {
 
 type bundle struct {
 	cfg stomp.Config
-	pub *stomp.Publisher
+	pub *stomp.Adapter // publisher-only
 }
 
 func setup(t *testing.T) bundle {
 	t.Helper()
 	cfg := brokerConfig(t)
 	cfg.Queue = uniqueQueue(t)
-	pub, err := stomp.NewPublisher(testCtx(t), cfg)
+	pc := cfg
+	pc.Queue = ""
+	pub, err := stomp.Open(testCtx(t), pc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +68,9 @@ func setup(t *testing.T) bundle {
 	return bundle{cfg: cfg, pub: pub}
 }
 
-func newSource(t *testing.T, cfg stomp.Config) *stomp.Source {
+func newSource(t *testing.T, cfg stomp.Config) *stomp.Adapter {
 	t.Helper()
-	s, err := stomp.NewSource(testCtx(t), cfg)
+	s, err := stomp.Open(testCtx(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func newSource(t *testing.T, cfg stomp.Config) *stomp.Source {
 	return s
 }
 
-func receive(t *testing.T, s *stomp.Source, within time.Duration) consumer.Delivery {
+func receive(t *testing.T, s *stomp.Adapter, within time.Duration) consumer.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -260,8 +262,8 @@ func TestPublishReceiptAndClosed(t *testing.T) {
 	}
 
 	b.pub.Close()
-	if err := b.pub.Publish(ctx, b.cfg.Queue, nil, []byte("x")); !errors.Is(err, stomp.ErrPublisherClosed) {
-		t.Fatalf("publish after Close: %v, want ErrPublisherClosed", err)
+	if err := b.pub.Publish(ctx, b.cfg.Queue, nil, []byte("x")); !errors.Is(err, consumer.ErrClosed) {
+		t.Fatalf("publish after Close: %v, want consumer.ErrClosed", err)
 	}
 }
 
@@ -409,15 +411,11 @@ func TestSourceClosed(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	ctx := testCtx(t)
-	if _, err := stomp.NewSource(ctx, stomp.Config{}); err == nil || !strings.Contains(err.Error(), "Config.Queue") {
-		t.Errorf("missing queue: %v", err)
+	if _, err := stomp.Open(ctx, stomp.Config{URL: "http://127.0.0.1:61613"}); err == nil || !strings.Contains(err.Error(), "Config.URL") {
+		t.Errorf("http URL: %v", err)
 	}
-	if _, err := stomp.NewSource(ctx, stomp.Config{Queue: "q", Prefetch: -1}); err == nil || !strings.Contains(err.Error(), "Config.Prefetch") {
+	if _, err := stomp.Open(ctx, stomp.Config{Queue: "q", Prefetch: -1}); err == nil || !strings.Contains(err.Error(), "Config.Prefetch") {
 		t.Errorf("negative prefetch: %v", err)
-	}
-	f := stomp.Features()
-	if f.DeliveryCount || !f.RedeliveredFlag {
-		t.Errorf("features: %+v", f)
 	}
 }
 

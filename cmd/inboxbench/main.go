@@ -51,10 +51,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/inboxkit/inboxkit/broker/amqp10"
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
-	"github.com/inboxkit/inboxkit/broker/rabbitmq"
-	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/consumer/consumertest"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -194,175 +192,113 @@ func freshSchema(ctx context.Context, base string) (*sql.DB, func(), error) {
 	}, nil
 }
 
-func open(name string) (broker, func(), error) {
-	nop := func() {}
-	switch name {
-	case "stomp", "stomp-stock":
-		cfg := stomp.Config{Addr: "127.0.0.1:61613"}
-		if name == "stomp-stock" {
-			cfg.Addr = stockAddr
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := stomp.Dial(ctx, cfg.Addr, stomp.ConnOptions{})
-		if err != nil {
-			return broker{}, nil, fmt.Errorf("%v (start it with scripts/activemq start)", err)
-		}
-		c.Disconnect(ctx)
-		return broker{
-			newSource: func(ctx context.Context, queue string, prefetch int) (consumer.Source, error) {
-				c := cfg
-				c.Queue, c.Prefetch = queue, prefetch
-				return stomp.NewSource(ctx, c)
-			},
-			publisher: func(ctx context.Context) (dlq.Publisher, func(), error) {
-				p, err := stomp.NewPublisher(ctx, cfg)
-				if err != nil {
-					return nil, nil, err
-				}
-				return p, func() { p.Close() }, nil
-			},
-		}, nop, nil
-	case "rabbitmq":
-		const u = "amqp://guest:guest@127.0.0.1:5672/"
-		conn, err := amqp.Dial(u)
-		if err != nil {
-			return broker{}, nil, err
-		}
-		cfg := rabbitmq.Config{URL: u, Quorum: true, Logger: quiet}
-		return broker{
-			newSource: func(ctx context.Context, queue string, prefetch int) (consumer.Source, error) {
-				c := cfg
-				c.Queue, c.Prefetch = queue, prefetch
-				return rabbitmq.Open(ctx, c)
-			},
-			publisher: func(ctx context.Context) (dlq.Publisher, func(), error) {
-				p, err := rabbitmq.Open(ctx, cfg)
-				if err != nil {
-					return nil, nil, err
-				}
-				return p, func() { p.Close() }, nil
-			},
-			prepare: func(ctx context.Context, queue string) (func(), error) {
-				c := cfg
-				c.Queue = queue
-				a, err := rabbitmq.Open(ctx, c) // declares the queue once
-				if err != nil {
-					return nil, err
-				}
-				a.Close()
-				return func() {
-					if ch, err := conn.Channel(); err == nil {
-						_, _ = ch.QueueDelete(queue, false, false, false)
-						_, _ = ch.QueueDelete(queue+".dlq", false, false, false)
-						ch.Close()
-					}
-				}, nil
-			},
-		}, func() { conn.Close() }, nil
-	case "amqp10":
-		// AMQP 1.0 has no queue management: the queues are declared (and
-		// deleted) over AMQP 0-9-1, as quorum queues like the rabbitmq row.
-		conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
-		if err != nil {
-			return broker{}, nil, err
-		}
-		cfg := amqp10.Config{URL: "amqp10://guest:guest@127.0.0.1:5672", Logger: quiet}
-		return broker{
-			newSource: func(ctx context.Context, queue string, prefetch int) (consumer.Source, error) {
-				c := cfg
-				c.Queue, c.Prefetch = queue, prefetch
-				return amqp10.Open(ctx, c)
-			},
-			publisher: func(ctx context.Context) (dlq.Publisher, func(), error) {
-				p, err := amqp10.Open(ctx, cfg)
-				if err != nil {
-					return nil, nil, err
-				}
-				return p, func() { p.Close() }, nil
-			},
-			prepare: func(ctx context.Context, queue string) (func(), error) {
-				ch, err := conn.Channel()
-				if err != nil {
-					return nil, err
-				}
-				defer ch.Close()
-				for _, q := range []string{queue, queue + ".dlq"} {
-					if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-						return nil, err
-					}
-				}
-				return func() {
-					if ch, err := conn.Channel(); err == nil {
-						_, _ = ch.QueueDelete(queue, false, false, false)
-						_, _ = ch.QueueDelete(queue+".dlq", false, false, false)
-						ch.Close()
-					}
-				}, nil
-			},
-		}, func() { conn.Close() }, nil
-	case "jetstream":
-		return natsBroker("nats://127.0.0.1:4222", nop)
-	case "embedded":
-		dir, err := os.MkdirTemp("", "inboxbench-js-")
-		if err != nil {
-			return broker{}, nil, err
-		}
-		e, err := jetstream.StartEmbedded(dir)
-		if err != nil {
-			os.RemoveAll(dir)
-			return broker{}, nil, err
-		}
-		return natsBroker(e.URL(), func() { e.Shutdown(); os.RemoveAll(dir) })
-	}
-	return broker{}, nil, fmt.Errorf("unknown broker (use stomp, stomp-stock, rabbitmq, amqp10, jetstream, embedded)")
+// brokerURLs are the URLs of the brokers by name; stomp-stock's is set from
+// -stomp-stock-addr.
+var brokerURLs = map[string]string{
+	"stomp":     "stomp://127.0.0.1:61613",
+	"rabbitmq":  "amqp://guest:guest@127.0.0.1:5672/",
+	"amqp10":    "amqp10://guest:guest@127.0.0.1:5672",
+	"jetstream": "nats://127.0.0.1:4222",
+	"embedded":  "embedded",
 }
 
-func natsBroker(u string, stop func()) (broker, func(), error) {
-	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
+// open opens the broker called name with brokerurl (which chooses the
+// adapter), plus what the measurement needs around it: queues declared
+// before publishing and removed afterwards.
+func open(name string) (broker, func(), error) {
+	raw := brokerURLs[name]
+	if name == "stomp-stock" {
+		raw = "stomp://" + stockAddr
+	}
+	if raw == "" {
+		return broker{}, nil, fmt.Errorf("unknown broker (use stomp, stomp-stock, rabbitmq, amqp10, jetstream, embedded)")
+	}
+	// rabbitmq and amqp10 measure quorum queues.
+	b, err := brokerurl.Open(raw, brokerurl.Options{Logger: quiet, Quorum: true})
 	if err != nil {
-		stop()
 		return broker{}, nil, err
 	}
-	js, err := natsjs.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	probe, err := b.Publisher(ctx)
 	if err != nil {
-		nc.Close()
-		stop()
+		b.Close()
+		if b.URL.Kind == brokerurl.STOMP {
+			err = fmt.Errorf("%v (start it with scripts/activemq start)", err)
+		}
 		return broker{}, nil, err
 	}
-	stream := func(q string) string { return "BENCH_" + strings.ReplaceAll(q, ".", "_") }
-	cfg := jetstream.Config{URL: u, Logger: quiet, PollWait: time.Second}
-	return broker{
+	probe.Close()
+	br := broker{
 		newSource: func(ctx context.Context, queue string, prefetch int) (consumer.Source, error) {
-			c := cfg
-			c.Stream, c.Subject, c.MaxAckPending = stream(queue), queue, prefetch
-			return jetstream.Open(ctx, c)
+			return b.Source(ctx, queue, "inboxbench", prefetch)
 		},
 		publisher: func(ctx context.Context) (dlq.Publisher, func(), error) {
-			p, err := jetstream.Open(ctx, cfg)
+			p, err := b.Publisher(ctx)
 			if err != nil {
 				return nil, nil, err
 			}
 			return p, func() { p.Close() }, nil
 		},
-		prepare: func(ctx context.Context, queue string) (func(), error) {
-			c := cfg
-			c.Stream, c.Subject = stream(queue), queue
-			a, err := jetstream.Open(ctx, c) // creates the work-queue stream
+	}
+	stop := func() { b.Close() }
+	switch b.URL.Kind {
+	case brokerurl.AMQP, brokerurl.AMQP10:
+		// The queues are declared (and deleted) over AMQP 0-9-1, as quorum
+		// queues: AMQP 1.0 has no queue management.
+		conn, err := amqp.Dial(brokerURLs["rabbitmq"])
+		if err != nil {
+			b.Close()
+			return broker{}, nil, err
+		}
+		br.prepare = func(ctx context.Context, queue string) (func(), error) {
+			ch, err := conn.Channel()
 			if err != nil {
 				return nil, err
 			}
-			err = a.EnsureStream(ctx, stream(queue+".dlq"), queue+".dlq")
-			a.Close()
+			defer ch.Close()
+			for _, q := range []string{queue, queue + ".dlq"} {
+				if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+					return nil, err
+				}
+			}
+			return func() {
+				if ch, err := conn.Channel(); err == nil {
+					_, _ = ch.QueueDelete(queue, false, false, false)
+					_, _ = ch.QueueDelete(queue+".dlq", false, false, false)
+					ch.Close()
+				}
+			}, nil
+		}
+		stop = func() { conn.Close(); b.Close() }
+	case brokerurl.NATS, brokerurl.Embedded:
+		nc, err := nats.Connect(b.NATSURL(), nats.Timeout(3*time.Second))
+		if err != nil {
+			b.Close()
+			return broker{}, nil, err
+		}
+		js, err := natsjs.New(nc)
+		if err != nil {
+			nc.Close()
+			b.Close()
+			return broker{}, nil, err
+		}
+		br.prepare = func(ctx context.Context, queue string) (func(), error) {
+			// The source creates the queue's work-queue stream; the DLQ's
+			// stream is made by the first dead letter.
+			src, err := b.Source(ctx, queue, "inboxbench", 1)
 			if err != nil {
 				return nil, err
 			}
+			src.Close()
 			return func() {
 				dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				_ = js.DeleteStream(dctx, stream(queue))
-				_ = js.DeleteStream(dctx, stream(queue+".dlq"))
+				_ = js.DeleteStream(dctx, jetstream.StreamName(queue))
+				_ = js.DeleteStream(dctx, jetstream.StreamName(queue+".dlq"))
 			}, nil
-		},
-	}, func() { nc.Close(); stop() }, nil
+		}
+		stop = func() { nc.Close(); b.Close() }
+	}
+	return br, stop, nil
 }

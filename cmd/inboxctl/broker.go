@@ -6,16 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/broker/amqp10"
-	"github.com/inboxkit/inboxkit/broker/jetstream"
-	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/consumer"
@@ -34,25 +29,15 @@ func openLastingBroker(raw, command string) (*broker, error) {
 
 // requireQueue fails (exit 1) when queue does not exist, without creating
 // it: a passive declare on RabbitMQ, a stream lookup on JetStream. ActiveMQ
-// cannot tell over STOMP (see noteSTOMPQueue); AMQP 1.0 is not checked.
+// cannot tell over STOMP (see noteSTOMPQueue); AMQP 1.0 is not checked (on
+// RabbitMQ's plugin a receiver attaches only an existing queue; other
+// brokers decide by their own auto-create settings).
 func (b *broker) requireQueue(ctx context.Context, queue string) error {
-	var exists bool
-	var err error
-	switch b.t.Kind {
-	case target.AMQP:
-		exists, err = rabbitmq.QueueExists(ctx, b.t.URL, queue)
-	case target.NATS, target.Embedded:
-		exists, err = jetstream.StreamExists(ctx, b.natsURL, streamName(queue))
-	default:
-		// STOMP: see noteSTOMPQueue. AMQP 1.0: not checked here (on
-		// RabbitMQ's plugin a receiver attaches only an existing queue;
-		// other brokers decide by their own auto-create settings).
-		return nil
-	}
+	exists, known, err := b.QueueExists(ctx, queue)
 	if err != nil {
 		return b.fail("look up "+queue, err)
 	}
-	if !exists {
+	if known && !exists {
 		return &exitError{code: exitFindings, err: fmt.Errorf("queue %s does not exist on %s (nothing was created): check the name, e.g. DLQ.<queue> for the dead letters of <queue>", queue, b.t.Display)}
 	}
 	return nil
@@ -71,19 +56,14 @@ func (b *broker) noteSTOMPQueue(w io.Writer, queue string) {
 	}
 }
 
-// broker opens sources and publishers on one broker URL.
+// broker opens sources and publishers on one broker URL (brokerurl, the
+// one place that chooses the adapter), with inboxctl's error wording.
 type broker struct {
-	t      target.Broker
-	logger *slog.Logger
+	*brokerurl.Broker
+	t target.Broker
 
-	embedded *jetstream.Embedded // for target.Embedded
-	natsURL  string
-	tmpDir   string
-	// ackWait overrides JetStream's AckWait (the demo's crash redelivery).
-	ackWait time.Duration
-
-	mu      sync.Mutex
-	closers []io.Closer
+	mu  sync.Mutex
+	src brokerurl.Adapter // the last source opened: /readyz's "broker"
 }
 
 // openBroker parses raw (or $INBOXKIT_BROKER) and, for "embedded", starts
@@ -93,167 +73,50 @@ func openBroker(raw string, logger *slog.Logger) (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	bb, err := brokerurl.Open(orEnv(raw, envBroker), brokerurl.Options{Logger: logger})
+	if err != nil {
+		return nil, err
 	}
-	b := &broker{t: t, logger: logger, natsURL: t.URL}
-	if t.Kind == target.Embedded {
-		dir := t.Dir
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "inboxctl-js-"); err != nil {
-				return nil, err
-			}
-			b.tmpDir = dir
-		}
-		e, err := jetstream.StartEmbedded(dir)
-		if err != nil {
-			return nil, err
-		}
-		b.embedded, b.natsURL = e, e.URL()
-	}
-	return b, nil
-}
-
-func (b *broker) track(c io.Closer) {
-	b.mu.Lock()
-	b.closers = append(b.closers, c)
-	b.mu.Unlock()
-}
-
-// Close closes every source and publisher opened here, then the embedded server.
-func (b *broker) Close() error {
-	b.mu.Lock()
-	cs := b.closers
-	b.closers = nil
-	b.mu.Unlock()
-	for i := len(cs) - 1; i >= 0; i-- {
-		_ = cs[i].Close()
-	}
-	if b.embedded != nil {
-		b.embedded.Shutdown()
-		b.embedded = nil
-	}
-	if b.tmpDir != "" {
-		_ = os.RemoveAll(b.tmpDir)
-	}
-	return nil
+	return &broker{Broker: bb, t: t}, nil
 }
 
 func (b *broker) fail(what string, err error) error {
 	return unreachable("broker", b.t.Display, what, err)
 }
 
-func (b *broker) stompConfig(queue string, prefetch int) stomp.Config {
-	return stomp.Config{Addr: b.t.Addr, Login: b.t.Login, Passcode: b.t.Passcode, Queue: queue, Prefetch: prefetch, Logger: b.logger}
-}
-
-// streamName is the JetStream stream holding subject: INBOXKIT_ and the
-// subject in upper case, other characters than letters and digits as '_'.
-func streamName(subject string) string {
-	return "INBOXKIT_" + strings.Map(func(r rune) rune {
-		if r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
-			return unicode.ToUpper(r)
-		}
-		return '_'
-	}, subject)
-}
-
-func durableName(name string) string {
-	return strings.Map(func(r rune) rune {
-		if strings.ContainsRune(".*> \t", r) {
-			return '_'
-		}
-		return r
-	}, name)
-}
-
 // Source opens a source on queue for the consumer called name.
 func (b *broker) Source(ctx context.Context, queue, name string, prefetch int) (consumer.Source, error) {
-	switch b.t.Kind {
-	case target.STOMP:
-		s, err := stomp.NewSource(ctx, b.stompConfig(queue, prefetch))
-		if err != nil {
-			return nil, b.fail("consume "+queue, err)
-		}
-		return s, nil
-	case target.AMQP:
-		a, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: b.t.URL, Queue: queue, Prefetch: prefetch, Logger: b.logger})
-		if err != nil {
-			return nil, b.fail("consume "+queue, err)
-		}
-		return a, nil
-	case target.AMQP10:
-		a, err := amqp10.Open(ctx, amqp10.Config{URL: b.t.URL, Queue: queue, Prefetch: prefetch, Logger: b.logger})
-		if err != nil {
-			return nil, b.fail("consume "+queue, err)
-		}
-		return a, nil
-	default:
-		a, err := jetstream.Open(ctx, jetstream.Config{
-			URL: b.natsURL, Stream: streamName(queue), Subject: queue, Durable: durableName(name),
-			MaxAckPending: max(prefetch, 1), PollWait: time.Second, Logger: b.logger, AckWait: b.ackWait,
-		})
-		if err != nil {
-			return nil, b.fail("consume "+queue, err)
-		}
-		return a, nil
+	a, err := b.Broker.Source(ctx, queue, name, prefetch)
+	if err != nil {
+		return nil, b.fail("consume "+queue, err)
 	}
+	b.mu.Lock()
+	b.src = a
+	b.mu.Unlock()
+	return a, nil
 }
 
 // Publisher returns a publisher that the broker confirms; on JetStream it
-// makes a stream capture each destination before the first publish.
+// creates a stream for a destination no stream captures.
 func (b *broker) Publisher(ctx context.Context) (dlq.Publisher, error) {
-	switch b.t.Kind {
-	case target.STOMP:
-		p, err := stomp.NewPublisher(ctx, b.stompConfig("", 0))
-		if err != nil {
-			return nil, b.fail("connect", err)
-		}
-		b.track(p)
-		return p, nil
-	case target.AMQP:
-		a, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: b.t.URL, Logger: b.logger})
-		if err != nil {
-			return nil, b.fail("connect", err)
-		}
-		b.track(a)
-		return a, nil
-	case target.AMQP10:
-		a, err := amqp10.Open(ctx, amqp10.Config{URL: b.t.URL, Logger: b.logger})
-		if err != nil {
-			return nil, b.fail("connect", err)
-		}
-		b.track(a)
-		return a, nil
-	default:
-		a, err := jetstream.Open(ctx, jetstream.Config{URL: b.natsURL, Logger: b.logger})
-		if err != nil {
-			return nil, b.fail("connect", err)
-		}
-		b.track(a)
-		return &streamPublisher{a: a, ensured: map[string]bool{}}, nil
+	a, err := b.Broker.Publisher(ctx)
+	if err != nil {
+		return nil, b.fail("connect", err)
 	}
+	return a, nil
 }
 
-type streamPublisher struct {
-	a       *jetstream.Adapter
-	mu      sync.Mutex
-	ensured map[string]bool
-}
-
-func (p *streamPublisher) Publish(ctx context.Context, subject string, headers map[string]string, body []byte) error {
-	p.mu.Lock()
-	ok := p.ensured[subject]
-	p.mu.Unlock()
-	if !ok {
-		if err := p.a.EnsureStream(ctx, streamName(subject), subject); err != nil {
-			return err
-		}
-		p.mu.Lock()
-		p.ensured[subject] = true
-		p.mu.Unlock()
+// ready is the /readyz check "broker": the connection state the consuming
+// adapter reports (consumer.Readier), which repairs itself after an
+// outage; not ready before the source is opened.
+func (b *broker) ready(ctx context.Context) error {
+	b.mu.Lock()
+	src := b.src
+	b.mu.Unlock()
+	if src == nil {
+		return fmt.Errorf("broker %s: not consuming yet", b.t.Display)
 	}
-	return p.a.Publish(ctx, subject, headers, body)
+	return src.Ready(ctx)
 }
 
 // Browse returns up to limit messages of queue without removing them. On
@@ -261,18 +124,18 @@ func (p *streamPublisher) Publish(ctx context.Context, subject string, headers m
 // received and handed back (so they count as redelivered there).
 func (b *broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
 	if b.t.Kind == target.STOMP {
-		ms, err := stomp.Browse(ctx, b.stompConfig("", 0), queue, limit)
+		ms, err := stomp.Browse(ctx, stomp.Config{URL: b.t.URL}, queue, limit)
 		if err != nil {
 			return nil, b.fail("browse "+queue, err)
 		}
 		return ms, nil
 	}
-	saved := b.ackWait
-	b.ackWait = time.Minute // held, unsettled, while browsing
-	src, err := b.Source(ctx, queue, "inboxctl-dlq", 1000)
-	b.ackWait = saved
+	saved := b.AckWait
+	b.AckWait = time.Minute // held, unsettled, while browsing
+	src, err := b.Broker.Source(ctx, queue, "inboxctl-dlq", 1000)
+	b.AckWait = saved
 	if err != nil {
-		return nil, err
+		return nil, b.fail("consume "+queue, err)
 	}
 	defer src.Close() // hands every unsettled delivery back
 	var out []inboxkit.Message

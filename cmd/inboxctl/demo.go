@@ -179,7 +179,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 		return err
 	}
 	defer b.Close()
-	b.ackWait = time.Second
+	b.AckWait = time.Second
 
 	step("creating the inbox and invoice tables in %s", filepath.Join(dir, "inbox.db"))
 	st, db, err := demoDB(ctx, filepath.Join(dir, "inbox.db"), inbox.Config{MaxAttempts: 5})

@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/broker/jetstream"
 )
 
 // Issue 11.6: `dlq list` / `dlq replay` on a mistyped queue created it.
@@ -49,7 +51,7 @@ func TestDLQMistypedQueueIsNotCreated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = js.Stream(ctx, streamName(queue))
+			_, err = js.Stream(ctx, jetstream.StreamName(queue))
 			return err == nil
 		}},
 		{"embedded:" + filepath.Join(t.TempDir(), "js"), nil},

@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
-	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/observe"
 	"github.com/inboxkit/inboxkit/observe/otlp"
@@ -40,7 +35,7 @@ func startOps(ctx context.Context, addr, name string, st *inbox.Store, b *broker
 	}
 	o := &ops{obs: obs, health: observe.NewHealth()}
 	o.health.Add("database", st.CheckReady)
-	o.health.Add("broker", b.reachable)
+	o.health.Add("broker", b.ready)
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.stop = func() {
 		cancel()
@@ -77,41 +72,6 @@ func startOps(ctx context.Context, addr, name string, st *inbox.Store, b *broker
 	logger.Info("serving metrics and health", "consumer", name, "addr", ln.Addr().String(),
 		"metrics", "http://"+ln.Addr().String()+"/metrics", "readyz", "http://"+ln.Addr().String()+"/readyz")
 	return o, nil
-}
-
-// reachable tells whether the broker accepts TCP connections: the /readyz
-// check "broker". The consumer's own connection repairs itself; this says
-// whether it can.
-func (b *broker) reachable(ctx context.Context) error {
-	addr := b.t.Addr
-	switch b.t.Kind {
-	case target.AMQP, target.NATS, target.Embedded:
-		raw := b.t.URL
-		if b.t.Kind == target.Embedded {
-			raw = b.natsURL
-		}
-		u, err := url.Parse(strings.Split(raw, ",")[0])
-		if err != nil {
-			return fmt.Errorf("broker URL: %w", err)
-		}
-		addr = u.Host
-		if u.Port() == "" {
-			port := "4222"
-			if b.t.Kind == target.AMQP {
-				port = "5672"
-			}
-			addr = net.JoinHostPort(u.Hostname(), port)
-		}
-	}
-	if addr == "" {
-		return errors.New("no broker address")
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("broker %s unreachable: %w", b.t.Display, err)
-	}
-	return c.Close()
 }
 
 // parseLevel reads --log-level.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -38,8 +41,6 @@ type dlqDepth struct {
 	Note  string `json:"note,omitempty"`
 }
 
-const maxDLQBrowse = 10000
-
 func newStatsCmd() *cobra.Command {
 	var f dbFlags
 	var brokerURL, dlqName string
@@ -52,7 +53,9 @@ func newStatsCmd() *cobra.Command {
 		Long: `stats counts the inbox rows per consumer and status, shows the oldest row that is
 not terminal (RECEIVED, IN_PROGRESS, TECHNICAL_FAILURE) and its age, and the rows at
 or one attempt below the backout threshold (--max-attempts). With --broker and --dlq
-it also shows the dead-letter queue's depth (ActiveMQ: browsed, up to 10000).
+it also shows the dead-letter queue's depth: ActiveMQ browsed (up to 10000), RabbitMQ
+a passive declare's message count, JetStream the subject's messages in its stream;
+AMQP 1.0 cannot tell (the protocol has no request for it).
 
 --watch refreshes every --interval until interrupted (in place on a terminal).
 Exit 0, or 2 when the database cannot be reached.`,
@@ -143,17 +146,22 @@ func collectStats(ctx context.Context, st *inbox.Store, b *broker, dlqName strin
 	}
 	if b != nil {
 		d := &dlqDepth{Queue: dlqName, Depth: -1}
-		if b.t.Kind == target.STOMP {
-			ms, err := b.Browse(ctx, dlqName, maxDLQBrowse)
-			if err != nil {
-				return r, err
+		n, atLeast, err := b.Depth(ctx, dlqName)
+		switch {
+		case errors.Is(err, brokerurl.ErrDepthUnknown):
+			d.Note = "not counted on " + b.t.Kind + ": the protocol has no request for a queue's depth ('inboxctl dlq list' receives the messages and hands them back)"
+		case errors.Is(err, rabbitmq.ErrNoSuchQueue):
+			d.Note = "the queue does not exist"
+		case err != nil:
+			return r, b.fail("depth of "+dlqName, err)
+		default:
+			d.Depth = n
+			switch {
+			case atLeast:
+				d.Note = fmt.Sprintf("at least %d (browsing stops there)", n)
+			case b.t.Kind == target.AMQP:
+				d.Note = "ready messages; those delivered and not yet acknowledged are not counted"
 			}
-			d.Depth = len(ms)
-			if d.Depth == maxDLQBrowse {
-				d.Note = fmt.Sprintf("at least %d (browsing stops there)", maxDLQBrowse)
-			}
-		} else {
-			d.Note = "not counted on " + b.t.Kind + ": it would mean receiving every message ('inboxctl dlq list' does)"
 		}
 		r.DLQ = d
 	}

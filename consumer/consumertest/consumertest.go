@@ -28,9 +28,9 @@ import (
 type Broker struct {
 	// Name names the broker in messages. Required.
 	Name string
-	// Features says what the broker tells and does; bodies that depend on a
-	// feature read it.
-	Features consumer.Features
+	// Features says what the broker tells; bodies that depend on a feature
+	// read it.
+	Features Features
 	// NewSource returns a Source consuming queue, connected. The suite
 	// closes it (sometimes early, to simulate a crash: Close must be
 	// idempotent, and deliveries received before Close must fail to settle
@@ -60,6 +60,17 @@ type Broker struct {
 	// Timeout bounds each wait for the consumer to reach a state.
 	// Defaults to 60s.
 	Timeout time.Duration
+}
+
+// Features says what a broker tells through its adapter, so the bodies know
+// what to expect of the messages. The runtime reads neither: attempts are
+// counted in the inbox (ARCHITECTURE.md, rule 5).
+type Features struct {
+	// DeliveryCount: Message.DeliveryCount is set on every redelivery,
+	// including after a consumer crash.
+	DeliveryCount bool
+	// RedeliveredFlag: Message.Redelivered is set on redeliveries.
+	RedeliveredFlag bool
 }
 
 func (b *Broker) setDefaults() {

@@ -10,7 +10,7 @@
 //	func TestConformance(t *testing.T) {
 //		consumertest.Run(t, consumertest.Broker{
 //			Name:         "activemq",
-//			Features:     stomp.Features(),
+//			Features:     consumertest.Features{RedeliveredFlag: true},
 //			NewSource:    func(t testing.TB, queue string) consumer.Source { ... },
 //			NewPublisher: func(t testing.TB) dlq.Publisher { ... },
 //		})

@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -51,30 +52,17 @@ type DB struct {
 	Display string
 }
 
-// Broker kinds.
+// Broker kinds (brokerurl's).
 const (
-	STOMP    = "stomp"
-	AMQP     = "amqp"
-	AMQP10   = "amqp10"
-	NATS     = "nats"
-	Embedded = "embedded"
+	STOMP    = brokerurl.STOMP
+	AMQP     = brokerurl.AMQP
+	AMQP10   = brokerurl.AMQP10
+	NATS     = brokerurl.NATS
+	Embedded = brokerurl.Embedded
 )
 
-// Broker is a parsed broker URL.
-type Broker struct {
-	// Kind is STOMP, AMQP, AMQP10, NATS or Embedded.
-	Kind string
-	// Addr is host:port for STOMP.
-	Addr string
-	// Login and Passcode are the STOMP credentials (from the userinfo).
-	Login, Passcode string
-	// URL is the URL for AMQP, AMQP10 and NATS, credentials included: never print it.
-	URL string
-	// Dir is the store directory of an embedded server ("" for a temporary one).
-	Dir string
-	// Display is the URL with the password replaced by "xxxxx".
-	Display string
-}
+// Broker is a parsed broker URL (see brokerurl.URL).
+type Broker = brokerurl.URL
 
 // urlUserInfo matches a URL's scheme and user info (up to the last '@'
 // before the host): the part url.URL.Redacted masks.
@@ -259,54 +247,15 @@ func mysqlDSN(u *url.URL) (string, error) {
 	return b.String(), nil
 }
 
-const brokerExamples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127.0.0.1:5672/ (RabbitMQ), amqp10://user:pass@host:5672 (AMQP 1.0: IBM MQ, Artemis, Service Bus), nats://127.0.0.1:4222 (JetStream) or embedded"
-
-// ParseBroker parses a broker URL.
+// ParseBroker parses a broker URL with brokerurl.Parse; its errors are
+// *UsageError.
 func ParseBroker(raw string) (Broker, error) {
 	if raw == "" {
-		return Broker{}, usage("no broker given: pass --broker URL or set INBOXKIT_BROKER; %s", brokerExamples)
+		return Broker{}, usage("no broker given: pass --broker URL or set INBOXKIT_BROKER; %s", brokerurl.Examples)
 	}
-	if raw == Embedded || strings.HasPrefix(raw, Embedded+":") {
-		dir := strings.TrimPrefix(strings.TrimPrefix(raw, Embedded), ":")
-		return Broker{Kind: Embedded, Dir: dir, Display: raw}, nil
-	}
-	u, err := url.Parse(raw)
+	b, err := brokerurl.Parse(raw)
 	if err != nil {
-		return Broker{}, usage("broker URL is not a valid URL (%s): %s", hideURLError(err), brokerExamples)
+		return Broker{}, &UsageError{msg: err.Error()}
 	}
-	pw, _ := u.User.Password()
-	b := Broker{Display: u.Redacted()}
-	switch strings.ToLower(u.Scheme) {
-	case "stomp", "tcp":
-		if u.Host == "" {
-			return Broker{}, usage("broker URL %s has no host: e.g. stomp://127.0.0.1:61613", b.Display)
-		}
-		b.Kind, b.Addr = STOMP, u.Host
-		if u.Port() == "" {
-			b.Addr = net.JoinHostPort(u.Hostname(), "61613")
-		}
-		b.Login, b.Passcode = u.User.Username(), pw
-		return b, nil
-	case "amqp", "amqps":
-		if u.Host == "" {
-			return Broker{}, usage("broker URL %s has no host: e.g. amqp://guest:guest@127.0.0.1:5672/", b.Display)
-		}
-		b.Kind, b.URL = AMQP, raw
-		return b, nil
-	case "amqp10", "amqp10s":
-		if u.Host == "" {
-			return Broker{}, usage("broker URL %s has no host: e.g. amqp10://user:pass@127.0.0.1:5672", b.Display)
-		}
-		b.Kind, b.URL = AMQP10, raw
-		return b, nil
-	case "nats", "tls":
-		if u.Host == "" {
-			return Broker{}, usage("broker URL %s has no host: e.g. nats://127.0.0.1:4222", b.Display)
-		}
-		b.Kind, b.URL = NATS, raw
-		return b, nil
-	case "":
-		return Broker{}, usage("broker %q has no scheme: %s", Redact(raw), brokerExamples)
-	}
-	return Broker{}, usage("broker scheme %q is not supported: %s", u.Scheme, brokerExamples)
+	return b, nil
 }

@@ -1,0 +1,352 @@
+// Package brokerurl turns a broker URL into the adapter that serves it: the
+// one place where the commands (inboxctl, inboxbench) choose between
+// broker/stomp, broker/rabbitmq, broker/amqp10 and broker/jetstream. It
+// imports every adapter, so it sits at the edge: a library user imports
+// the one adapter it needs instead.
+//
+// # URLs
+//
+//	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too)
+//	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too)
+//	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ, Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
+//	nats://[user:pass@]host:4222          NATS JetStream (tls:// too)
+//	embedded[:DIR]                        a NATS JetStream server inside this process
+//
+// Every adapter opened here is a consumer.Source (when opened with a queue)
+// and a dlq.Publisher, and reports its connection state (consumer.Readier).
+// On JetStream a queue is a subject held by the stream
+// jetstream.StreamName(queue), which the adapter creates; the durable
+// consumer is named after the consumer.
+package brokerurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/amqp10"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/broker/stomp"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
+)
+
+// Kinds of broker URL.
+const (
+	STOMP    = "stomp"
+	AMQP     = "amqp"
+	AMQP10   = "amqp10"
+	NATS     = "nats"
+	Embedded = "embedded"
+)
+
+// Examples lists the URL forms, for messages that ask for a broker URL.
+const Examples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127.0.0.1:5672/ (RabbitMQ), amqp10://user:pass@host:5672 (AMQP 1.0: IBM MQ, Artemis, Service Bus), nats://127.0.0.1:4222 (JetStream) or embedded"
+
+// URL is a parsed broker URL.
+type URL struct {
+	// Kind is STOMP, AMQP, AMQP10, NATS or Embedded.
+	Kind string
+	// Addr is host:port for STOMP.
+	Addr string
+	// Login and Passcode are the STOMP credentials (from the userinfo).
+	Login, Passcode string
+	// URL is the URL as given, credentials included (empty for Embedded):
+	// never print it.
+	URL string
+	// Dir is the store directory of an embedded server ("" for a temporary one).
+	Dir string
+	// Display is the URL with the password replaced by "xxxxx".
+	Display string
+}
+
+// Parse parses a broker URL. Its errors say what to write instead, and
+// never quote a password.
+func Parse(raw string) (URL, error) {
+	if raw == "" {
+		return URL{}, fmt.Errorf("no broker given: %s", Examples)
+	}
+	if raw == Embedded || strings.HasPrefix(raw, Embedded+":") {
+		dir := strings.TrimPrefix(strings.TrimPrefix(raw, Embedded), ":")
+		return URL{Kind: Embedded, Dir: dir, Display: raw}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		msg := "invalid URL"
+		if errors.As(err, &ue) {
+			msg = ue.Err.Error() // the whole error quotes the URL
+		}
+		return URL{}, fmt.Errorf("broker URL is not a valid URL (%s): %s", msg, Examples)
+	}
+	b := URL{Display: u.Redacted(), URL: raw}
+	noHost := func(example string) error {
+		return fmt.Errorf("broker URL %s has no host: e.g. %s", b.Display, example)
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "stomp", "tcp":
+		if u.Host == "" {
+			return URL{}, noHost("stomp://127.0.0.1:61613")
+		}
+		b.Kind, b.Addr = STOMP, u.Host
+		if u.Port() == "" {
+			b.Addr = net.JoinHostPort(u.Hostname(), "61613")
+		}
+		b.Login = u.User.Username()
+		b.Passcode, _ = u.User.Password()
+		return b, nil
+	case "amqp", "amqps":
+		if u.Host == "" {
+			return URL{}, noHost("amqp://guest:guest@127.0.0.1:5672/")
+		}
+		b.Kind = AMQP
+		return b, nil
+	case "amqp10", "amqp10s":
+		if u.Host == "" {
+			return URL{}, noHost("amqp10://user:pass@127.0.0.1:5672")
+		}
+		b.Kind = AMQP10
+		return b, nil
+	case "nats", "tls":
+		if u.Host == "" {
+			return URL{}, noHost("nats://127.0.0.1:4222")
+		}
+		b.Kind = NATS
+		return b, nil
+	case "":
+		return URL{}, fmt.Errorf("broker %q has no scheme: %s", u.Redacted(), Examples)
+	}
+	return URL{}, fmt.Errorf("broker scheme %q is not supported: %s", u.Scheme, Examples)
+}
+
+// Adapter is what every adapter opened here is: a consumer.Source (of the
+// queue it was opened on; publisher-only adapters have none), a
+// dlq.Publisher, and a consumer.Readier.
+type Adapter interface {
+	consumer.Source
+	dlq.Publisher
+	consumer.Readier
+}
+
+// Options configures the adapters a Broker opens.
+type Options struct {
+	// Logger receives the adapters' connection messages. Defaults to
+	// discarding them.
+	Logger *slog.Logger
+	// Quorum declares RabbitMQ queues (amqp://) as quorum queues, which
+	// report a delivery count. Defaults to false (classic queues).
+	Quorum bool
+}
+
+// Broker opens adapters on one broker URL, and for "embedded" runs the
+// in-process JetStream server. It is safe for concurrent use.
+type Broker struct {
+	// URL is the parsed broker URL.
+	URL URL
+	// AckWait is JetStream's AckWait for the sources opened from now on;
+	// 0 is the adapter's default (30s).
+	AckWait time.Duration
+
+	opts     Options
+	natsURL  string
+	embedded *jetstream.Embedded
+	tmpDir   string
+
+	mu      sync.Mutex
+	closers []io.Closer
+	inspect Adapter // publisher-only adapter of Depth
+}
+
+// Open parses raw and, for "embedded", starts the in-process JetStream
+// server (in a temporary directory without ":DIR", removed by Close).
+func Open(raw string, opts Options) (*Broker, error) {
+	u, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	b := &Broker{URL: u, opts: opts, natsURL: u.URL}
+	if u.Kind == Embedded {
+		dir := u.Dir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "inboxkit-js-"); err != nil {
+				return nil, err
+			}
+			b.tmpDir = dir
+		}
+		e, err := jetstream.StartEmbedded(dir)
+		if err != nil {
+			if b.tmpDir != "" {
+				_ = os.RemoveAll(b.tmpDir)
+			}
+			return nil, err
+		}
+		b.embedded, b.natsURL = e, e.URL()
+	}
+	return b, nil
+}
+
+// NATSURL is the NATS URL of a NATS or Embedded broker ("" otherwise).
+func (b *Broker) NATSURL() string {
+	if b.URL.Kind == NATS || b.URL.Kind == Embedded {
+		return b.natsURL
+	}
+	return ""
+}
+
+// Source opens an adapter consuming queue for the consumer called name
+// (JetStream's durable consumer; other brokers do not use it), with at most
+// prefetch unacknowledged deliveries (0: the adapter's default). Close
+// closes it too.
+func (b *Broker) Source(ctx context.Context, queue, name string, prefetch int) (Adapter, error) {
+	if queue == "" {
+		return nil, errors.New("brokerurl: Source needs a queue")
+	}
+	return b.open(ctx, queue, name, prefetch)
+}
+
+// Publisher opens a publisher-only adapter, which the broker confirms
+// every message to (see dlq.Publisher). Close closes it too.
+func (b *Broker) Publisher(ctx context.Context) (Adapter, error) {
+	return b.open(ctx, "", "", 0)
+}
+
+func (b *Broker) open(ctx context.Context, queue, name string, prefetch int) (Adapter, error) {
+	var a Adapter
+	var err error
+	log := b.opts.Logger
+	switch b.URL.Kind {
+	case STOMP:
+		a, err = stomp.Open(ctx, stomp.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
+	case AMQP:
+		a, err = rabbitmq.Open(ctx, rabbitmq.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Quorum: b.opts.Quorum, Logger: log})
+	case AMQP10:
+		a, err = amqp10.Open(ctx, amqp10.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
+	default:
+		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, Logger: log}
+		if queue != "" {
+			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, 1), b.AckWait
+		}
+		a, err = jetstream.Open(ctx, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.track(a)
+	return a, nil
+}
+
+// durableName makes a consumer name usable as a JetStream durable name.
+func durableName(name string) string {
+	return strings.Map(func(r rune) rune {
+		if strings.ContainsRune(".*> \t", r) {
+			return '_'
+		}
+		return r
+	}, name)
+}
+
+func (b *Broker) track(c io.Closer) {
+	b.mu.Lock()
+	b.closers = append(b.closers, c)
+	b.mu.Unlock()
+}
+
+// ErrDepthUnknown is returned by Depth on a broker that cannot tell a
+// queue's depth without receiving its messages.
+var ErrDepthUnknown = errors.New("brokerurl: queue depth unknown")
+
+// maxBrowse bounds the messages Depth browses on ActiveMQ.
+const maxBrowse = 10000
+
+// Depth returns the number of messages waiting in queue, without consuming
+// them, and whether that number is a lower bound:
+//
+//   - ActiveMQ (stomp://): the messages a queue browser sees, up to 10,000
+//     (atLeast is true at that bound). A missing queue is created empty by
+//     the browse: ActiveMQ cannot tell over STOMP whether it existed.
+//   - RabbitMQ (amqp://): a passive declare's message count, which leaves
+//     out the messages delivered and not yet acknowledged; a missing queue
+//     is rabbitmq.ErrNoSuchQueue.
+//   - JetStream (nats://, embedded): the messages on the subject in the
+//     stream that captures it (0 when none does).
+//   - AMQP 1.0 (amqp10://): ErrDepthUnknown. The protocol has no request
+//     for a queue's depth (the draft management specification's
+//     $management node is not offered by RabbitMQ's plugin, the AMQP 1.0
+//     broker tested here); ask the broker's own tools.
+func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, err error) {
+	switch b.URL.Kind {
+	case STOMP:
+		ms, err := stomp.Browse(ctx, stomp.Config{URL: b.URL.URL}, queue, maxBrowse)
+		return len(ms), len(ms) >= maxBrowse, err
+	case AMQP10:
+		return 0, false, fmt.Errorf("%w on AMQP 1.0: the protocol has no request for it ('inboxctl dlq list' receives the messages and hands them back; or ask the broker's own tools)", ErrDepthUnknown)
+	}
+	b.mu.Lock()
+	a := b.inspect
+	b.mu.Unlock()
+	if a == nil {
+		if a, err = b.Publisher(ctx); err != nil {
+			return 0, false, err
+		}
+		b.mu.Lock()
+		b.inspect = a
+		b.mu.Unlock()
+	}
+	d, ok := a.(interface {
+		Depth(context.Context, string) (int, error)
+	})
+	if !ok {
+		return 0, false, ErrDepthUnknown
+	}
+	n, err = d.Depth(ctx, queue)
+	return n, false, err
+}
+
+// QueueExists tells whether queue exists, without creating it: a passive
+// declare on RabbitMQ, a lookup of the stream jetstream.StreamName(queue)
+// on JetStream. known is false on ActiveMQ, which cannot tell over STOMP,
+// and on AMQP 1.0, which has no request for it.
+func (b *Broker) QueueExists(ctx context.Context, queue string) (exists, known bool, err error) {
+	switch b.URL.Kind {
+	case AMQP:
+		exists, err = rabbitmq.QueueExists(ctx, b.URL.URL, queue)
+		return exists, true, err
+	case NATS, Embedded:
+		exists, err = jetstream.StreamExists(ctx, b.natsURL, jetstream.StreamName(queue))
+		return exists, true, err
+	}
+	return false, false, nil
+}
+
+// Close closes every adapter opened here, then stops the embedded server
+// and removes its temporary directory.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	cs := b.closers
+	b.closers, b.inspect = nil, nil
+	b.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		_ = cs[i].Close()
+	}
+	if b.embedded != nil {
+		b.embedded.Shutdown()
+		b.embedded = nil
+	}
+	if b.tmpDir != "" {
+		_ = os.RemoveAll(b.tmpDir)
+		b.tmpDir = ""
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package brokerurl_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
+	"github.com/inboxkit/inboxkit/observe"
+)
+
+// The machine's brokers, with the command that starts each.
+var brokers = []struct {
+	name, addr, url, start string
+}{
+	{"activemq", "127.0.0.1:61613", "stomp://%s", "scripts/activemq start"},
+	{"rabbitmq", "127.0.0.1:5672", "amqp://guest:guest@%s/", "rabbitmq-server -detached"},
+	{"amqp10", "127.0.0.1:5672", "amqp10://guest:guest@%s", "rabbitmq-server -detached; rabbitmq-plugins enable rabbitmq_amqp1_0"},
+	{"jetstream", "127.0.0.1:4222", "nats://%s", "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"},
+}
+
+func queueName(t *testing.T) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "inboxkit.test." + strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()) + "." + hex.EncodeToString(b[:])
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// declare creates queue on RabbitMQ (the AMQP 1.0 adapter receives only
+// from an existing queue) and deletes it at test end.
+func declare(t *testing.T, queue string) {
+	t.Helper()
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		t.Fatalf("RabbitMQ not reachable (start it with rabbitmq-server -detached): %v", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(queue, false, false, false)
+		conn.Close()
+	})
+}
+
+// readyz returns /readyz's status code and its "broker" check.
+func readyz(t *testing.T, srv *httptest.Server) (int, observe.CheckResult) {
+	t.Helper()
+	res, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var r observe.Readiness
+	if err := json.NewDecoder(res.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range r.Checks {
+		if c.Name == "broker" {
+			return res.StatusCode, c
+		}
+	}
+	t.Fatalf("/readyz has no broker check: %+v", r)
+	return 0, observe.CheckResult{}
+}
+
+// waitReadyz polls /readyz until it answers want, failing after a minute.
+func waitReadyz(t *testing.T, srv *httptest.Server, want int) observe.CheckResult {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, c := readyz(t, srv)
+		if code == want {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still answers %d (broker check %+v), want %d", code, c, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestReadinessFollowsTheConnection: on every real broker, a source opened
+// through brokerurl behind a loopback proxy makes /readyz (observe.Health
+// with observe.SourceCheck) answer 200; when the proxy cuts the connection
+// and refuses new ones, 503 with the adapter's reason; when the proxy lets
+// connections through again, 200 once the adapter has reconnected by
+// itself, and it receives again.
+func TestReadinessFollowsTheConnection(t *testing.T) {
+	for _, bk := range brokers {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			p := tcpproxy.Start(t, bk.addr)
+			b, err := brokerurl.Open(fmt.Sprintf(bk.url, p.Addr()), brokerurl.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			queue := queueName(t)
+			if b.URL.Kind == brokerurl.AMQP10 {
+				declare(t, queue)
+			}
+			ctx := ctxFor(t, 2*time.Minute)
+			src, err := b.Source(ctx, queue, "readiness", 1)
+			if err != nil {
+				t.Fatalf("%s not reachable (start it with %s): %v", bk.name, bk.start, err)
+			}
+			h := observe.NewHealth()
+			h.Add("broker", observe.SourceCheck(src))
+			srv := httptest.NewServer(observe.Mux(nil, h))
+			t.Cleanup(srv.Close)
+
+			if code, c := readyz(t, srv); code != http.StatusOK {
+				t.Fatalf("before the cut: /readyz %d %+v, want 200", code, c)
+			}
+			p.Cut()
+			c := waitReadyz(t, srv, http.StatusServiceUnavailable)
+			t.Logf("during the cut: 503 %s", c.Error)
+			if c.OK || c.Error == "" || strings.Contains(c.Error, "guest:guest") {
+				t.Errorf("broker check during the cut: %+v; want a reason without the password", c)
+			}
+			p.Restore()
+			waitReadyz(t, srv, http.StatusOK)
+
+			// The adapter works again: what is published now is received.
+			pub, err := b.Publisher(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pub.Publish(ctx, queue, map[string]string{"eventId": "after-the-cut"}, []byte("x")); err != nil {
+				t.Fatalf("publish after the cut: %v", err)
+			}
+			d, err := src.Receive(ctx)
+			if err != nil {
+				t.Fatalf("receive after the cut: %v", err)
+			}
+			if got := d.Message().Header("eventId"); got != "after-the-cut" {
+				t.Errorf("received %q, want after-the-cut", got)
+			}
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestDepth: the depth of a queue holding three messages, on every broker
+// that can tell without receiving them; AMQP 1.0 says it cannot.
+func TestDepth(t *testing.T) {
+	for _, bk := range brokers {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := brokerurl.Open(fmt.Sprintf(bk.url, bk.addr), brokerurl.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			ctx := ctxFor(t, time.Minute)
+			queue := "DLQ." + queueName(t)
+			if b.URL.Kind == brokerurl.AMQP10 {
+				declare(t, queue)
+			}
+			pub, err := b.Publisher(ctx)
+			if err != nil {
+				t.Fatalf("%s not reachable (start it with %s): %v", bk.name, bk.start, err)
+			}
+			for i := range 3 {
+				if err := pub.Publish(ctx, queue, map[string]string{"eventId": fmt.Sprint("e-", i)}, []byte("dead")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { cleanup(b, queue) })
+			n, atLeast, err := b.Depth(ctx, queue)
+			if b.URL.Kind == brokerurl.AMQP10 {
+				if !errors.Is(err, brokerurl.ErrDepthUnknown) {
+					t.Errorf("Depth on AMQP 1.0 = %d, %v; want ErrDepthUnknown", n, err)
+				}
+				return
+			}
+			if err != nil || n != 3 || atLeast {
+				t.Errorf("Depth = %d, %v, %v; want 3, false, nil", n, atLeast, err)
+			}
+		})
+	}
+}
+
+// cleanup removes what TestDepth left on the broker: the queue's messages
+// (ActiveMQ) or the queue or stream itself.
+func cleanup(b *brokerurl.Broker, queue string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch b.URL.Kind {
+	case brokerurl.AMQP:
+		if conn, err := amqp.Dial(b.URL.URL); err == nil {
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(queue, false, false, false)
+			}
+			conn.Close()
+		}
+	case brokerurl.NATS:
+		if nc, err := nats.Connect(b.URL.URL); err == nil {
+			if js, err := natsjs.New(nc); err == nil {
+				_ = js.DeleteStream(ctx, jetstream.StreamName(queue))
+			}
+			nc.Close()
+		}
+	case brokerurl.STOMP:
+		src, err := b.Source(ctx, queue, "cleanup", 10)
+		if err != nil {
+			return
+		}
+		for range 3 {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			d, err := src.Receive(rctx)
+			cancel()
+			if err != nil {
+				return
+			}
+			_ = d.Ack(ctx)
+		}
+	}
+}

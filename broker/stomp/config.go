@@ -1,0 +1,144 @@
+package stomp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config configures an Adapter and Browse. The zero value of every field
+// selects its documented default.
+type Config struct {
+	// URL is the broker URL, stomp://[login:passcode@]host:61613 (tcp://
+	// is accepted too); it sets Addr, Login and Passcode where those are
+	// empty. Defaults to "" (Addr).
+	URL string
+	// Addr is the broker's STOMP address, host:port. Defaults to the host
+	// of URL, or "127.0.0.1:61613".
+	Addr string
+	// Host is the CONNECT host header. Defaults to the host part of Addr.
+	Host string
+	// Login and Passcode authenticate when Login is not empty. Default: none.
+	Login, Passcode string
+	// Queue is the queue Receive consumes: a plain name ("orders") becomes
+	// "/queue/orders"; a name starting with '/' is used as it is. Empty
+	// means a publisher-only Adapter: Receive returns ErrNoQueue.
+	// Defaults to "".
+	Queue string
+	// Prefetch is how many unacknowledged messages the broker may push to
+	// the Adapter at once (activemq.prefetchSize). Set it to the consumer's
+	// concurrency, or a little more: a higher value holds messages back from
+	// other consumers. Defaults to 10.
+	Prefetch int
+	// Heartbeat is the STOMP heart-beat interval, both ways. The connection
+	// is considered dead (and the Adapter reconnects) when the broker sends
+	// nothing for three times the negotiated interval. Defaults to 10s; negative
+	// disables heart-beats.
+	Heartbeat time.Duration
+	// DialTimeout bounds dialling and the STOMP handshake. Defaults to 10s.
+	DialTimeout time.Duration
+	// WriteTimeout bounds every frame write. Defaults to 10s.
+	WriteTimeout time.Duration
+	// ReconnectBackoff is the first wait before reconnecting after a broken
+	// connection; it doubles after each failed attempt up to
+	// MaxReconnectBackoff. Defaults to 100ms.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps ReconnectBackoff. Defaults to 5s.
+	MaxReconnectBackoff time.Duration
+	// Limits bound the frames accepted from the broker. Defaults: see Limits.
+	Limits Limits
+	// ErrorFunc, when set, is called with every connection error the
+	// receiving connection recovers from by reconnecting (for logs).
+	// Default: nil.
+	ErrorFunc func(error)
+	// Logger, when set, logs the receiving connection's errors with their
+	// cause, at most once per minute. Default: nil (no log).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.URL != "" {
+		u, err := url.Parse(c.URL)
+		if err != nil {
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err // the full error quotes the URL
+			}
+			return fmt.Errorf("stomp: Config.URL is invalid: %s", err)
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "stomp", "tcp":
+		default:
+			return fmt.Errorf("stomp: Config.URL %s: scheme %q is not supported: use stomp://[login:passcode@]host:61613", u.Redacted(), u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return fmt.Errorf("stomp: Config.URL %s has no host: e.g. stomp://127.0.0.1:61613", u.Redacted())
+		}
+		if c.Addr == "" {
+			c.Addr = u.Host
+			if u.Port() == "" {
+				c.Addr = net.JoinHostPort(u.Hostname(), "61613")
+			}
+		}
+		if c.Login == "" && c.Passcode == "" && u.User != nil {
+			c.Login = u.User.Username()
+			c.Passcode, _ = u.User.Password()
+		}
+	}
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:61613"
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 10
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 10 * time.Second
+	}
+	if c.ReconnectBackoff == 0 {
+		c.ReconnectBackoff = 100 * time.Millisecond
+	}
+	if c.MaxReconnectBackoff == 0 {
+		c.MaxReconnectBackoff = 5 * time.Second
+	}
+	return nil
+}
+
+// check sets the defaults and validates.
+func (c *Config) check() error {
+	if err := c.setDefaults(); err != nil {
+		return err
+	}
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Prefetch < 0:
+		return errors.New("stomp: Config.Prefetch must not be negative")
+	case c.DialTimeout < 0:
+		return errors.New("stomp: Config.DialTimeout must not be negative")
+	case c.WriteTimeout < 0:
+		return errors.New("stomp: Config.WriteTimeout must not be negative")
+	case c.ReconnectBackoff < 0:
+		return errors.New("stomp: Config.ReconnectBackoff must not be negative")
+	case c.MaxReconnectBackoff < c.ReconnectBackoff:
+		return errors.New("stomp: Config.MaxReconnectBackoff must not be smaller than ReconnectBackoff")
+	case c.Limits.MaxBodySize < 0 || c.Limits.MaxHeaders < 0 || c.Limits.MaxLineLength < 0:
+		return errors.New("stomp: Config.Limits fields must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) dial(ctx context.Context) (*Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+	defer cancel()
+	return Dial(ctx, c.Addr, ConnOptions{
+		Host: c.Host, Login: c.Login, Passcode: c.Passcode,
+		HeartBeat: c.Heartbeat, WriteTimeout: c.WriteTimeout, Limits: c.Limits,
+	})
+}

@@ -1,0 +1,300 @@
+// Package reconnect keeps one live broker session for an adapter and
+// replaces it after it dies: the session supervision that broker/rabbitmq
+// and broker/amqp10 share.
+//
+// An adapter's session type embeds [Life]. The adapter makes its
+// Supervisor with [New], opens its first session itself (so Open reports
+// its error) and hands it to [Supervisor.Start]. From then on
+// [Supervisor.Current] returns the live session, waiting while a dead one
+// is being replaced; code that sees a session fail calls [Supervisor.Lost];
+// the supervisor closes the dead session, waits with doubling backoff,
+// connects again until it succeeds, and installs the new session.
+// [Supervisor.Ready] reports the connection state for readiness checks.
+package reconnect
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/inboxkit/inboxkit/consumer"
+)
+
+// Life is embedded in a session: it says when the session died and why.
+// Its zero value is a live session.
+type Life struct {
+	mk   sync.Once
+	dead chan struct{}
+	once sync.Once
+	err  error // why it died; written before dead is closed
+}
+
+func (l *Life) ch() chan struct{} {
+	l.mk.Do(func() { l.dead = make(chan struct{}) })
+	return l.dead
+}
+
+// Dead is closed when the session died.
+func (l *Life) Dead() <-chan struct{} { return l.ch() }
+
+// Err tells why the session died; nil while it lives.
+func (l *Life) Err() error {
+	select {
+	case <-l.ch():
+		return l.err
+	default:
+		return nil
+	}
+}
+
+func (l *Life) life() *Life { return l }
+
+// Session is one connection of an adapter with what hangs on it. It is
+// never reused after it died.
+type Session interface {
+	// Close closes the connection; the broker hands back what was
+	// delivered and not settled.
+	Close()
+	life() *Life // embed Life
+}
+
+// Backoff is the pause before each reconnect attempt: First, doubling up to
+// Max, each pause varied by ±Jitter of itself (0 = exact).
+type Backoff struct {
+	First, Max time.Duration
+	Jitter     float64
+}
+
+// waits returns the successive pauses of one series of attempts.
+func (b Backoff) waits() func() time.Duration {
+	next := b.First
+	return func() time.Duration {
+		w := next
+		if b.Jitter > 0 && w > 0 {
+			delta := b.Jitter * float64(w)
+			w = time.Duration(float64(w) - delta + rand.Float64()*(2*delta+1))
+		}
+		next = min(2*next, b.Max)
+		return w
+	}
+}
+
+// Config configures a Supervisor.
+type Config[S Session] struct {
+	// Name prefixes log messages ("rabbitmq").
+	Name string
+	// URL is the broker URL for logs and errors, password removed.
+	URL string
+	// Queue is the consumed queue, for logs.
+	Queue string
+	// Logger receives the reconnect messages.
+	Logger *slog.Logger
+	// Backoff spaces the reconnect attempts.
+	Backoff Backoff
+	// Connect opens a new session; ctx is cancelled by Close.
+	Connect func(ctx context.Context) (S, error)
+}
+
+// Supervisor holds the live session and replaces it after it died, until
+// Close. All methods are safe for concurrent use.
+type Supervisor[S Session] struct {
+	cfg Config[S]
+
+	mu       sync.Mutex
+	sess     S
+	live     bool          // sess is set and alive
+	ready    chan struct{} // closed when sess is set
+	lostAt   time.Time     // when the last session died
+	lastErr  error         // why it died, or the last failed attempt since
+	attempts int           // failed reconnect attempts since
+
+	closed    chan struct{}
+	closeOnce sync.Once
+	done      chan struct{} // supervisor exited
+}
+
+// New returns a Supervisor with no session yet: Current waits until Start.
+// An adapter creates it before its first connect, so that the session's
+// watchers can call Lost.
+func New[S Session](cfg Config[S]) *Supervisor[S] {
+	return &Supervisor[S]{
+		cfg:    cfg,
+		ready:  make(chan struct{}),
+		closed: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// Start installs first as the live session and supervises it. It is called
+// once; without it Close must not be called.
+func (sv *Supervisor[S]) Start(first S) {
+	sv.install(first)
+	go sv.supervise(first)
+}
+
+// Current returns the live session, waiting while the connection is being
+// repaired. It fails with ctx.Err(), or consumer.ErrClosed after Close.
+func (sv *Supervisor[S]) Current(ctx context.Context) (S, error) {
+	var zero S
+	for {
+		select {
+		case <-sv.closed:
+			return zero, consumer.ErrClosed
+		default:
+		}
+		sv.mu.Lock()
+		s, live, ready := sv.sess, sv.live, sv.ready
+		sv.mu.Unlock()
+		if live {
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-sv.closed:
+			return zero, consumer.ErrClosed
+		}
+	}
+}
+
+// Closed is closed by Close.
+func (sv *Supervisor[S]) Closed() <-chan struct{} { return sv.closed }
+
+// Ready returns nil while a session is live, and otherwise an error saying
+// since when the connection is down and why. It does not block.
+func (sv *Supervisor[S]) Ready() error {
+	select {
+	case <-sv.closed:
+		return fmt.Errorf("%s: %w", sv.cfg.Name, consumer.ErrClosed)
+	default:
+	}
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.live {
+		return nil
+	}
+	return fmt.Errorf("%s: not connected to %s since %s (%d reconnect attempts failed): %w",
+		sv.cfg.Name, sv.cfg.URL, sv.lostAt.UTC().Format(time.RFC3339), sv.attempts, sv.lastErr)
+}
+
+// Lost marks s dead with err and makes Current wait for its successor.
+// Only the first call for a session counts.
+func (sv *Supervisor[S]) Lost(s S, err error) {
+	l := s.life()
+	l.once.Do(func() {
+		sv.mu.Lock()
+		if sv.live && sv.sess.life() == l {
+			var zero S
+			sv.sess, sv.live = zero, false
+			sv.ready = make(chan struct{})
+			sv.lostAt, sv.lastErr, sv.attempts = time.Now(), err, 0
+		}
+		sv.mu.Unlock()
+		l.err = err
+		close(l.ch())
+	})
+}
+
+// Close stops the supervision, marks the live session dead and closes it,
+// and waits until the supervisor exited. It is safe to call more than once.
+func (sv *Supervisor[S]) Close() {
+	sv.closeOnce.Do(func() { close(sv.closed) })
+	<-sv.done
+}
+
+func (sv *Supervisor[S]) install(s S) {
+	sv.mu.Lock()
+	sv.sess, sv.live = s, true
+	close(sv.ready)
+	sv.mu.Unlock()
+}
+
+func (sv *Supervisor[S]) supervise(s S) {
+	defer close(sv.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-sv.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	log := sv.cfg.Logger
+	for {
+		select {
+		case <-s.life().Dead():
+		case <-sv.closed:
+			sv.Lost(s, consumer.ErrClosed)
+			s.Close()
+			return
+		}
+		s.Close()
+		log.Warn(sv.cfg.Name+": connection lost, reconnecting", "url", sv.cfg.URL, "queue", sv.cfg.Queue, "err", s.life().Err())
+		wait := sv.cfg.Backoff.waits()
+		backoff := wait()
+		for {
+			select {
+			case <-sv.closed:
+				return
+			case <-time.After(backoff):
+			}
+			next, err := sv.cfg.Connect(ctx)
+			if err == nil {
+				s = next
+				break
+			}
+			if ctx.Err() != nil {
+				return // closed while connecting
+			}
+			sv.mu.Lock()
+			sv.lastErr = err
+			sv.attempts++
+			sv.mu.Unlock()
+			backoff = wait()
+			log.Warn(sv.cfg.Name+": reconnect failed", "url", sv.cfg.URL, "err", err, "retry_in", backoff)
+		}
+		sv.install(s)
+		log.Info(sv.cfg.Name+": reconnected", "url", sv.cfg.URL, "queue", sv.cfg.Queue)
+	}
+}
+
+// The defaults of the adapters' reconnect settings (Config.ReconnectBackoff,
+// Config.MaxReconnectBackoff, Config.DialTimeout).
+const (
+	DefaultBackoff     = 500 * time.Millisecond
+	DefaultMaxBackoff  = 30 * time.Second
+	DefaultDialTimeout = 10 * time.Second
+)
+
+// SetDefaults sets the zero ones of an adapter's Config.ReconnectBackoff,
+// Config.MaxReconnectBackoff and Config.DialTimeout to their defaults.
+func SetDefaults(backoff, maxBackoff, dialTimeout *time.Duration) {
+	if *backoff == 0 {
+		*backoff = DefaultBackoff
+	}
+	if *maxBackoff == 0 {
+		*maxBackoff = DefaultMaxBackoff
+	}
+	if *dialTimeout == 0 {
+		*dialTimeout = DefaultDialTimeout
+	}
+}
+
+// Validate checks those settings; the errors name the fields with prefix
+// (the package name).
+func Validate(prefix string, backoff, maxBackoff, dialTimeout time.Duration) error {
+	switch {
+	case backoff < 0:
+		return fmt.Errorf("%s: Config.ReconnectBackoff must not be negative", prefix)
+	case maxBackoff < backoff:
+		return fmt.Errorf("%s: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff", prefix)
+	case dialTimeout < 0:
+		return fmt.Errorf("%s: Config.DialTimeout must not be negative", prefix)
+	}
+	return nil
+}
