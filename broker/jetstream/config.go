@@ -60,7 +60,7 @@ type Config struct {
 	// Defaults to 500ms.
 	ReconnectBackoff time.Duration
 	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
-	// Defaults to 30s.
+	// Defaults to 5s (a NATS server restarts in seconds).
 	MaxReconnectBackoff time.Duration
 	// DialTimeout bounds one connect. Defaults to 5s.
 	DialTimeout time.Duration
@@ -95,7 +95,7 @@ func (c *Config) setDefaults() {
 		c.ReconnectBackoff = 500 * time.Millisecond
 	}
 	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 30 * time.Second
+		c.MaxReconnectBackoff = 5 * time.Second
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
