@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 // Config configures an Adapter. The zero value of every field selects its
@@ -165,11 +167,7 @@ func StreamName(subject string) string {
 // backoff returns nats.go's reconnect delay: ReconnectBackoff doubling per
 // attempt up to MaxReconnectBackoff.
 func (c *Config) backoff(attempts int) time.Duration {
-	d := c.ReconnectBackoff
-	for i := 1; i < attempts && d < c.MaxReconnectBackoff; i++ {
-		d *= 2
-	}
-	return min(d, c.MaxReconnectBackoff)
+	return reconnect.Backoff{First: c.ReconnectBackoff, Max: c.MaxReconnectBackoff}.Delay(attempts)
 }
 
 // redact returns the URL list with passwords replaced by "xxxxx".

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
 // Headers this package reads or writes on ActiveMQ.
@@ -113,12 +114,12 @@ func (s *source) run(sub *Subscription) {
 		s.lostAt = time.Now()
 		s.mu.Unlock()
 		s.report(err)
-		backoff := s.cfg.ReconnectBackoff
+		wait := reconnect.Backoff{First: s.cfg.ReconnectBackoff, Max: s.cfg.MaxReconnectBackoff}.Waits()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait()):
 			}
 			sub, err = s.connect(ctx)
 			if err == nil {
@@ -128,7 +129,6 @@ func (s *source) run(sub *Subscription) {
 				return
 			}
 			s.report(err)
-			backoff = min(2*backoff, s.cfg.MaxReconnectBackoff)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package reconnect keeps one live broker session for an adapter and
 // replaces it after it dies: the session supervision that broker/rabbitmq
-// and broker/amqp10 share.
+// and broker/amqp10 share, and the reconnect [Backoff] of all four adapters
+// (stomp's reconnect loop and nats.go's reconnect delay use it too).
 //
 // An adapter's session type embeds [Life]. The adapter makes its
 // Supervisor with [New], opens its first session itself (so Open reports
@@ -61,25 +62,35 @@ type Session interface {
 	life() *Life // embed Life
 }
 
-// Backoff is the pause before each reconnect attempt: First, doubling up to
-// Max, each pause varied by ±Jitter of itself (0 = exact).
+// Backoff is the pause before each reconnect attempt of every adapter:
+// First, doubling up to Max, each pause varied by ±Jitter of itself
+// (0 = exact).
 type Backoff struct {
 	First, Max time.Duration
 	Jitter     float64
 }
 
-// waits returns the successive pauses of one series of attempts.
-func (b Backoff) waits() func() time.Duration {
-	next := b.First
+// Waits returns the successive pauses of one series of attempts.
+func (b Backoff) Waits() func() time.Duration {
+	n := 0
 	return func() time.Duration {
-		w := next
-		if b.Jitter > 0 && w > 0 {
-			delta := b.Jitter * float64(w)
-			w = time.Duration(float64(w) - delta + rand.Float64()*(2*delta+1))
-		}
-		next = min(2*next, b.Max)
-		return w
+		n++
+		return b.Delay(n)
 	}
+}
+
+// Delay returns the pause before attempt n (1 for the first).
+func (b Backoff) Delay(n int) time.Duration {
+	w := b.First
+	for i := 1; i < n && w < b.Max; i++ {
+		w *= 2
+	}
+	w = min(w, b.Max)
+	if b.Jitter > 0 && w > 0 {
+		delta := b.Jitter * float64(w)
+		w = time.Duration(float64(w) - delta + rand.Float64()*(2*delta+1))
+	}
+	return w
 }
 
 // Config configures a Supervisor.
@@ -235,7 +246,7 @@ func (sv *Supervisor[S]) supervise(s S) {
 		}
 		s.Close()
 		log.Warn(sv.cfg.Name+": connection lost, reconnecting", "url", sv.cfg.URL, "queue", sv.cfg.Queue, "err", s.life().Err())
-		wait := sv.cfg.Backoff.waits()
+		wait := sv.cfg.Backoff.Waits()
 		backoff := wait()
 		for {
 			select {
