@@ -301,10 +301,8 @@ func (c *Conn) readLoop(fr *FrameReader) {
 			s := c.subs[f.Value("subscription")]
 			c.mu.Unlock()
 			if s != nil {
-				select {
-				case s.ch <- f:
-				case <-s.gone:
-				case <-c.done:
+				if err := s.deliver(f); err != nil {
+					c.fail(err)
 					return
 				}
 			}
@@ -463,19 +461,92 @@ type SubscribeOptions struct {
 	// Defaults to "client-individual".
 	Ack string
 	// Prefetch is sent as activemq.prefetchSize when > 0; it also sizes the
-	// subscription's buffer.
+	// subscription's buffer. A broker that sends more unacknowledged
+	// messages than that (one that ignores the header) does not stop the
+	// connection: the frames beyond are kept in order, up to
+	// MaxOverflowMessages or MaxOverflowBytes, and beyond those the
+	// connection fails with an error saying so (the broker takes back what
+	// was not acknowledged). An "auto" subscription has nothing to
+	// acknowledge: when its buffer is full the connection waits for Next.
 	Prefetch int
 	// Headers are extra SUBSCRIBE headers (e.g. browser:true, selector).
 	Headers []Header
 }
 
+// The most MESSAGE frames, and body bytes, a subscription keeps beyond its
+// Prefetch while they wait for Next (see SubscribeOptions.Prefetch).
+const (
+	MaxOverflowMessages = 1000
+	MaxOverflowBytes    = 64 << 20
+)
+
 // Subscription receives the MESSAGE frames of one SUBSCRIBE.
 type Subscription struct {
-	c    *Conn
-	id   string
-	ch   chan *Frame
-	gone chan struct{} // closed by end
-	once sync.Once
+	c        *Conn
+	id       string
+	prefetch int
+	ch       chan *Frame
+	gone     chan struct{} // closed by end
+	once     sync.Once
+	wait     bool // ack mode auto: the reader waits for room in ch
+
+	mu        sync.Mutex
+	over      []*Frame // frames beyond ch's room, oldest first (never with wait)
+	overBytes int
+}
+
+// deliver hands a MESSAGE frame to the subscription, from the reader. It
+// must not wait for Next on a subscription whose messages are acknowledged:
+// the RECEIPTs of the Acks that make room come behind the frames a broker
+// sent beyond the prefetch, and the reader would never get to them (every
+// Ack would wait until its context ends). It fails when a broker keeps
+// sending past MaxOverflowMessages or MaxOverflowBytes.
+func (s *Subscription) deliver(f *Frame) error {
+	if s.wait {
+		select {
+		case s.ch <- f:
+		case <-s.gone:
+		case <-s.c.done:
+		}
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.over) == 0 {
+		select {
+		case s.ch <- f:
+			return nil
+		default:
+		}
+	}
+	s.over = append(s.over, f)
+	s.overBytes += len(f.Body)
+	if len(s.over) > MaxOverflowMessages || s.overBytes > MaxOverflowBytes {
+		n, b := len(s.over), s.overBytes
+		s.over, s.overBytes = nil, 0
+		return fmt.Errorf("stomp: subscription %s: the broker sent %d messages (%d body bytes) beyond the prefetch of %d without waiting for acknowledgements (does it ignore activemq.prefetchSize?); the unacknowledged messages go back to it",
+			s.id, n, b, s.prefetch)
+	}
+	return nil
+}
+
+// refill moves kept frames into the buffer Next just made room in.
+func (s *Subscription) refill() {
+	if s.wait {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.over) > 0 {
+		select {
+		case s.ch <- s.over[0]:
+			s.overBytes -= len(s.over[0].Body)
+			s.over[0] = nil
+			s.over = s.over[1:]
+		default:
+			return
+		}
+	}
 }
 
 // Subscribe subscribes to destination and waits for the broker's RECEIPT.
@@ -484,7 +555,7 @@ func (c *Conn) Subscribe(ctx context.Context, destination string, opts Subscribe
 		opts.Ack = "client-individual"
 	}
 	buf := max(opts.Prefetch, 1)
-	s := &Subscription{c: c, id: c.newID("s-"), ch: make(chan *Frame, buf), gone: make(chan struct{})}
+	s := &Subscription{c: c, id: c.newID("s-"), prefetch: opts.Prefetch, ch: make(chan *Frame, buf), gone: make(chan struct{}), wait: opts.Ack == "auto"}
 	f := NewFrame(CmdSubscribe, "id", s.id, "destination", destination, "ack", opts.Ack)
 	if opts.Prefetch > 0 {
 		f.Headers = append(f.Headers, Header{"activemq.prefetchSize", strconv.Itoa(opts.Prefetch)})
@@ -527,11 +598,13 @@ func (s *Subscription) Conn() *Conn { return s.c }
 func (s *Subscription) Next(ctx context.Context) (*Frame, error) {
 	select {
 	case f := <-s.ch:
+		s.refill()
 		return f, nil
 	default:
 	}
 	select {
 	case f := <-s.ch:
+		s.refill()
 		return f, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

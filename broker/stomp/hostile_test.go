@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strings"
@@ -424,4 +425,93 @@ func TestHostileOversizeMessageSkipped(t *testing.T) {
 			t.Fatalf("got %s (oversize %d, body %q), want %+v", f, f.Oversize, f.Body, want)
 		}
 	}
+}
+
+// floodThenAck answers the SUBSCRIBE, sends n MESSAGE frames at once (a
+// broker ignoring activemq.prefetchSize), then answers every receipt and
+// reports the acknowledged ack ids on acked.
+func floodThenAck(n int, acked chan<- string) func(r *bufio.Reader, c net.Conn) {
+	return func(r *bufio.Reader, c net.Conn) {
+		fr := stomp.NewFrameReader(r, stomp.Limits{})
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", f.Value("receipt")))
+		var flood bytes.Buffer
+		for i := 0; i < n; i++ {
+			stomp.WriteFrame(&flood, &stomp.Frame{Command: stomp.CmdMessage, Headers: []stomp.Header{{"subscription", "s-1"},
+				{"message-id", fmt.Sprint("m-", i)}, {"ack", fmt.Sprint("a-", i)}, {"eventId", fmt.Sprint("ev-", i)}}, Body: []byte("hello")})
+		}
+		go c.Write(flood.Bytes()) // the client reads while this writes
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if f.Command == stomp.CmdAck && acked != nil {
+				acked <- f.Value("id")
+			}
+			if id := f.Value("receipt"); id != "" {
+				stomp.WriteFrame(c, stomp.NewFrame(stomp.CmdReceipt, "receipt-id", id))
+			}
+		}
+	}
+}
+
+// A server that ignores the prefetch and sends 50 messages at once to a
+// Source with Prefetch 1: every Ack still gets its RECEIPT (the reader must
+// not wait for the consumer while RECEIPTs queue behind the messages), and
+// every message arrives once, in order.
+func TestHostileServerIgnoresPrefetch(t *testing.T) {
+	noLeak(t)
+	const n = 50
+	acked := make(chan string, n)
+	addr := serve(t, connected, floodThenAck(n, acked))
+	src, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, Heartbeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for i := 0; i < n; i++ {
+		d, err := src.Receive(testCtx(t))
+		if err != nil {
+			t.Fatalf("receive %d: %v", i, err)
+		}
+		if got, want := d.Message().Header("eventId"), fmt.Sprint("ev-", i); got != want {
+			t.Fatalf("message %d is %s, want %s", i, got, want)
+		}
+		if err := d.Ack(testCtx(t)); err != nil {
+			t.Fatalf("ack %d of %d on a broker that ignores the prefetch: %v", i, n, err)
+		}
+		if id := <-acked; id != fmt.Sprint("a-", i) {
+			t.Fatalf("ack %d sent for %s", i, id)
+		}
+	}
+}
+
+// A server that floods without end: past MaxOverflowMessages the
+// connection fails with an error that says so (the broker takes back the
+// unacknowledged messages), instead of holding them all in memory.
+func TestHostileServerFloodBeyondPrefetch(t *testing.T) {
+	noLeak(t)
+	addr := serve(t, connected, floodThenAck(stomp.MaxOverflowMessages+10, nil))
+	c, err := stomp.Dial(testCtx(t), addr, stomp.ConnOptions{HeartBeat: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Subscribe(testCtx(t), "/queue/q", stomp.SubscribeOptions{Prefetch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-testCtx(t).Done():
+		t.Fatal("the connection took every message beyond the prefetch")
+	}
+	err = c.Err()
+	if !errors.Is(err, stomp.ErrConnClosed) || !strings.Contains(err.Error(), "beyond the prefetch of 1") {
+		t.Fatalf("err = %v, want one saying the broker sent beyond the prefetch", err)
+	}
+	t.Log(err)
 }
