@@ -62,6 +62,7 @@ type config struct {
 	logDir      string
 	keep        bool
 	verbose     bool
+	private     bool
 }
 
 const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-dlq-publish-before-mark:0.05"
@@ -74,6 +75,27 @@ const (
 	natsRestart = `start-stop-daemon --stop --oknodo --retry 10 --exec /usr/sbin/nats-server && ` +
 		`start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log`
 )
+
+// Private instances: the ones scripts/torture-services starts on their own
+// ports and data directories (the same environment variables choose the
+// ports), restarted with the same script, so that a run with restarts
+// disturbs no other user of the machine's services.
+func privateServices() (db string, brokers map[string]struct{ url, restart string }) {
+	port := func(env, def string) string {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+		return def
+	}
+	const svc = "scripts/torture-services restart "
+	stomp := struct{ url, restart string }{"stomp://127.0.0.1:" + port("INBOXKIT_TORTURE_STOMP_PORT", "61633"), svc + "activemq"}
+	rmq := struct{ url, restart string }{"amqp://guest:guest@127.0.0.1:" + port("INBOXKIT_TORTURE_AMQP_PORT", "5673") + "/", svc + "rabbitmq"}
+	nats := struct{ url, restart string }{"nats://127.0.0.1:" + port("INBOXKIT_TORTURE_NATS_PORT", "4223"), svc + "nats"}
+	return "postgres://postgres@127.0.0.1:" + port("INBOXKIT_TORTURE_PG_PORT", "5433") + "/postgres?sslmode=disable",
+		map[string]struct{ url, restart string }{"stomp": stomp, "activemq": stomp, "rabbitmq": rmq, "nats": nats, "jetstream": nats}
+}
+
+const privateDBRestart = "scripts/torture-services restart pg"
 
 var brokers = map[string]struct{ url, restart string }{
 	"stomp":     {"stomp://127.0.0.1:61613", amqRestart},
@@ -110,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logDir, "logs", "", "directory for the consumers' logs (default: none kept)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's database")
 	fs.BoolVar(&c.verbose, "v", false, "log progress")
+	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  go run ./cmd/inboxtorture --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
 		fs.PrintDefaults()
@@ -120,7 +143,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if b, ok := brokers[c.broker]; ok {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	known := brokers
+	if c.private {
+		var db string
+		db, known = privateServices()
+		if !set["db"] {
+			c.adminDB = db
+		}
+		if !set["db-restart-cmd"] {
+			c.dbRestart = privateDBRestart
+		}
+	}
+	if b, ok := known[c.broker]; ok {
 		c.brokerURL = b.url
 		if c.brkRestart == "" {
 			c.brkRestart = b.restart

@@ -87,7 +87,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 		}
 	}
 
-	if err := brokerAnswers(cfg.brokerURL); err != nil {
+	if err := brokerAnswers(cfg.brokerURL, cfg.private); err != nil {
 		return nil, err
 	}
 	dbName := "inboxtorture_" + runID
@@ -174,7 +174,11 @@ func (r *rig) createDB(ctx context.Context, name string) error {
 	}
 	defer admin.Close()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		return fmt.Errorf("create database %s on --db: %v\n\tis PostgreSQL running? start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start", name, err)
+		start := "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+		if r.cfg.private {
+			start = "scripts/torture-services start pg"
+		}
+		return fmt.Errorf("create database %s on --db: %v\n\tis PostgreSQL running? start it with: %s", name, err, start)
 	}
 	u, err := url.Parse(r.cfg.adminDB)
 	if err != nil {
@@ -396,7 +400,7 @@ func (r *rig) restart(what, command string, count *int) {
 
 // brokerAnswers fails early, naming the start command, when nothing
 // listens on the broker's address.
-func brokerAnswers(raw string) error {
+func brokerAnswers(raw string, private bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("--broker %q is not a URL with a host", raw)
@@ -405,6 +409,9 @@ func brokerAnswers(raw string) error {
 	if err != nil {
 		start := map[string]string{"stomp": "scripts/activemq start", "amqp": "rabbitmq-server -detached",
 			"nats": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"}[u.Scheme]
+		if private {
+			start = "scripts/torture-services start " + map[string]string{"stomp": "activemq", "amqp": "rabbitmq", "nats": "nats"}[u.Scheme]
+		}
 		return fmt.Errorf("broker %s://%s does not answer: %v\n\tstart it with: %s", u.Scheme, u.Host, err, start)
 	}
 	return c.Close()
