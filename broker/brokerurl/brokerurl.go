@@ -207,8 +207,10 @@ func (b *Broker) NATSURL() string {
 
 // Source opens an adapter consuming queue for the consumer called name
 // (JetStream's durable consumer; other brokers do not use it), with at most
-// prefetch unacknowledged deliveries (0: the adapter's default). Close
-// closes it too.
+// prefetch unacknowledged deliveries (0: the adapter's default). On
+// JetStream the durable is shared by every source of that name, and its
+// MaxAckPending is prefetch but at least 1000, for all of them together.
+// Close closes it too.
 func (b *Broker) Source(ctx context.Context, queue, name string, prefetch int) (Adapter, error) {
 	if queue == "" {
 		return nil, errors.New("brokerurl: Source needs a queue")
@@ -236,7 +238,12 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int) (Ad
 	default:
 		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, Logger: log}
 		if queue != "" {
-			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, 1), b.AckWait
+			// Every process of one consumer name shares the durable, so its
+			// MaxAckPending (Prefetch) is the group's, not one process's:
+			// that let the deliveries of a killed process (unacknowledged
+			// until AckWait) stop all the others. A process holds at most
+			// prefetch deliveries anyway: its workers pull one at a time.
+			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, sharedDurablePrefetch), b.AckWait
 		}
 		a, err = jetstream.Open(ctx, cfg)
 	}
@@ -246,6 +253,10 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int) (Ad
 	b.track(a)
 	return a, nil
 }
+
+// sharedDurablePrefetch is the least MaxAckPending of a JetStream durable
+// consumer opened by Source (the adapter's default).
+const sharedDurablePrefetch = 1000
 
 // durableName makes a consumer name usable as a JetStream durable name.
 func durableName(name string) string {
