@@ -58,6 +58,7 @@ type options struct {
 	big, bigConc      int
 	keepBig           bool
 	purge             int
+	purgeBatch        int
 	bigSchema         string
 	sections          map[string]bool
 	out, log          io.Writer // tables; progress lines
@@ -82,6 +83,7 @@ func main() {
 	flag.IntVar(&o.bigConc, "big-c", 4, "big, purge: ingest goroutines")
 	flag.BoolVar(&o.keepBig, "keep-big", true, "big: keep the generated table (schema inboxbench_big) for the next run")
 	flag.IntVar(&o.purge, "purge", 1_000_000, "purge: rows to purge")
+	flag.IntVar(&o.purgeBatch, "purge-batch", 0, "purge: rows per purge transaction (0: PurgeOptions' default, 1000)")
 	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
 	flag.StringVar(&sections, "sections", "e2e,library,big,purge", "comma-separated sections to run")
 	flag.Parse()

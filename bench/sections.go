@@ -185,7 +185,7 @@ func purgeSection(ctx context.Context, admin *sql.DB, o options) error {
 	}()
 	<-started
 	began := time.Now()
-	deleted, perr := s.Purge(ctx, inbox.PurgeOptions{OlderThan: 8 * 24 * time.Hour})
+	deleted, perr := s.Purge(ctx, inbox.PurgeOptions{OlderThan: 8 * 24 * time.Hour, BatchSize: o.purgeBatch})
 	took := time.Since(began)
 	stopIngest()
 	during := <-ingestDone
@@ -195,7 +195,11 @@ func purgeSection(ctx context.Context, admin *sql.DB, o options) error {
 	if during.err != nil {
 		return during.err
 	}
-	fmt.Fprintf(o.out, "\nRetention: Store.Purge (batches of 1000) of %d rows processed 30 days ago, while Store.Process ingests at %d goroutines\n\n", o.purge, o.bigConc)
+	batch := o.purgeBatch
+	if batch == 0 {
+		batch = 1000 // PurgeOptions' default
+	}
+	fmt.Fprintf(o.out, "\nRetention: Store.Purge (batches of %d) of %d rows processed 30 days ago, while Store.Process ingests at %d goroutines\n\n", batch, o.purge, o.bigConc)
 	tw := table(o.out)
 	fmt.Fprintf(tw, "rows purged\tseconds\trows/s\tingest alone msgs/s\tingest during purge msgs/s\tduring/alone\t\n")
 	fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t%.0f\t%s\t\n", deleted, took.Seconds(), float64(deleted)/took.Seconds(), alone, during.rate, ratio(during.rate, alone))
