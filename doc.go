@@ -13,13 +13,19 @@
 //	[Outcome]  what the inbox did with the delivery (inbox.Result)
 //	[Action]   what the consumer runtime told the broker (consumer.Settled)
 //
+// How often and when a failed message is tried again is one [RetryPolicy]
+// (the backout threshold, the redelivery [Backoff], in-process retries),
+// with its defaults documented there once; it is set on the inbox store and
+// read by the consumer runtime, the store-then-process worker and
+// classify.Do.
+//
 // The parts that do the work live in sub-packages:
 //
 //   - inbox: the INBOX_EVENT_PROCESSING table, written in the same transaction
 //     as the business change, with SQL dialects for PostgreSQL, MariaDB/MySQL,
 //     SQLite and Oracle.
 //   - classify: errors as decisions (Reject, Retry, Poison), transient driver
-//     error detection, backoff and a circuit breaker.
+//     error detection, the in-process retry loop and a circuit breaker.
 //   - dlq: the dead-letter envelope and replay.
 //   - consumer: the runtime that ties a broker Source to the inbox.
 //   - broker/stomp, broker/rabbitmq, broker/jetstream: broker adapters.

@@ -219,15 +219,15 @@ func TestNewBreakerValidates(t *testing.T) {
 	}
 }
 
-// Policy.Do around a Breaker: the open circuit is returned at once, not
+// Do around a Breaker: the open circuit is returned at once, not
 // retried in process.
-func TestPolicyDoWithOpenBreaker(t *testing.T) {
+func TestDoWithOpenBreaker(t *testing.T) {
 	t.Parallel()
 	b := newBreaker(t, classify.BreakerConfig{MaxFailures: 1, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	_ = b.Do(ctx, fail(classify.Retry(errors.New("down"))))
 	calls := 0
-	err := fast().Do(ctx, func(ctx context.Context) error {
+	err := classify.Do(ctx, fast(), nil, func(ctx context.Context) error {
 		calls++
 		return b.Do(ctx, fail(nil))
 	})

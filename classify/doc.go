@@ -38,7 +38,7 @@
 //
 // Everything else is technical ([inboxkit.ClassTechnical]): the row becomes
 // TECHNICAL_FAILURE, ATTEMPTS is raised, the message is handed back for
-// redelivery, and after [Policy].MaxAttempts failures (default 5) it is
+// redelivery, and after [inboxkit.RetryPolicy].MaxAttempts failures (default 5) it is
 // dead-lettered with MAX_ATTEMPTS_EXCEEDED. Unknown errors are technical with
 // an empty reason: the safe default, since retrying a message whose failure is
 // not understood loses nothing.
@@ -80,13 +80,15 @@
 //
 // # Retries in process
 //
-// [Policy.Do] runs a function and retries it with exponential backoff and
-// jitter (github.com/cenkalti/backoff/v4) while it fails transiently, up to
-// MaxRetries retries and MaxElapsedTime, and stops when its context is done.
+// [Do] runs a function and retries it with exponential backoff and jitter
+// while it fails transiently, as the toolkit's one retry policy says
+// ([inboxkit.RetryPolicy]: InProcessRetries retries, InProcess waits, none
+// after InProcessMaxTime; set on the inbox store, so the consumer runtime
+// retries as configured there), and stops when its context is done.
 // Rejections, poison, unknown errors and constraint violations are returned
-// at once: the redelivery, counted in the database, is the retry for
-// those. [Policy].ClassifyFunc overrides the decision for errors the
-// defaults get wrong.
+// at once: the redelivery, counted in the database, is the retry for those.
+// A classify function passed to Do (the store's ClassifyFunc) overrides the
+// decision for errors the defaults get wrong.
 //
 // # Circuit breaker
 //

@@ -86,7 +86,7 @@ func Poison(code string, err error) error {
 	return &Error{Decision: inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: codeOr(code, inboxkit.ReasonPoison)}, Err: err}
 }
 
-// Retry marks err as transient: [Policy.Do] retries it in process, and the
+// Retry marks err as transient: [Do] retries it in process, and the
 // message is redelivered up to the backout threshold. The reason is the
 // transient reason detected in err (DEADLOCK, CONNECTION, ...) or
 // inboxkit.ReasonTransient. err may be nil; Retry always returns a non-nil error.

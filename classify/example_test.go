@@ -67,11 +67,14 @@ func ExampleOf() {
 	// TECHNICAL "" transient=false
 }
 
-func ExamplePolicy_Do() {
-	p := classify.Policy{InitialInterval: time.Millisecond, MaxInterval: 10 * time.Millisecond}
+func ExampleDo() {
+	p := inboxkit.RetryPolicy{
+		InProcessRetries: 3,
+		InProcess:        inboxkit.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+	}
 
 	calls := 0
-	err := p.Do(context.Background(), func(ctx context.Context) error {
+	err := classify.Do(context.Background(), p, nil, func(ctx context.Context) error {
 		calls++
 		if calls < 3 {
 			return &pgconn.PgError{Code: "40001"} // serialization failure: retried
@@ -81,7 +84,7 @@ func ExamplePolicy_Do() {
 	fmt.Println(err, calls)
 
 	calls = 0
-	err = p.Do(context.Background(), func(ctx context.Context) error {
+	err = classify.Do(context.Background(), p, nil, func(ctx context.Context) error {
 		calls++
 		return classify.Reject("CUSTOMER_UNKNOWN", nil) // never retried
 	})

@@ -13,61 +13,34 @@ import (
 	"github.com/inboxkit/inboxkit/classify"
 )
 
-// fast is a Policy with millisecond intervals, for tests.
-func fast() classify.Policy {
-	return classify.Policy{
-		InitialInterval: time.Millisecond,
-		MaxInterval:     5 * time.Millisecond,
-		MaxRetries:      1000,
-		MaxElapsedTime:  time.Minute,
+// fast is a policy with millisecond waits, for tests.
+func fast() inboxkit.RetryPolicy {
+	return inboxkit.RetryPolicy{
+		InProcessRetries: 1000,
+		InProcess:        inboxkit.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		InProcessMaxTime: time.Minute,
 	}
 }
 
-func TestPolicyDefaultsAndValidate(t *testing.T) {
+// Do refuses an invalid policy without calling fn, naming the field.
+func TestDoInvalidPolicy(t *testing.T) {
 	t.Parallel()
-	var zero classify.Policy
-	if err := zero.Validate(); err != nil {
-		t.Fatalf("zero Policy: %v", err)
-	}
-	d := zero.WithDefaults()
-	if d.MaxAttempts != 5 || d.MaxRetries != 3 || d.InitialInterval != 100*time.Millisecond ||
-		d.MaxInterval != 2*time.Second || d.MaxElapsedTime != 5*time.Second || d.Multiplier != 2 || d.RandomizationFactor != 0.5 {
-		t.Errorf("defaults = %+v", d)
-	}
-	if got := (classify.Policy{MaxAttempts: 1}).WithDefaults().MaxAttempts; got != 1 {
-		t.Errorf("MaxAttempts 1 became %d", got)
-	}
-	for _, tt := range []struct {
-		p     classify.Policy
-		field string
-	}{
-		{classify.Policy{MaxAttempts: -1}, "MaxAttempts"},
-		{classify.Policy{MaxRetries: -2}, "MaxRetries"},
-		{classify.Policy{InitialInterval: -1}, "InitialInterval"},
-		{classify.Policy{MaxInterval: -1}, "MaxInterval"},
-		{classify.Policy{MaxElapsedTime: -1}, "MaxElapsedTime"},
-		{classify.Policy{Multiplier: 0.5}, "Multiplier"},
-		{classify.Policy{RandomizationFactor: 1.5}, "RandomizationFactor"},
-		{classify.Policy{RandomizationFactor: -0.5}, "RandomizationFactor"},
-		{classify.Policy{InitialInterval: time.Minute}, "MaxInterval"},
-	} {
-		err := tt.p.Validate()
-		if err == nil || !strings.Contains(err.Error(), "Policy."+tt.field) {
-			t.Errorf("Validate(%+v) = %v, want an error naming %s", tt.p, err, tt.field)
-		}
-	}
-	for _, p := range []classify.Policy{{MaxRetries: -1}, {RandomizationFactor: -1}, {RandomizationFactor: 1}} {
-		if err := p.Validate(); err != nil {
-			t.Errorf("Validate(%+v) = %v", p, err)
-		}
-	}
-	// Do refuses an invalid policy without calling fn.
-	err := classify.Policy{MaxAttempts: -3}.Do(context.Background(), func(context.Context) error {
+	err := classify.Do(context.Background(), inboxkit.RetryPolicy{MaxAttempts: -3}, nil, func(context.Context) error {
 		t.Error("fn called")
 		return nil
 	})
-	if err == nil {
-		t.Error("Do with invalid Policy = nil")
+	if err == nil || !strings.Contains(err.Error(), "RetryPolicy.MaxAttempts") {
+		t.Errorf("Do with an invalid policy = %v, want an error naming RetryPolicy.MaxAttempts", err)
+	}
+}
+
+// The zero policy retries nothing: the redelivery retries.
+func TestDoZeroPolicyRunsOnce(t *testing.T) {
+	t.Parallel()
+	fn, n := count(classify.Retry(nil))
+	_ = classify.Do(context.Background(), inboxkit.RetryPolicy{}, nil, fn)
+	if n.Load() != 1 {
+		t.Errorf("fn called %d times, want 1", n.Load())
 	}
 }
 
@@ -81,7 +54,7 @@ func count(errs ...error) (func(context.Context) error, *atomic.Int32) {
 	}, &n
 }
 
-func TestPolicyDoNotRetried(t *testing.T) {
+func TestDoNotRetried(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
@@ -97,7 +70,7 @@ func TestPolicyDoNotRetried(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			fn, n := count(tt.err)
-			if err := fast().Do(context.Background(), fn); err != tt.err {
+			if err := classify.Do(context.Background(), fast(), nil, fn); err != tt.err {
 				t.Errorf("Do = %v, want the error unchanged", err)
 			}
 			if n.Load() != 1 {
@@ -107,7 +80,7 @@ func TestPolicyDoNotRetried(t *testing.T) {
 	}
 }
 
-func TestPolicyDoRetriesTransient(t *testing.T) {
+func TestDoRetriesTransient(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name string
@@ -120,7 +93,7 @@ func TestPolicyDoRetriesTransient(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			fn, n := count(tt.err, tt.err, nil)
-			if err := fast().Do(context.Background(), fn); err != nil {
+			if err := classify.Do(context.Background(), fast(), nil, fn); err != nil {
 				t.Errorf("Do = %v", err)
 			}
 			if n.Load() != 3 {
@@ -130,35 +103,28 @@ func TestPolicyDoRetriesTransient(t *testing.T) {
 	}
 }
 
-func TestPolicyDoMaxRetries(t *testing.T) {
+func TestDoMaxRetries(t *testing.T) {
 	t.Parallel()
 	want := classify.Retry(nil)
 	p := fast()
-	p.MaxRetries = 2
+	p.InProcessRetries = 2
 	fn, n := count(want)
-	if err := p.Do(context.Background(), fn); err != want {
+	if err := classify.Do(context.Background(), p, nil, fn); err != want {
 		t.Errorf("Do = %v, want the last error", err)
 	}
 	if n.Load() != 3 {
-		t.Errorf("fn called %d times, want 3 (1 + MaxRetries)", n.Load())
-	}
-
-	p.MaxRetries = -1
-	fn, n = count(want)
-	_ = p.Do(context.Background(), fn)
-	if n.Load() != 1 {
-		t.Errorf("MaxRetries -1: fn called %d times, want 1", n.Load())
+		t.Errorf("fn called %d times, want 3 (1 + InProcessRetries)", n.Load())
 	}
 }
 
-func TestPolicyDoStopsAtMaxElapsedTime(t *testing.T) {
+func TestDoStopsAtInProcessMaxTime(t *testing.T) {
 	t.Parallel()
 	p := fast()
-	p.MaxElapsedTime = 100 * time.Millisecond
+	p.InProcessMaxTime = 100 * time.Millisecond
 	want := classify.Retry(errors.New("still down"))
 	fn, n := count(want)
 	start := time.Now()
-	err := p.Do(context.Background(), fn)
+	err := classify.Do(context.Background(), p, nil, fn)
 	elapsed := time.Since(start)
 	if err != want {
 		t.Errorf("Do = %v, want the last error", err)
@@ -167,36 +133,35 @@ func TestPolicyDoStopsAtMaxElapsedTime(t *testing.T) {
 		t.Errorf("fn called %d times, want retries", n.Load())
 	}
 	if elapsed > 2*time.Second {
-		t.Errorf("Do took %s; MaxElapsedTime is 100ms", elapsed)
+		t.Errorf("Do took %s; InProcessMaxTime is 100ms", elapsed)
 	}
 }
 
-func TestPolicyDoRetryAfterBeyondMaxElapsedTime(t *testing.T) {
+func TestDoRetryAfterBeyondInProcessMaxTime(t *testing.T) {
 	t.Parallel()
 	p := fast()
-	p.MaxElapsedTime = 50 * time.Millisecond
+	p.InProcessMaxTime = 50 * time.Millisecond
 	want := classify.RetryAfter(time.Hour, nil)
 	fn, n := count(want)
 	start := time.Now()
-	if err := p.Do(context.Background(), fn); err != want {
+	if err := classify.Do(context.Background(), p, nil, fn); err != want {
 		t.Errorf("Do = %v", err)
 	}
 	if n.Load() != 1 || time.Since(start) > 2*time.Second {
-		t.Errorf("fn called %d times in %s; a RetryAfter past MaxElapsedTime must not wait", n.Load(), time.Since(start))
+		t.Errorf("fn called %d times in %s; a RetryAfter past InProcessMaxTime must not wait", n.Load(), time.Since(start))
 	}
 }
 
-func TestPolicyDoStopsOnCancel(t *testing.T) {
+func TestDoStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	p := fast()
-	p.InitialInterval = 20 * time.Millisecond
-	p.MaxInterval = 20 * time.Millisecond
+	p.InProcess = inboxkit.Backoff{Initial: 20 * time.Millisecond, Max: 20 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	last := classify.Retry(errors.New("down"))
 	var n atomic.Int32
 	start := time.Now()
-	err := p.Do(ctx, func(context.Context) error {
+	err := classify.Do(ctx, p, nil, func(context.Context) error {
 		if n.Add(1) == 3 {
 			cancel()
 		}
@@ -216,11 +181,10 @@ func TestPolicyDoStopsOnCancel(t *testing.T) {
 	}
 }
 
-func TestPolicyClassifyFunc(t *testing.T) {
+func TestDoDecide(t *testing.T) {
 	t.Parallel()
 	vendorBusy := errors.New("vendor: E4711 busy")
-	p := fast()
-	p.ClassifyFunc = func(err error) inboxkit.Decision {
+	decide := func(err error) inboxkit.Decision {
 		if errors.Is(err, vendorBusy) {
 			return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonTransient}
 		}
@@ -230,20 +194,11 @@ func TestPolicyClassifyFunc(t *testing.T) {
 		return classify.Of(err)
 	}
 	fn, n := count(vendorBusy, nil)
-	if err := p.Do(context.Background(), fn); err != nil || n.Load() != 2 {
+	if err := classify.Do(context.Background(), fast(), decide, fn); err != nil || n.Load() != 2 {
 		t.Errorf("override to transient: Do = %v after %d calls, want nil after 2", err, n.Load())
 	}
 	fn, n = count(syscall.ECONNREFUSED)
-	if err := p.Do(context.Background(), fn); err != syscall.ECONNREFUSED || n.Load() != 1 {
+	if err := classify.Do(context.Background(), fast(), decide, fn); err != syscall.ECONNREFUSED || n.Load() != 1 {
 		t.Errorf("override to business: Do = %v after %d calls, want the error after 1", err, n.Load())
-	}
-	if got := p.Decide(syscall.ECONNREFUSED); got.Class != inboxkit.ClassBusiness {
-		t.Errorf("Decide = %+v", got)
-	}
-	if got := (classify.Policy{ClassifyFunc: func(error) inboxkit.Decision { return inboxkit.Decision{} }}).Decide(vendorBusy); got.Class != inboxkit.ClassTechnical {
-		t.Errorf("zero Class from ClassifyFunc = %+v, want technical", got)
-	}
-	if got := p.Decide(nil); got != (inboxkit.Decision{}) {
-		t.Errorf("Decide(nil) = %+v", got)
 	}
 }

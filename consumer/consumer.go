@@ -52,6 +52,17 @@ const (
 )
 
 // Config configures a Consumer. Zero values mean the documented defaults.
+// Every field works in both modes, except LeaseDuration and
+// WorkerPollInterval (ModeStoreThenProcess only), which New refuses in
+// ModeTransactional rather than ignore.
+//
+// The retry and backout policy is not configured here but once, on the
+// Store (inbox.Config.Retry, an inboxkit.RetryPolicy): the backout
+// threshold, the redelivery delay asked of the broker after a technical
+// failure (a handler error's RetryAfter wins; in ModeStoreThenProcess the
+// workers wait the same delay), and the in-process retries of a transient
+// failure (ModeTransactional only: New refuses a store with
+// InProcessRetries in ModeStoreThenProcess).
 type Config struct {
 	// Name is the consumer name, stored in CONSUMER_NAME. Required.
 	Name string
@@ -91,22 +102,14 @@ type Config struct {
 	// ModeStoreThenProcess: the number of receivers, and of workers).
 	// Defaults to 1. Set the broker's prefetch to at least this.
 	Concurrency int
-	// LeaseDuration is the workers' lease in ModeStoreThenProcess (see
-	// inbox.WorkerConfig). Defaults to 30s.
+	// LeaseDuration is the workers' lease (see inbox.WorkerConfig). Only
+	// for ModeStoreThenProcess: New refuses it in ModeTransactional.
+	// Defaults to 30s.
 	LeaseDuration time.Duration
 	// WorkerPollInterval is how long an idle worker waits before it looks
-	// for stored entries again, in ModeStoreThenProcess. Defaults to 200ms.
+	// for stored entries again. Only for ModeStoreThenProcess: New refuses
+	// it in ModeTransactional. Defaults to 200ms.
 	WorkerPollInterval time.Duration
-	// Retry, if set, retries a delivery in process before handing it back
-	// to the broker, while its failure is transient (classify.IsTransient:
-	// deadlock, lock timeout, lost connection, classify.Retry), with the
-	// policy's backoff. Every try is an attempt counted in the inbox. Nil
-	// means no in-process retries: the broker's redelivery retries.
-	Retry *classify.Policy
-	// RequeueDelayFunc gives the redelivery delay after the n-th failed
-	// attempt. Defaults to DefaultRequeueDelay (1s doubling per attempt up
-	// to 1 minute, randomized by ±50%); a handler error's RetryAfter wins.
-	RequeueDelayFunc func(attempts int) time.Duration
 	// PausedFunc, if set, is asked before each receive; while it returns
 	// true, intake pauses (e.g. while a circuit breaker is open:
 	// breaker.Open). Deliveries in hand are finished.
@@ -158,11 +161,8 @@ func (c *Config) setDefaults() {
 	if c.Mode == "" {
 		c.Mode = ModeTransactional
 	}
-	if c.WorkerPollInterval == 0 {
+	if c.WorkerPollInterval == 0 && c.Mode == ModeStoreThenProcess {
 		c.WorkerPollInterval = 200 * time.Millisecond
-	}
-	if c.RequeueDelayFunc == nil {
-		c.RequeueDelayFunc = DefaultRequeueDelay
 	}
 	if c.SummaryInterval == 0 {
 		c.SummaryInterval = time.Minute
@@ -211,27 +211,32 @@ func (c *Config) validate() error {
 	case c.Mode != ModeTransactional && c.Mode != ModeStoreThenProcess:
 		return fmt.Errorf("consumer: Config.Mode %q is unknown: use %q or %q", c.Mode, ModeTransactional, ModeStoreThenProcess)
 	}
+	return c.validateMode()
+}
+
+// validateMode refuses the fields that one mode would silently ignore.
+func (c *Config) validateMode() error {
+	onlySTP := func(field string, v time.Duration) error {
+		return fmt.Errorf("consumer: Config.%s is %s, but Mode is %q, which has no workers to use it: remove it, or set Mode to %q",
+			field, v, c.Mode, ModeStoreThenProcess)
+	}
+	switch {
+	case c.Mode == ModeTransactional && c.LeaseDuration != 0:
+		return onlySTP("LeaseDuration", c.LeaseDuration)
+	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
+		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
+	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
+		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
+			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",
+			c.Store.Config().Retry.InProcessRetries, c.Mode, ModeTransactional)
+	}
 	return nil
 }
 
-// DefaultRequeueDelay is 1s doubling per attempt up to 1 minute, each
-// randomized by ±inbox.JitterFactor (50%), so that messages handed back
-// together (an outage) are not all redelivered at the same moment.
-func DefaultRequeueDelay(attempts int) time.Duration {
-	return DoublingRequeueDelay(time.Second)(attempts)
-}
-
-// DoublingRequeueDelay returns a Config.RequeueDelayFunc: base after the
-// first attempt, doubling per attempt up to 1 minute, each randomized by
-// ±inbox.JitterFactor (50%; see inbox.Jitter).
-func DoublingRequeueDelay(base time.Duration) func(attempts int) time.Duration {
-	return func(attempts int) time.Duration {
-		d := base
-		for i := 1; i < attempts && d < time.Minute; i++ {
-			d *= 2
-		}
-		return inbox.Jitter(min(d, time.Minute))
-	}
+// requeueDelay is the delay before the broker redelivers a message whose
+// attempts-th attempt failed: the store's retry policy.
+func (c *Consumer) requeueDelay(attempts int) time.Duration {
+	return c.cfg.Store.Config().Retry.RedeliveryDelay(attempts)
 }
 
 // Consumer runs the inbox around a handler for every delivery of a Source.
@@ -498,19 +503,21 @@ func (c *Consumer) entry(m inboxkit.Message) inbox.Entry {
 }
 
 // process runs the handler for m in the inbox transaction, and again in
-// process while the failure is transient when Config.Retry is set.
+// process while the failure is transient, as many times as the store's
+// Retry.InProcessRetries allows.
 func (c *Consumer) process(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
 	handler := func(ctx context.Context, tx *sql.Tx) error { return c.cfg.Handler(ctx, tx, m) }
 	res, err := c.cfg.Store.Process(ctx, entry, handler)
-	if c.cfg.Retry == nil {
+	if c.cfg.Store.Config().Retry.InProcessRetries == 0 {
 		return res, err
 	}
 	return c.retry(ctx, entry, handler, res, err)
 }
 
 // retry retries a delivery in process while the failure of the try that
-// gave res and err is transient, with Config.Retry's backoff, and returns
-// the last try's result. Policy.Do returns at once unless it is.
+// gave res and err is transient, with the store's Retry.InProcess backoff,
+// and returns the last try's result. classify.Do returns at once unless it
+// is.
 func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler, res inbox.Result, err error) (inbox.Result, error) {
 	last := failure(res, err)
 	if last == nil {
@@ -519,7 +526,8 @@ func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler
 	// Further tries are not broker redeliveries: nothing to pre-count.
 	entry.Redelivered, entry.DeliveryCount = false, 0
 	tried := false // Do's first call reports the try already made
-	_ = c.cfg.Retry.Do(ctx, func(ctx context.Context) error {
+	st := c.cfg.Store.Config()
+	_ = classify.Do(ctx, st.Retry, st.ClassifyFunc, func(ctx context.Context) error {
 		if tried {
 			res, err = c.cfg.Store.Process(ctx, entry, h)
 			last = failure(res, err)
@@ -535,7 +543,7 @@ func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler
 // an inbox that could not record it (the delivery is then handed back).
 func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s Settled) Settled {
 	if s.Err != nil {
-		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	}
 	res, m := s.Result, s.Message
 	switch res.Outcome {
@@ -555,14 +563,14 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s 
 	case inboxkit.OutcomeRetry:
 		delay := res.RetryAfter
 		if delay == 0 {
-			delay = c.cfg.RequeueDelayFunc(max(res.Attempts, 1))
+			delay = c.requeueDelay(max(res.Attempts, 1))
 		}
 		return c.requeue(ctx, d, s, delay)
 	case inboxkit.OutcomeDeadLetter:
 		return c.deadLetter(ctx, d, s, entry)
 	}
 	s.Err = fmt.Errorf("consumer: unknown outcome %q", res.Outcome)
-	return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+	return c.requeue(ctx, d, s, c.requeueDelay(1))
 }
 
 func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox.Entry, res inbox.Result) dlq.Envelope {
@@ -604,7 +612,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
 		s.Err = fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
 		c.forgetPoisonAttempt(ctx, s, entry)
-		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	}
 	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark) // no-op unless built with -tags failpoints
 	var resErr error
@@ -619,7 +627,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry 
 		// second copy there is better than a lost message).
 		s.Err = fmt.Errorf("consumer: mark dead-lettered: %w", err)
 		c.forgetPoisonAttempt(ctx, s, entry)
-		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	}
 	if st != "" {
 		s.Result.Status = st
@@ -651,7 +659,7 @@ func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbo
 	env.FirstFailure, env.LastFailure = time.Time{}, time.Time{}
 	if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 		s.Err = fmt.Errorf("consumer: publish rejection to %s: %w (message handed back to the broker)", c.cfg.RejectQueue, err)
-		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	}
 	return c.ack(ctx, d, s, inboxkit.ActionReject)
 }
@@ -743,7 +751,7 @@ func (c *Consumer) store(ctx context.Context, d Delivery, m inboxkit.Message, en
 		return c.deadLetter(ctx, d, s, entry)
 	case err != nil:
 		s.Err = err
-		return c.requeue(ctx, d, s, c.cfg.RequeueDelayFunc(1))
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	case inserted:
 		s.Result = inbox.Result{Outcome: inboxkit.OutcomeStored, Status: st}
 	default:

@@ -20,8 +20,9 @@ import (
 )
 
 // setup gives a consumer config on a real broker (embedded JetStream) and a
-// real database (SQLite), with one message published.
-func setup(t *testing.T) (consumer.Config, *jetstream.Adapter, chan consumer.Settled) {
+// real database (SQLite), with one message published. The store has the
+// retry policy p, with redeliveries after 10ms unless p says otherwise.
+func setup(t *testing.T, p ...inboxkit.RetryPolicy) (consumer.Config, *jetstream.Adapter, chan consumer.Settled) {
 	t.Helper()
 	srv, err := jetstream.StartEmbedded(t.TempDir())
 	if err != nil {
@@ -39,7 +40,14 @@ func setup(t *testing.T) (consumer.Config, *jetstream.Adapter, chan consumer.Set
 		t.Fatal(err)
 	}
 	db := dbtest.New(t, dbtest.SQLite)
-	store, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{ClassifyFunc: classify.Of, MaxAttempts: 5})
+	retry := inboxkit.RetryPolicy{MaxAttempts: 5}
+	if len(p) > 0 {
+		retry = p[0]
+	}
+	if retry.Redelivery == (inboxkit.Backoff{}) {
+		retry.Redelivery = inboxkit.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	}
+	store, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{ClassifyFunc: classify.Of, Retry: retry})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +60,8 @@ func setup(t *testing.T) (consumer.Config, *jetstream.Adapter, chan consumer.Set
 	settled := make(chan consumer.Settled, 10)
 	return consumer.Config{
 		Name: "retry-test", Source: a, Store: store, DeadLetter: a, DeadLetterQueue: "dlq.invoices",
-		RequeueDelayFunc: func(int) time.Duration { return 10 * time.Millisecond },
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled:        func(s consumer.Settled) { settled <- s },
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled: func(s consumer.Settled) { settled <- s },
 	}, a, settled
 }
 
@@ -96,13 +103,16 @@ func runUntil(t *testing.T, cfg consumer.Config, settled chan consumer.Settled) 
 	return consumer.Settled{}
 }
 
-// With a Retry policy a transient failure is retried in process: the
-// delivery is processed and acknowledged at once, every try counted.
+// inProcess is a store policy with in-process retries.
+var inProcess = inboxkit.RetryPolicy{InProcessRetries: 3, InProcess: inboxkit.Backoff{Initial: 5 * time.Millisecond, Max: 10 * time.Millisecond}}
+
+// With in-process retries in the store's policy a transient failure is
+// retried in process: the delivery is processed and acknowledged at once,
+// every try counted.
 func TestInProcessRetry(t *testing.T) {
-	cfg, _, settled := setup(t)
+	cfg, _, settled := setup(t, inProcess)
 	h, calls := flaky(2)
 	cfg.Handler = h
-	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: 5 * time.Millisecond, MaxInterval: 10 * time.Millisecond}
 	s := runUntil(t, cfg, settled)
 	if s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Result.Attempts != 3 || calls() != 3 {
 		t.Fatalf("settled %s %s attempts %d after %d calls; want ack PROCESSED attempts 3 after 3 calls", s.Action, s.Result.Outcome, s.Result.Attempts, calls())
@@ -122,13 +132,12 @@ func TestNoInProcessRetry(t *testing.T) {
 
 // A business rejection is never retried in process.
 func TestInProcessRetryNeverRetriesReject(t *testing.T) {
-	cfg, _, settled := setup(t)
+	cfg, _, settled := setup(t, inProcess)
 	calls := 0
 	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error {
 		calls++
 		return classify.Reject("CUSTOMER_UNKNOWN", nil)
 	}
-	cfg.Retry = &classify.Policy{MaxRetries: 3, InitialInterval: time.Millisecond}
 	s := runUntil(t, cfg, settled)
 	if s.Action != inboxkit.ActionReject || calls != 1 {
 		t.Fatalf("settled %s after %d calls", s.Action, calls)
@@ -203,33 +212,50 @@ func TestRunReturnsSourceError(t *testing.T) {
 	}
 }
 
-// Broker redelivery delays are randomized, so messages handed back together
-// (an outage) are redelivered spread out, not in lockstep (issue 11, item 4).
-func TestDefaultRequeueDelayJitter(t *testing.T) {
+// A field that one mode would ignore is refused by New, naming the field and
+// the fix; the same fields are accepted in the mode that uses them.
+func TestNewRefusesFieldsTheModeIgnores(t *testing.T) {
+	handler := func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+	cfg, _, _ := setup(t)
+	cfg.Handler = handler
+	withRetries, _, _ := setup(t, inProcess)
+	withRetries.Handler = handler
 	for _, tc := range []struct {
-		attempts int
-		base     time.Duration
-	}{{1, time.Second}, {3, 4 * time.Second}, {20, time.Minute}} {
-		const n = 2000
-		lo, hi := tc.base/2, tc.base*3/2
-		distinct := map[time.Duration]bool{}
-		below, above := 0, 0
-		for range n {
-			d := consumer.DefaultRequeueDelay(tc.attempts)
-			if d < lo || d > hi {
-				t.Fatalf("DefaultRequeueDelay(%d) = %s, outside [%s, %s]", tc.attempts, d, lo, hi)
+		name   string
+		cfg    consumer.Config
+		mode   consumer.Mode
+		want   []string // in the error; none: New succeeds
+		change func(*consumer.Config)
+	}{
+		{"lease in transactional", cfg, consumer.ModeTransactional, []string{"Config.LeaseDuration", "remove it", "store-then-process"},
+			func(c *consumer.Config) { c.LeaseDuration = time.Minute }},
+		{"worker poll in transactional (the default mode)", cfg, "", []string{"Config.WorkerPollInterval", "remove it", "store-then-process"},
+			func(c *consumer.Config) { c.WorkerPollInterval = time.Second }},
+		{"in-process retries in store-then-process", withRetries, consumer.ModeStoreThenProcess,
+			[]string{"inbox.Config.Retry.InProcessRetries is 3", "set InProcessRetries to 0", "transactional"}, func(*consumer.Config) {}},
+		{"lease and poll in store-then-process", cfg, consumer.ModeStoreThenProcess, nil,
+			func(c *consumer.Config) { c.LeaseDuration, c.WorkerPollInterval = time.Minute, time.Second }},
+		{"in-process retries in transactional", withRetries, consumer.ModeTransactional, nil, func(*consumer.Config) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			c.Mode = tc.mode
+			tc.change(&c)
+			_, err := consumer.New(c)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("New = %v, want no error", err)
+				}
+				return
 			}
-			distinct[d] = true
-			if d < tc.base*4/5 {
-				below++
+			if err == nil {
+				t.Fatalf("New = nil, want an error naming %v", tc.want)
 			}
-			if d > tc.base*6/5 {
-				above++
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New = %q, want it to contain %q", err, w)
+				}
 			}
-		}
-		// Uniform over [0.5, 1.5]×base puts 30% below 0.8×base and 30% above 1.2×base.
-		if len(distinct) < n*9/10 || below < n/5 || above < n/5 {
-			t.Errorf("DefaultRequeueDelay(%d): %d distinct of %d, %d below 0.8×, %d above 1.2× %s: not spread", tc.attempts, len(distinct), n, below, above, tc.base)
-		}
+		})
 	}
 }

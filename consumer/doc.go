@@ -16,7 +16,8 @@
 //
 //	processed, duplicate      Ack
 //	business rejection        publish to Config.RejectQueue (if set), then Ack
-//	technical failure         Requeue with a delay (RequeueDelayFunc / RetryAfter)
+//	technical failure         Requeue with a delay (the store's Retry.Redelivery,
+//	                          or the error's RetryAfter)
 //	poison, backout reached   publish the envelope to the DLQ, mark the row
 //	                          DEAD_LETTERED, then Ack
 //	inbox unreachable,        Requeue: nothing is acknowledged that is not

@@ -28,7 +28,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := inbox.New(db, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of}) // MaxAttempts 5, horizon 7 days
+	store, err := inbox.New(db, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of}) // default Retry policy (5 attempts), horizon 7 days
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -340,11 +340,11 @@ func TestIsDuplicateRealErrors(t *testing.T) {
 }
 
 // A real deadlock is retried in process and the second call succeeds.
-func TestPolicyDoRetriesRealDeadlock(t *testing.T) {
+func TestDoRetriesRealDeadlock(t *testing.T) {
 	t.Parallel()
 	calls := 0
-	p := classify.Policy{InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond}
-	err := p.Do(ctxT(t), func(ctx context.Context) error {
+	p := inboxkit.RetryPolicy{InProcessRetries: 3, InProcess: inboxkit.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}
+	err := classify.Do(ctxT(t), p, nil, func(ctx context.Context) error {
 		calls++
 		if calls == 1 {
 			return deadlock(t, dbtest.MySQL)

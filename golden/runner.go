@@ -181,7 +181,7 @@ func (r *runner) setup(ctx context.Context, f Factory) error {
 			}
 		}
 		if sub.Handler != nil {
-			store, err := inbox.New(pool, r.db.Dialect, inbox.Config{Clock: r.w, MaxAttempts: r.sc.MaxAttempts, ClassifyFunc: classify.Of})
+			store, err := inbox.New(pool, r.db.Dialect, inbox.Config{Clock: r.w, Retry: inboxkit.RetryPolicy{MaxAttempts: r.sc.MaxAttempts}, ClassifyFunc: classify.Of})
 			if err != nil {
 				return err
 			}

@@ -9,14 +9,14 @@ import (
 
 // StuckFailures returns at most limit rows (oldest first) that are still
 // TECHNICAL_FAILURE although their ATTEMPTS reached the backout threshold
-// (Config.MaxAttempts). Such a row should have been dead-lettered: the
+// (Config.Retry.MaxAttempts). Such a row should have been dead-lettered: the
 // consumer that owns it is down, or its dead-letter publish keeps failing.
 // A limit of 0 or less means 100.
 func (s *Store) StuckFailures(ctx context.Context, limit int) ([]Record, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	out, err := s.query(ctx, s.q.stuckFailures, s.cfg.MaxAttempts, limit)
+	out, err := s.query(ctx, s.q.stuckFailures, s.cfg.Retry.MaxAttempts, limit)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: stuck failures: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 
 func TestStuckFailuresAndPayloadHashReuse(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, _ := setup(t, db, inbox.Config{MaxAttempts: 2})
+		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		ctx := context.Background()
 		// Two event ids with the same payload (a resend with a new id).
 		a, b := entry("resend-a"), entry("resend-b")

@@ -18,7 +18,7 @@ import (
 // ERROR_CLASS) and in the result.
 func TestClassifyDecisionsInRow(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, _ := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, MaxAttempts: 2})
+		s, _ := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		ctx := context.Background()
 		uniqueViolation := func(ctx context.Context, tx *sql.Tx) error {
 			// A constraint violation in a business table: technical, reason
@@ -85,7 +85,7 @@ func TestClassifyDecisionsInRow(t *testing.T) {
 // queue. Real failures still count.
 func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, b := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, MaxAttempts: 3})
+		s, b := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 		br, err := classify.NewBreaker(classify.BreakerConfig{Name: "letters", MaxFailures: 2, OpenTimeout: time.Hour})
 		dbtest.Must(t, err, "breaker")
 		down := errors.New("letter service down")

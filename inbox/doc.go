@@ -23,7 +23,7 @@
 //	               back (savepoint), row committed REJECTED
 //	RETRY          technical failure: rolled back, then         hand back to the broker
 //	               TECHNICAL_FAILURE recorded in its own tx
-//	DEAD_LETTER    poison, or MaxAttempts reached               publish to the DLQ,
+//	DEAD_LETTER    poison, or Retry.MaxAttempts reached         publish to the DLQ,
 //	                                                            MarkDeadLettered, acknowledge
 //
 // The class of a handler error is read with Config.ClassifyFunc
@@ -42,7 +42,7 @@
 //   - An attempt is counted by a marker committed before the handler runs.
 //     A message that kills the process therefore reaches the backout
 //     threshold even when the broker never counts (ActiveMQ over STOMP after
-//     a crash): after MaxAttempts attempts the result is DEAD_LETTER without
+//     a crash): after Retry.MaxAttempts attempts the result is DEAD_LETTER without
 //     running the handler again. The broker's redelivery flag and delivery
 //     count are not attempt counts (they also count deliveries handed back
 //     while the database was down) and are not used.

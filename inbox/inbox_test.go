@@ -265,7 +265,7 @@ func TestResendWithoutRedeliveryFlagRetriesFailure(t *testing.T) {
 
 func TestBackoutThresholdDeadLetters(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, b := setup(t, db, inbox.Config{MaxAttempts: 3})
+		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 		calls := 0
 		failing := func(context.Context, *sql.Tx) error { calls++; return errors.New("downstream 503") }
 		e := entry("E-5")
@@ -303,7 +303,7 @@ func TestBackoutThresholdDeadLetters(t *testing.T) {
 // dead-lettered after MaxAttempts deliveries, whatever the broker tells.
 func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, b := setup(t, db, inbox.Config{MaxAttempts: 4})
+		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 4}})
 		calls := 0
 		crash := func(ctx context.Context, tx *sql.Tx) error {
 			calls++
@@ -349,7 +349,7 @@ func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 // count (issue 11, item 1).
 func TestBrokerDeliveryCountIsNoAttemptCount(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, _ := setup(t, db, inbox.Config{MaxAttempts: 5})
+		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 5}})
 		e := entry("E-7")
 		e.Redelivered, e.DeliveryCount = true, 17
 		calls := 0
@@ -407,7 +407,7 @@ func TestMissingOrLongEventID(t *testing.T) {
 
 func TestNoAttemptFailuresDoNotCount(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, _ := setup(t, db, inbox.Config{MaxAttempts: 2})
+		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		open := decided{inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: "CIRCUIT_OPEN", NoAttempt: true}, "circuit open"}
 		e := entry("E-9")
 		for i := 0; i < 5; i++ {
@@ -451,7 +451,7 @@ func TestAuditByCorrelation(t *testing.T) {
 
 func TestReplayResetsDeadLetteredRow(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
-		s, b := setup(t, db, inbox.Config{MaxAttempts: 1})
+		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 1}})
 		res := mustProcess(t, s, entry("E-10"), func(context.Context, *sql.Tx) error { return errors.New("down") })
 		if res.Outcome != inboxkit.OutcomeDeadLetter {
 			t.Fatalf("result %+v", res)
@@ -591,7 +591,7 @@ func TestValidateTable(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	_, err := inbox.New(&sql.DB{}, inbox.SQLite, inbox.Config{MaxAttempts: -1})
+	_, err := inbox.New(&sql.DB{}, inbox.SQLite, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: -1}})
 	if err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
 		t.Errorf("negative MaxAttempts: %v", err)
 	}

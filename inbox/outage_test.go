@@ -22,10 +22,10 @@ func TestOutageIsNoAttempt(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t, backend)
-			_, b := setup(t, db, inbox.Config{MaxAttempts: 3})
+			_, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 			proxy := tcpproxy.Start(t, db.Addr())
 			d, _ := inbox.DialectByName(backend)
-			s, err := inbox.New(db.OpenVia(t, proxy.Addr()), d, inbox.Config{MaxAttempts: 3})
+			s, err := inbox.New(db.OpenVia(t, proxy.Addr()), d, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 			dbtest.Must(t, err, "store via proxy")
 			ctx := context.Background()
 			e := entry("OUT-1")

@@ -82,7 +82,7 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // one. Then the business transaction moves the row to PROCESSED (or
 // REJECTED) by a conditional UPDATE around h. A message whose handler kills
 // the process therefore leaves its count behind and is dead-lettered after
-// Config.MaxAttempts deliveries, even when the broker never counts (ActiveMQ
+// Config.Retry.MaxAttempts deliveries, even when the broker never counts (ActiveMQ
 // over STOMP). The broker's redelivery flag and delivery count are not
 // used: they also count deliveries that never reached the handler.
 //
@@ -94,7 +94,7 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // A duplicate is detected by the primary key and the row's status: a row
 // that is PROCESSED, REJECTED or DEAD_LETTERED is reported with
 // OutcomeDuplicate and h does not run. A TECHNICAL_FAILURE row whose
-// ATTEMPTS reached Config.MaxAttempts is reported as OutcomeDeadLetter with
+// ATTEMPTS reached Config.Retry.MaxAttempts is reported as OutcomeDeadLetter with
 // reason MAX_ATTEMPTS_EXCEEDED, without running h.
 //
 // Process returns an error only when the inbox itself could not record the
@@ -182,7 +182,7 @@ func (s *Store) startAttempt(ctx context.Context, e Entry) (int, Result, error) 
 	}
 	for round := 0; round < 5; round++ {
 		now := s.now()
-		res, err := s.db.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.MaxAttempts)
+		res, err := s.db.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.Retry.MaxAttempts)
 		if err != nil {
 			return 0, Result{}, fmt.Errorf("inbox: start attempt: %w", err)
 		}
@@ -205,7 +205,7 @@ func (s *Store) startAttempt(ctx context.Context, e Entry) (int, Result, error) 
 		switch {
 		case ok && st != inboxkit.StatusTechnicalFailure:
 			return 0, Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
-		case ok && attempts >= s.cfg.MaxAttempts:
+		case ok && attempts >= s.cfg.Retry.MaxAttempts:
 			r := Result{Outcome: inboxkit.OutcomeDeadLetter, Status: st, Class: inboxkit.ClassTechnical,
 				Reason: inboxkit.ReasonMaxAttemptsExceeded, Attempts: attempts}
 			if rec, err := s.Get(ctx, e.EventID, e.ConsumerName); err == nil && rec.ErrorClass == "" && rec.Attempts > 0 {
@@ -429,7 +429,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	}
 	r := Result{Outcome: inboxkit.OutcomeRetry, Status: inboxkit.StatusTechnicalFailure, Class: inboxkit.ClassTechnical,
 		Reason: dec.Reason, Attempts: attempts, Err: herr, RetryAfter: dec.RetryAfter}
-	if attempts >= s.cfg.MaxAttempts && !dec.NoAttempt {
+	if attempts >= s.cfg.Retry.MaxAttempts && !dec.NoAttempt {
 		r.Outcome = inboxkit.OutcomeDeadLetter
 		r.Reason = inboxkit.ReasonMaxAttemptsExceeded
 	}

@@ -16,7 +16,7 @@ type StatusCount struct {
 	ConsumerName string          `json:"consumer"`
 	Status       inboxkit.Status `json:"status"`
 	Rows         int64           `json:"rows"`
-	// AtThreshold counts the rows whose ATTEMPTS reached Config.MaxAttempts.
+	// AtThreshold counts the rows whose ATTEMPTS reached Config.Retry.MaxAttempts.
 	AtThreshold int64 `json:"atThreshold"`
 	// NearThreshold counts the rows one failed attempt below it.
 	NearThreshold int64 `json:"nearThreshold"`
@@ -59,8 +59,8 @@ func (s *Store) Stats(ctx context.Context) (Stats, error) {
 	q := s.d.Rebind(strings.ReplaceAll(`SELECT CONSUMER_NAME, STATUS, COUNT(*), MIN(CREATED_AT),
 	SUM(CASE WHEN ATTEMPTS >= ? THEN 1 ELSE 0 END), SUM(CASE WHEN ATTEMPTS = ? THEN 1 ELSE 0 END)
 	FROM {t} GROUP BY CONSUMER_NAME, STATUS`, "{t}", s.cfg.Table))
-	out := Stats{At: s.now(), MaxAttempts: s.cfg.MaxAttempts, Counts: []StatusCount{}}
-	rows, err := s.db.QueryContext(ctx, q, s.cfg.MaxAttempts, s.cfg.MaxAttempts-1)
+	out := Stats{At: s.now(), MaxAttempts: s.cfg.Retry.MaxAttempts, Counts: []StatusCount{}}
+	rows, err := s.db.QueryContext(ctx, q, s.cfg.Retry.MaxAttempts, s.cfg.Retry.MaxAttempts-1)
 	if err != nil {
 		return out, fmt.Errorf("inbox: stats: %w", err)
 	}

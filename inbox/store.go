@@ -15,10 +15,13 @@ type Config struct {
 	// Table is the inbox table name, validated as a plain identifier.
 	// Defaults to INBOX_EVENT_PROCESSING.
 	Table string
-	// MaxAttempts is the backout threshold: after this many attempts that
-	// failed technically (or that never came back, see Process), the message
-	// must be dead-lettered. Defaults to 5. Negative values are refused.
-	MaxAttempts int
+	// Retry is the retry and backout policy: the backout threshold
+	// (Retry.MaxAttempts, default 5: after this many attempts that failed
+	// technically, or that never came back, see Process, the message must
+	// be dead-lettered), the redelivery backoff of the worker and of the
+	// consumer runtime, and the runtime's in-process retries. Its defaults
+	// are documented once, at inboxkit.RetryPolicy.
+	Retry inboxkit.RetryPolicy
 	// RedeliveryHorizon is how long after an event's terminal time the
 	// broker may still deliver it again (broker retention, producer resend
 	// windows, DLQ replays). Purge refuses a shorter window, because a row
@@ -40,9 +43,7 @@ func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
-	}
+	c.Retry = c.Retry.WithDefaults()
 	if c.RedeliveryHorizon == 0 {
 		c.RedeliveryHorizon = 7 * 24 * time.Hour
 	}
@@ -61,8 +62,8 @@ func (c *Config) validate() error {
 	if err := ValidateTable(c.Table); err != nil {
 		return fmt.Errorf("inbox: Config.Table: %w", err)
 	}
-	if c.MaxAttempts < 1 {
-		return fmt.Errorf("inbox: Config.MaxAttempts is %d: it must be at least 1 (leave it 0 for the default 5); a message is never retried forever", c.MaxAttempts)
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("inbox: Config.Retry: %w", err)
 	}
 	if c.RedeliveryHorizon < 0 {
 		return fmt.Errorf("inbox: Config.RedeliveryHorizon is negative (%s)", c.RedeliveryHorizon)

@@ -76,7 +76,7 @@ type WorkerConfig struct {
 	// HandleFunc is the business handler. Required.
 	HandleFunc MessageHandler
 	// DeadLetterFunc publishes poison messages and messages past the
-	// backout threshold (the store's Config.MaxAttempts). Required.
+	// backout threshold (the store's Config.Retry.MaxAttempts). Required.
 	DeadLetterFunc DeadLetterFunc
 	// RejectFunc, if set, publishes business rejections (e.g. to a reject
 	// queue for clarification). It is called while the REJECTED row is
@@ -98,11 +98,6 @@ type WorkerConfig struct {
 	// batch must be processed within LeaseDuration of the claim. Defaults
 	// to 10.
 	BatchSize int
-	// BackoffFunc returns the delay before the next attempt after the given
-	// failed attempt (1 for the first). A handler error with a RetryAfter
-	// hint overrides it. Defaults to DefaultBackoff: 1s doubled per attempt up
-	// to 5m, randomized by ±50%.
-	BackoffFunc func(attempt int) time.Duration
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// ObserveFunc, if set, is called by Run and RunOnce for every claimed
@@ -125,9 +120,6 @@ func (c *WorkerConfig) setDefaults() {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 10
-	}
-	if c.BackoffFunc == nil {
-		c.BackoffFunc = DefaultBackoff
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -154,21 +146,6 @@ func (c *WorkerConfig) validate() error {
 	return nil
 }
 
-// DefaultBackoff is the default WorkerConfig.BackoffFunc: 1s after the first
-// failed attempt, doubled per attempt up to 5 minutes, each randomized by
-// ±JitterFactor (see Jitter), so that entries that failed together are not
-// all retried at the same moment.
-func DefaultBackoff(attempt int) time.Duration {
-	const maxDelay = 5 * time.Minute
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt > 10 {
-		return Jitter(maxDelay)
-	}
-	return Jitter(min(time.Second<<(attempt-1), maxDelay))
-}
-
 func defaultOwner() string {
 	host, _ := os.Hostname()
 	if len(host) > 50 {
@@ -181,8 +158,8 @@ func defaultOwner() string {
 
 // Worker processes the entries Receive stored, for one consumer: it claims
 // them under a lease, runs the handler in a transaction that also records
-// the outcome, and retries technical failures after a backoff until the
-// store's MaxAttempts, then dead-letters them.
+// the outcome, and retries technical failures after the store's
+// Retry.Redelivery backoff until Retry.MaxAttempts, then dead-letters them.
 //
 // A Worker is one sequence of claims: Run processes one entry at a time. For
 // concurrency start several Workers, in one process or many; they share the
@@ -324,7 +301,7 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // record the outcome: the entry stays IN_PROGRESS and is claimed again when
 // its lease expires.
 func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
-	if c.Attempts > w.s.cfg.MaxAttempts {
+	if c.Attempts > w.s.cfg.Retry.MaxAttempts {
 		// Earlier claims never recorded an outcome (the worker died), or
 		// a dead-letter publish failed: do not run the handler again.
 		cause := errors.New("attempts exceeded without a recorded outcome")
@@ -429,7 +406,7 @@ func (w *Worker) completeThen(ctx context.Context, tx *sql.Tx, q string, args []
 // fail records a technical failure in its own transaction (the handler's
 // rollback cannot erase it), or dead-letters at the threshold.
 func (w *Worker) fail(ctx context.Context, c Claimed, dec inboxkit.Decision, herr error) (Result, error) {
-	if c.Attempts >= w.s.cfg.MaxAttempts && !dec.NoAttempt {
+	if c.Attempts >= w.s.cfg.Retry.MaxAttempts && !dec.NoAttempt {
 		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, inboxkit.ReasonMaxAttemptsExceeded, herr)
 	}
 	return w.retryLater(ctx, c, inboxkit.ClassTechnical, dec.Reason, dec.RetryAfter, dec.NoAttempt, herr)
@@ -438,7 +415,7 @@ func (w *Worker) fail(ctx context.Context, c Claimed, dec inboxkit.Decision, her
 func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class, reason string, delay time.Duration, noAttempt bool, cause error) (Result, error) {
 	s := w.s
 	if delay <= 0 {
-		delay = w.cfg.BackoffFunc(c.Attempts)
+		delay = s.cfg.Retry.RedeliveryDelay(c.Attempts)
 	}
 	uncount, attempts := 0, c.Attempts
 	if noAttempt {

@@ -141,7 +141,7 @@ func setup(t *testing.T, db *dbtest.DB, breaker *classify.Breaker) *bundle {
 	dbtest.Must(t, invoice.SeedCustomers(ctx, db.DB, d), "seed")
 	dbtest.Must(t, invoice.SeedCustomers(ctx, db.DB, d), "seed again")
 	clock := &stepClock{t: time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)}
-	store, err := inbox.New(db.DB, d, inbox.Config{Clock: clock, ClassifyFunc: classify.Of, MaxAttempts: 3})
+	store, err := inbox.New(db.DB, d, inbox.Config{Clock: clock, ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 	dbtest.Must(t, err, "store")
 	dbtest.Must(t, store.Migrate(ctx), "inbox migrate")
 	n := 0

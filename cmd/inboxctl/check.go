@@ -322,7 +322,7 @@ func runChecks(ctx context.Context, st *inbox.Store, cfg checkConfig) ([]finding
 	out = append(out, f5)
 
 	// 5. Stuck technical failures.
-	f4 := finding{Check: "stuck-technical-failure", Meaning: fmt.Sprintf("TECHNICAL_FAILURE with attempts >= %d, never dead-lettered", st.Config().MaxAttempts)}
+	f4 := finding{Check: "stuck-technical-failure", Meaning: fmt.Sprintf("TECHNICAL_FAILURE with attempts >= %d, never dead-lettered", st.Config().Retry.MaxAttempts)}
 	stuck, err := st.StuckFailures(ctx, 1000)
 	if err != nil {
 		return nil, fmt.Errorf("check stuck-technical-failure: %w", err)

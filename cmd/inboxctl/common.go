@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	_ "github.com/inboxkit/inboxkit/driver/mysql"    // database/sql driver "mysql" and its errors
 	_ "github.com/inboxkit/inboxkit/driver/oracle"   // database/sql driver "oracle" (go-ora), pure Go
@@ -30,6 +32,7 @@ type dbFlags struct {
 	maxAttempts int
 	hasAttempts bool // the command has --max-attempts
 	horizon     time.Duration
+	redelivery  inboxkit.Backoff // run's --requeue-delay; zero: the default
 }
 
 func (f *dbFlags) register(c *cobra.Command) {
@@ -104,7 +107,11 @@ func (f *dbFlags) openStoreUnchecked(ctx context.Context) (*inbox.Store, target.
 	if err != nil {
 		return nil, t, err
 	}
-	cfg := inbox.Config{Table: f.table, MaxAttempts: f.maxAttempts, RedeliveryHorizon: f.horizon}
+	cfg := inbox.Config{
+		Table: f.table, RedeliveryHorizon: f.horizon,
+		Retry:        inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts, Redelivery: f.redelivery},
+		ClassifyFunc: classify.Of, // driver conditions (DEADLOCK, CONNECTION, ...) get their reason code
+	}
 	st, err := inbox.New(db, t.Dialect, cfg)
 	if err != nil {
 		db.Close()

@@ -182,7 +182,9 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	b.AckWait = time.Second
 
 	step("creating the inbox and invoice tables in %s", filepath.Join(dir, "inbox.db"))
-	st, db, err := demoDB(ctx, filepath.Join(dir, "inbox.db"), inbox.Config{MaxAttempts: 5})
+	st, db, err := demoDB(ctx, filepath.Join(dir, "inbox.db"), inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{
+		MaxAttempts: 5, Redelivery: inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond},
+	}})
 	if err != nil {
 		return err
 	}
@@ -221,7 +223,6 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	cons, err := consumer.New(consumer.Config{
 		Name: defaultConsumer, Source: &crashSource{Source: src, eventID: demoCrashEvent}, Store: st, Handler: h,
 		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: breaker.Open, Logger: logger,
-		RequeueDelayFunc: func(int) time.Duration { return 100 * time.Millisecond },
 		OnSettled: func(s consumer.Settled) {
 			what := string(s.Action)
 			if s.Err != nil {

@@ -150,6 +150,8 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			if f.requeueDelay <= 0 {
 				return usageErr("--requeue-delay must be positive (got %s)", f.requeueDelay)
 			}
+			// The first redelivery after --requeue-delay, doubling up to 1m.
+			f.db.redelivery = inboxkit.Backoff{Initial: f.requeueDelay, Max: max(f.requeueDelay, time.Minute)}
 			st, t, err := f.db.openStore(ctx)
 			if err != nil {
 				return err
@@ -191,17 +193,16 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
-				RequeueDelayFunc: consumer.DoublingRequeueDelay(f.requeueDelay),
-				ShutdownTimeout:  f.shutdown,
-				EventIDFunc:      eventID,
-				Observer:         o.obs,
+				ShutdownTimeout: f.shutdown,
+				EventIDFunc:     eventID,
+				Observer:        o.obs,
 			})
 			if err != nil {
 				src.Close()
 				return usageErr("%v", err)
 			}
 			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display,
-				"broker", b.t.Display, "max_attempts", st.Config().MaxAttempts, "concurrency", f.concurrency, "mode", f.mode)
+				"broker", b.t.Display, "max_attempts", st.Config().Retry.MaxAttempts, "concurrency", f.concurrency, "mode", f.mode)
 			err = cons.Run(ctx)
 			if errors.Is(err, consumer.ErrShutdownTimeout) {
 				logger.Error("consumer stopped: shutdown timeout", "consumer", f.name, "error", err.Error())

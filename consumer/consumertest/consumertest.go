@@ -140,6 +140,10 @@ func Run(t *testing.T, b Broker) {
 // maxAttempts is the backout threshold of every body.
 const maxAttempts = 3
 
+// retry is the stores' policy: the backout threshold, and a redelivery
+// delay short enough for tests.
+var retry = inboxkit.RetryPolicy{MaxAttempts: maxAttempts, Redelivery: inboxkit.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}}
+
 // env is one body's world: a fresh database with the inbox and the business
 // table, fresh queue names, and a publisher for test messages.
 type env struct {
@@ -162,7 +166,7 @@ func newEnv(t *testing.T, b Broker, backend string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := inbox.New(db.DB, d, inbox.Config{MaxAttempts: maxAttempts, ClassifyFunc: classify.Of})
+	store, err := inbox.New(db.DB, d, inbox.Config{Retry: retry, ClassifyFunc: classify.Of})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,17 +373,19 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 	if o.hook != nil {
 		hook = func(ctx context.Context, m inboxkit.Message) error { return o.hook(ctx, src, m) }
 	}
-	c, err := consumer.New(consumer.Config{
+	cfg := consumer.Config{
 		Name: e.name, Source: src, Store: o.store, Handler: Handler(o.store.Dialect(), hook),
 		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
-		Concurrency:        o.concurrency,
-		Mode:               o.mode,
-		WorkerPollInterval: 20 * time.Millisecond,
-		RequeueDelayFunc:   func(int) time.Duration { return 10 * time.Millisecond },
-		PollInterval:       20 * time.Millisecond,
-		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled:          r.rec.add,
-	})
+		Concurrency:  o.concurrency,
+		Mode:         o.mode,
+		PollInterval: 20 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnSettled:    r.rec.add,
+	}
+	if o.mode == consumer.ModeStoreThenProcess {
+		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode
+	}
+	c, err := consumer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

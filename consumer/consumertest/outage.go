@@ -26,7 +26,7 @@ func testDatabaseOutage(t *testing.T, e *env) {
 		return
 	}
 	proxy := tcpproxy.Start(t, e.db.Addr())
-	store, err := inbox.New(e.db.OpenVia(t, proxy.Addr()), e.store.Dialect(), inbox.Config{MaxAttempts: maxAttempts, ClassifyFunc: classify.Of})
+	store, err := inbox.New(e.db.OpenVia(t, proxy.Addr()), e.store.Dialect(), inbox.Config{Retry: retry, ClassifyFunc: classify.Of})
 	if err != nil {
 		t.Fatal(err)
 	}
