@@ -40,7 +40,9 @@
 //
 // # Writing an adapter
 //
-// A broker adapter implements [Source] and [Delivery] (and dlq.Publisher).
-// The contract is on the interfaces; the conformance suite in
+// A broker adapter implements [Source] and [Delivery] (and dlq.Publisher,
+// and [Readier] for readiness checks), in the shape of the adapters in
+// broker/: Open(ctx, Config) returns an *Adapter that is all of them. The
+// contract is on the interfaces; the conformance suite in
 // consumer/consumertest checks it against a real broker.
 package consumer
