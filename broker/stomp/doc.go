@@ -82,8 +82,13 @@
 // Frames from the broker are bounded by [Limits]: 4 MiB body, 1000 headers
 // and 64 KiB per line by default; a larger frame breaks the connection with
 // a clear error instead of growing memory. Transactions (BEGIN/COMMIT) and
-// topics are not used. A Subscription buffers up to Prefetch frames; the
-// reader waits when a subscriber does not keep up, which ActiveMQ's prefetch
-// limit makes rare. Tests need the broker started by "scripts/activemq
+// topics are not used. A Subscription buffers Prefetch frames. The reader
+// never waits for the subscriber of an acknowledged subscription (the
+// RECEIPTs of its Acks may come behind the frames): frames that a broker
+// sends beyond Prefetch, ignoring activemq.prefetchSize, are kept in order
+// up to MaxOverflowMessages or MaxOverflowBytes, and past those the
+// connection fails saying so (the broker takes back what was not
+// acknowledged). Only an "auto" subscription (a queue browser) makes the
+// reader wait for room. Tests need the broker started by "scripts/activemq
 // start".
 package stomp

@@ -13,9 +13,13 @@
 // queue and prints one table. Exit 0 when the ledger balances, 1 when any
 // event is lost, doubled or stuck, 2 on a usage or setup error.
 //
-//	go run ./cmd/inboxtorture --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker
+//	scripts/torture-services start
+//	go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker
 //
-// The database is a fresh PostgreSQL database created for the run (dropped
+// --private points the rig at the private PostgreSQL and broker that
+// scripts/torture-services runs on their own ports, and restarts those
+// (with the same script), so that a run disturbs no one else using the
+// machine's services. The database is a fresh PostgreSQL database created for the run (dropped
 // afterwards unless --keep or the ledger fails). Run it from the repository
 // root: it builds cmd/inboxctl with the failpoints tag and the default
 // ActiveMQ restart uses scripts/activemq.
@@ -134,7 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.verbose, "v", false, "log progress")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  go run ./cmd/inboxtorture --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
+		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

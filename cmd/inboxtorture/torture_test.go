@@ -99,3 +99,32 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// --private points the database, the broker and both restart commands at
+// scripts/torture-services; an explicit --db or restart command wins.
+func TestPrivateFlags(t *testing.T) {
+	t.Setenv("INBOXKIT_TORTURE_NATS_PORT", "14223")
+	cfg, err := parseFlags([]string{"--private", "--broker", "nats"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.adminDB != "postgres://postgres@127.0.0.1:5433/postgres?sslmode=disable" || cfg.brokerURL != "nats://127.0.0.1:14223" ||
+		cfg.dbRestart != "scripts/torture-services restart pg" || cfg.brkRestart != "scripts/torture-services restart nats" {
+		t.Fatalf("--private: db %s, broker %s, restarts %q %q", cfg.adminDB, cfg.brokerURL, cfg.dbRestart, cfg.brkRestart)
+	}
+	cfg, err = parseFlags([]string{"--private", "--broker", "rabbitmq", "--db", "postgres://x@h/postgres", "--db-restart-cmd", "true"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.adminDB != "postgres://x@h/postgres" || cfg.dbRestart != "true" || cfg.brokerURL != "amqp://guest:guest@127.0.0.1:5673/" ||
+		cfg.brkRestart != "scripts/torture-services restart rabbitmq" {
+		t.Fatalf("--private with --db: db %s, broker %s, restarts %q %q", cfg.adminDB, cfg.brokerURL, cfg.dbRestart, cfg.brkRestart)
+	}
+	cfg, err = parseFlags([]string{"--broker", "stomp"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.brokerURL != "stomp://127.0.0.1:61613" || cfg.brkRestart != amqRestart || cfg.dbRestart != pgRestart {
+		t.Fatalf("without --private: broker %s, restarts %q %q", cfg.brokerURL, cfg.dbRestart, cfg.brkRestart)
+	}
+}
