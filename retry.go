@@ -176,16 +176,16 @@ func (b Backoff) Validate(name string) error {
 }
 
 // Delay returns the delay after the n-th failure (n < 1 counts as 1), with
-// the jitter drawn at random. Fields are used as they are: call Or first to
-// fill in defaults. It is safe for concurrent use.
+// the jitter drawn at random. A zero Multiplier or Jitter means 2 or 0.5; a
+// Max below Initial means Initial (call Or first for a place's defaults of
+// Initial and Max). It is safe for concurrent use.
 func (b Backoff) Delay(n int) time.Duration {
+	b = b.Or(Backoff{})
+	b.Multiplier = max(b.Multiplier, 1)
 	d := float64(b.Initial)
-	limit := float64(b.Max)
-	if limit < d {
-		limit = d
-	}
+	limit := max(float64(b.Max), d)
 	for i := 1; i < n && d < limit; i++ {
-		d *= max(b.Multiplier, 1)
+		d *= b.Multiplier
 	}
 	d = min(d, limit)
 	if b.Jitter > 0 {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/inboxkit/inboxkit/internal/reconnect"
+	"github.com/inboxkit/inboxkit"
 )
 
 // Config configures an Adapter. The zero value of every field selects its
@@ -167,7 +167,7 @@ func StreamName(subject string) string {
 // backoff returns nats.go's reconnect delay: ReconnectBackoff doubling per
 // attempt up to MaxReconnectBackoff.
 func (c *Config) backoff(attempts int) time.Duration {
-	return reconnect.Backoff{First: c.ReconnectBackoff, Max: c.MaxReconnectBackoff}.Delay(attempts)
+	return inboxkit.Backoff{Initial: c.ReconnectBackoff, Max: c.MaxReconnectBackoff, Jitter: -1}.Delay(attempts)
 }
 
 // redact returns the URL list with passwords replaced by "xxxxx".

@@ -1,6 +1,7 @@
 // Package reconnect keeps one live broker session for an adapter and
 // replaces it after it dies: the session supervision that broker/rabbitmq
-// and broker/amqp10 share, and the reconnect [Backoff] of all four adapters
+// and broker/amqp10 share, and the reconnect pauses ([Waits] of an
+// inboxkit.Backoff) of all four adapters
 // (stomp's reconnect loop and nats.go's reconnect delay use it too).
 //
 // An adapter's session type embeds [Life]. The adapter makes its
@@ -17,10 +18,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
@@ -62,35 +63,14 @@ type Session interface {
 	life() *Life // embed Life
 }
 
-// Backoff is the pause before each reconnect attempt of every adapter:
-// First, doubling up to Max, each pause varied by ±Jitter of itself
-// (0 = exact).
-type Backoff struct {
-	First, Max time.Duration
-	Jitter     float64
-}
-
-// Waits returns the successive pauses of one series of attempts.
-func (b Backoff) Waits() func() time.Duration {
+// Waits returns the successive pauses of one series of reconnect attempts
+// spaced by b (inboxkit.Backoff, the toolkit's one backoff).
+func Waits(b inboxkit.Backoff) func() time.Duration {
 	n := 0
 	return func() time.Duration {
 		n++
 		return b.Delay(n)
 	}
-}
-
-// Delay returns the pause before attempt n (1 for the first).
-func (b Backoff) Delay(n int) time.Duration {
-	w := b.First
-	for i := 1; i < n && w < b.Max; i++ {
-		w *= 2
-	}
-	w = min(w, b.Max)
-	if b.Jitter > 0 && w > 0 {
-		delta := b.Jitter * float64(w)
-		w = time.Duration(float64(w) - delta + rand.Float64()*(2*delta+1))
-	}
-	return w
 }
 
 // Config configures a Supervisor.
@@ -104,7 +84,7 @@ type Config[S Session] struct {
 	// Logger receives the reconnect messages.
 	Logger *slog.Logger
 	// Backoff spaces the reconnect attempts.
-	Backoff Backoff
+	Backoff inboxkit.Backoff
 	// Connect opens a new session; ctx is cancelled by Close.
 	Connect func(ctx context.Context) (S, error)
 }
@@ -246,7 +226,7 @@ func (sv *Supervisor[S]) supervise(s S) {
 		}
 		s.Close()
 		log.Warn(sv.cfg.Name+": connection lost, reconnecting", "url", sv.cfg.URL, "queue", sv.cfg.Queue, "err", s.life().Err())
-		wait := sv.cfg.Backoff.Waits()
+		wait := Waits(sv.cfg.Backoff)
 		backoff := wait()
 		for {
 			select {

@@ -9,18 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
 func TestBackoffDoublesUpToMax(t *testing.T) {
-	next := Backoff{First: 100 * time.Millisecond, Max: time.Second}.Waits()
+	next := Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: -1})
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
 	for i, w := range want {
 		if got := next(); got != w*time.Millisecond {
 			t.Errorf("wait %d = %v, want %v", i+1, got, w*time.Millisecond)
 		}
 	}
-	next = Backoff{First: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5}.Waits()
+	next = Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5})
 	for i, w := range want {
 		lo, hi := w*time.Millisecond/2, w*time.Millisecond*3/2+1
 		if got := next(); got < lo || got > hi {
@@ -52,7 +53,7 @@ func TestSupervisor(t *testing.T) {
 	attempts := make(chan chan *session)
 	sv := New(Config[*session]{
 		Name: "test", URL: "test://host", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Backoff: Backoff{First: time.Millisecond, Max: time.Millisecond},
+		Backoff: inboxkit.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
 		Connect: func(ctx context.Context) (*session, error) {
 			reply := make(chan *session)
 			select {
