@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +143,24 @@ func TestEmptyBusinessReasonIsRejected(t *testing.T) {
 		}
 		if r := get(t, s, "S-1"); r.ReasonCode != inboxkit.ReasonRejected {
 			t.Errorf("store-then-process: REASON_CODE %q, want %s", r.ReasonCode, inboxkit.ReasonRejected)
+		}
+	})
+}
+
+// Without a ClassifyFunc the store classifies with classify.Of: a condition
+// of the database or the network gets its reason code (here CONNECTION),
+// where inboxkit.DecisionOf alone would leave the reason empty.
+func TestDefaultClassifierIsClassifyOf(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		res := mustProcess(t, s, entry("C-1"), func(context.Context, *sql.Tx) error {
+			return fmt.Errorf("letter service: %w", syscall.ECONNREFUSED)
+		})
+		if res.Outcome != inboxkit.OutcomeRetry || res.Reason != inboxkit.ReasonConnection {
+			t.Errorf("result %+v, want RETRY with reason %s", res, inboxkit.ReasonConnection)
+		}
+		if r := get(t, s, "C-1"); r.ReasonCode != inboxkit.ReasonConnection {
+			t.Errorf("REASON_CODE %q, want %s", r.ReasonCode, inboxkit.ReasonConnection)
 		}
 	})
 }

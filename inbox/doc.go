@@ -27,7 +27,8 @@
 //	                                                            MarkDeadLettered, acknowledge
 //
 // The class of a handler error is read with Config.ClassifyFunc
-// (inboxkit.DecisionOf by default; classify.Of adds driver-error detection).
+// (classify.Of by default: the error's own decision, else the database
+// condition it reports, such as DEADLOCK).
 //
 // # Rules the store keeps
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
 // Config configures a Store. The zero value of every field means its default.
@@ -33,9 +34,13 @@ type Config struct {
 	MaxErrorLength int
 	// Clock is where time comes from. Defaults to inboxkit.SystemClock.
 	Clock inboxkit.Clock
-	// ClassifyFunc tells the class of a handler error. Defaults to
-	// inboxkit.DecisionOf: errors implementing inboxkit.Decider (the
-	// classify package's) decide; unknown errors are technical.
+	// ClassifyFunc tells the class and reason of a handler error (and of a
+	// failed commit). Defaults to classify.Of: errors implementing
+	// inboxkit.Decider (classify.Reject, Poison, Retry) decide; database
+	// conditions get their reason code (DEADLOCK, LOCK_TIMEOUT, CONNECTION,
+	// CONSTRAINT_VIOLATION, ...); other errors are technical without a
+	// reason. Set it to adjust classify.Of's answer for errors it gets
+	// wrong; the consumer's in-process retry uses it too.
 	ClassifyFunc func(error) inboxkit.Decision
 }
 
@@ -54,7 +59,7 @@ func (c *Config) setDefaults() {
 		c.Clock = inboxkit.SystemClock{}
 	}
 	if c.ClassifyFunc == nil {
-		c.ClassifyFunc = inboxkit.DecisionOf
+		c.ClassifyFunc = classify.Of
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	_ "github.com/inboxkit/inboxkit/driver/mysql"    // database/sql driver "mysql" and its errors
 	_ "github.com/inboxkit/inboxkit/driver/oracle"   // database/sql driver "oracle" (go-ora), pure Go
@@ -109,8 +108,7 @@ func (f *dbFlags) openStoreUnchecked(ctx context.Context) (*inbox.Store, target.
 	}
 	cfg := inbox.Config{
 		Table: f.table, RedeliveryHorizon: f.horizon,
-		Retry:        inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts, Redelivery: f.redelivery},
-		ClassifyFunc: classify.Of, // driver conditions (DEADLOCK, CONNECTION, ...) get their reason code
+		Retry: inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts, Redelivery: f.redelivery},
 	}
 	st, err := inbox.New(db, t.Dialect, cfg)
 	if err != nil {
