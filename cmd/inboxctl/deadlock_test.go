@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -48,15 +47,8 @@ func TestRunRecordsDeadlock(t *testing.T) {
 		invoice.LetterIDFor(eventID))
 	dbtest.Must(t, err, "insert the letter first")
 
-	run := exec.CommandContext(ctx, binary, "run", "--db", url, "--broker", broker, "--queue", queue, "--log-format", "json",
+	_, logs := startRun(ctx, t, "--db", url, "--broker", broker, "--queue", queue, "--log-format", "json",
 		"--log-level", "debug", "--requeue-delay", "100ms")
-	run.Env = cleanEnv()
-	var logs lockedBuffer
-	run.Stdout, run.Stderr = &logs, &logs
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = run.Process.Kill(); _ = run.Wait() }()
 
 	// The consumer's handler now waits for the letter's key.
 	waitFor(t, "the consumer's insert to wait for the test's transaction", func() bool {
@@ -64,7 +56,7 @@ func TestRunRecordsDeadlock(t *testing.T) {
 		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO shipping_letters%'`).Scan(&n)
 		return err == nil && n == 1
-	}, &logs)
+	}, logs)
 	// Closing the cycle: the test's transaction wants the inbox row. It waits
 	// until PostgreSQL aborted the consumer's transaction, then goes on.
 	_, err = other.ExecContext(ctx, `UPDATE INBOX_EVENT_PROCESSING SET UPDATED_AT = UPDATED_AT WHERE EVENT_ID = $1`, eventID)
@@ -73,7 +65,7 @@ func TestRunRecordsDeadlock(t *testing.T) {
 
 	waitFor(t, "the event to be processed after the deadlock", func() bool {
 		return strings.Contains(logs.String(), `"outcome":"PROCESSED"`)
-	}, &logs)
+	}, logs)
 	var failure string
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, `"msg":"settled"`) && strings.Contains(line, `"outcome":"RETRY"`) {

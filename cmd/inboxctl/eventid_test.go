@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -37,15 +36,8 @@ func TestRunEventIDFrom(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json",
+	_, logs := startRun(ctx, t, "--db", dbURL, "--broker", broker, "--queue", queue, "--log-format", "json",
 		"--event-id-from", "header:eventId,json:invoiceNo", "--log-level", "debug") // counts the lines per message
-	run.Env = cleanEnv()
-	var logs lockedBuffer // written by the process while the test reads
-	run.Stdout, run.Stderr = &logs, &logs
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = run.Process.Kill(); _ = run.Wait() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := inboxctl(t, "", "audit", "--db", dbURL, "--event-id", "INV-77", "--json")

@@ -78,6 +78,23 @@ func inboxctlEnv(t *testing.T, env []string, stdin string, args ...string) resul
 	return r
 }
 
+// startRun starts `inboxctl run args...` under ctx with the clean
+// environment and returns it with its log, which the process writes while
+// the test reads it. The process is killed when the test ends, if it still
+// runs.
+func startRun(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	run := exec.CommandContext(ctx, binary, append([]string{"run"}, args...)...)
+	run.Env = cleanEnv()
+	logs := &lockedBuffer{}
+	run.Stdout, run.Stderr = logs, logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = run.Process.Kill(); _ = run.Wait() })
+	return run, logs
+}
+
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {

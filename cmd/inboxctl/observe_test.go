@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -126,21 +125,8 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	run := exec.CommandContext(ctx, binary, "run", "--db", dbURL, "--broker", broker, "--queue", queue,
+	run, logs := startRun(ctx, t, "--db", dbURL, "--broker", broker, "--queue", queue,
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
-	run.Env = cleanEnv()
-	var logs lockedBuffer
-	run.Stdout, run.Stderr = &logs, &logs
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = run.Process.Kill()
-			_ = run.Wait()
-		}
-	}()
 	addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
 	var base string
 	waitFor(t, "the metrics address in the log", func() bool {
@@ -149,7 +135,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 			base = "http://" + m[1]
 		}
 		return m != nil
-	}, &logs)
+	}, logs)
 
 	var metrics string
 	want := []string{
@@ -210,9 +196,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err := run.Wait()
-	stopped = true
-	if err != nil {
+	if err := run.Wait(); err != nil {
 		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
 	}
 }

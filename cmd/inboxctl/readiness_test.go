@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -36,15 +35,8 @@ func TestRunReadinessFollowsTheBroker(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			run := exec.CommandContext(ctx, binary, "run", "--db", db, "--broker", fmt.Sprintf(tc.url, px.Addr()),
+			_, logs := startRun(ctx, t, "--db", db, "--broker", fmt.Sprintf(tc.url, px.Addr()),
 				"--queue", queue, "--log-format", "json", "--metrics-addr", "127.0.0.1:0")
-			run.Env = cleanEnv()
-			var logs lockedBuffer
-			run.Stdout, run.Stderr = &logs, &logs
-			if err := run.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = run.Process.Kill(); _ = run.Wait() }()
 			addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
 			var base string
 			waitFor(t, "the metrics address in the log", func() bool {
@@ -53,7 +45,7 @@ func TestRunReadinessFollowsTheBroker(t *testing.T) {
 					base = "http://" + m[1]
 				}
 				return m != nil
-			}, &logs)
+			}, logs)
 
 			var code int
 			var body string
