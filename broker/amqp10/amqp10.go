@@ -14,7 +14,6 @@ import (
 
 	amqp "github.com/Azure/go-amqp"
 
-	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/internal/reconnect"
@@ -87,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	a := &Adapter{cfg: cfg, ep: ep}
 	a.sv = reconnect.New(reconnect.Config[*session]{
 		Name: "amqp10", URL: ep.display, Queue: cfg.Queue, Logger: cfg.Logger,
-		Backoff: inboxkit.Backoff{Initial: cfg.ReconnectBackoff, Max: cfg.MaxReconnectBackoff, Jitter: 0.5},
+		Backoff: cfg.Reconnect,
 		Connect: a.connect,
 	})
 	s, err := a.connect(ctx)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
@@ -85,13 +86,10 @@ type Config struct {
 	// ContainerID is the container id of the connection. Defaults to
 	// "inboxkit-" and random hex digits.
 	ContainerID string
-	// ReconnectBackoff is the first pause before reconnecting after a broken
-	// connection, session or link; it doubles (with jitter) after each
-	// failed attempt. Defaults to 500ms.
-	ReconnectBackoff time.Duration
-	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
-	// Defaults to 30s.
-	MaxReconnectBackoff time.Duration
+	// Reconnect spaces the reconnect attempts after a broken connection,
+	// session or link. A zero field takes its default: 500ms doubling up to
+	// 30s, ±50% jitter (Jitter -1 for none).
+	Reconnect inboxkit.Backoff
 	// DialTimeout bounds one TCP connect plus the AMQP open handshake.
 	// Defaults to 10s.
 	DialTimeout time.Duration
@@ -117,7 +115,7 @@ func (c *Config) setDefaults() {
 	if c.URL == "" {
 		c.URL = "amqp10://guest:guest@127.0.0.1:5672"
 	}
-	reconnect.SetDefaults(&c.ReconnectBackoff, &c.MaxReconnectBackoff, &c.DialTimeout)
+	reconnect.SetDefaults(&c.Reconnect, 0.5, &c.DialTimeout)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 30 * time.Second
 	}
@@ -211,7 +209,7 @@ func (c *Config) validate() (endpoint, error) {
 	case c.IdleTimeout < 0:
 		return endpoint{}, errors.New("amqp10: Config.IdleTimeout must not be negative")
 	}
-	if err := reconnect.Validate("amqp10", c.ReconnectBackoff, c.MaxReconnectBackoff, c.DialTimeout); err != nil {
+	if err := reconnect.Validate("amqp10", c.Reconnect, c.DialTimeout); err != nil {
 		return endpoint{}, err
 	}
 	return ep, nil

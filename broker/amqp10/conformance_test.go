@@ -61,8 +61,8 @@ func open(t testing.TB, cfg amqp10.Config) *amqp10.Adapter {
 	if cfg.URL == "" {
 		cfg.URL = rabbitURL
 	}
-	if cfg.ReconnectBackoff == 0 {
-		cfg.ReconnectBackoff = 50 * time.Millisecond
+	if cfg.Reconnect.Initial == 0 {
+		cfg.Reconnect.Initial = 50 * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -83,7 +83,7 @@
 //
 // When the connection, a session or the receiver link ends, the Adapter
 // reconnects in the background with doubling, jittered backoff
-// (Config.ReconnectBackoff up to Config.MaxReconnectBackoff) and attaches
+// (Config.Reconnect, an inboxkit.Backoff) and attaches
 // again. Meanwhile Receive and Publish wait, bounded by their ctx, and
 // [Adapter.Ready] reports the outage (for readiness checks). Close closes
 // the connection; the broker hands back every unsettled delivery. The

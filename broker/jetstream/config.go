@@ -56,14 +56,12 @@ type Config struct {
 	// before Receive issues the next one. It bounds how long Receive takes to
 	// notice a reconnect. Defaults to 5s.
 	PollWait time.Duration
-	// ReconnectBackoff is the first pause before reconnecting after a
-	// broken connection (nats.go reconnects forever), and after a failed
-	// pull request; it doubles after each failed attempt.
-	// Defaults to 500ms.
-	ReconnectBackoff time.Duration
-	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
-	// Defaults to 5s (a NATS server restarts in seconds).
-	MaxReconnectBackoff time.Duration
+	// Reconnect spaces nats.go's reconnect attempts after a broken
+	// connection (it reconnects forever); its Initial is also the pause
+	// after a failed pull request. A zero field takes its default: 500ms
+	// doubling up to 5s (a NATS server restarts in seconds), no jitter
+	// (Jitter -1; set it in [0, 1] for some).
+	Reconnect inboxkit.Backoff
 	// DialTimeout bounds one connect. Defaults to 5s.
 	DialTimeout time.Duration
 	// ConnectionName is the connection name shown by the server's
@@ -93,12 +91,7 @@ func (c *Config) setDefaults() {
 	if c.PollWait == 0 {
 		c.PollWait = 5 * time.Second
 	}
-	if c.ReconnectBackoff == 0 {
-		c.ReconnectBackoff = 500 * time.Millisecond
-	}
-	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 5 * time.Second
-	}
+	c.Reconnect = c.Reconnect.Or(defaultReconnect)
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
 	}
@@ -135,11 +128,8 @@ func (c *Config) validate() error {
 	if c.PollWait < 0 || (c.PollWait > 0 && c.PollWait < 100*time.Millisecond) {
 		return errors.New("jetstream: Config.PollWait must be at least 100ms")
 	}
-	if c.ReconnectBackoff < 0 {
-		return errors.New("jetstream: Config.ReconnectBackoff must not be negative")
-	}
-	if c.MaxReconnectBackoff < c.ReconnectBackoff {
-		return errors.New("jetstream: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff")
+	if err := c.Reconnect.Validate("jetstream: Config.Reconnect"); err != nil {
+		return err
 	}
 	if c.DialTimeout < 0 {
 		return errors.New("jetstream: Config.DialTimeout must not be negative")
@@ -164,10 +154,12 @@ func StreamName(subject string) string {
 	}, subject)
 }
 
-// backoff returns nats.go's reconnect delay: ReconnectBackoff doubling per
-// attempt up to MaxReconnectBackoff.
+// defaultReconnect is Config.Reconnect's default.
+var defaultReconnect = inboxkit.Backoff{Initial: 500 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: -1}
+
+// backoff returns nats.go's reconnect delay before attempt attempts.
 func (c *Config) backoff(attempts int) time.Duration {
-	return inboxkit.Backoff{Initial: c.ReconnectBackoff, Max: c.MaxReconnectBackoff, Jitter: -1}.Delay(attempts)
+	return c.Reconnect.Delay(attempts)
 }
 
 // redact returns the URL list with passwords replaced by "xxxxx".

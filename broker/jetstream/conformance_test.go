@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/consumer/consumertest"
@@ -51,7 +52,7 @@ func conformanceBroker(name, url string) consumertest.Broker {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	open := func(t testing.TB, subject string) *jetstream.Adapter {
 		t.Helper()
-		cfg := jetstream.Config{URL: url, Logger: quiet, AckWait: 10 * time.Second, Prefetch: 4, PollWait: time.Second, ReconnectBackoff: 50 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond}
+		cfg := jetstream.Config{URL: url, Logger: quiet, AckWait: 10 * time.Second, Prefetch: 4, PollWait: time.Second, Reconnect: inboxkit.Backoff{Initial: 50 * time.Millisecond, Max: 50 * time.Millisecond}}
 		if subject != "" {
 			cfg.Stream, cfg.Subject = streamOf(subject), subject
 		}

@@ -57,8 +57,8 @@
 //
 // # Connection loss
 //
-// nats.go reconnects forever (Config.ReconnectBackoff, doubling up to
-// Config.MaxReconnectBackoff, between attempts); [Adapter.Ready] reports
+// nats.go reconnects forever (Config.Reconnect, an inboxkit.Backoff,
+// between attempts); [Adapter.Ready] reports
 // whether the connection is up, for readiness checks.
 // Nothing is buffered while disconnected, so an Ack, Requeue or Publish that
 // returns an error was not sent. Receive issues a new pull request after a

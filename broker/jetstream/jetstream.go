@@ -161,7 +161,7 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 			a.cfg.Logger.Warn("jetstream: pull failed, retrying", "stream", a.cfg.Stream, "consumer", a.cfg.Durable, "err", err)
 			select {
 			case <-rctx.Done():
-			case <-time.After(a.cfg.ReconnectBackoff):
+			case <-time.After(a.cfg.Reconnect.Initial):
 			}
 		}
 	}

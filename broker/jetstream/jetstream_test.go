@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
@@ -305,7 +306,7 @@ func TestReconnect(t *testing.T) {
 	t.Cleanup(func() { e.Shutdown() })
 
 	n := names{stream: "RECONNECT", subject: "inboxkit.reconnect"}
-	a := open(t, Config{URL: e.URL(), Stream: n.stream, Subject: n.subject, AckWait: 2 * time.Second, ReconnectBackoff: 100 * time.Millisecond, MaxReconnectBackoff: 100 * time.Millisecond})
+	a := open(t, Config{URL: e.URL(), Stream: n.stream, Subject: n.subject, AckWait: 2 * time.Second, Reconnect: inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond}})
 	publish(t, a, n.subject, nil, "one")
 	if err := receive(t, a, 5*time.Second).Ack(context.Background()); err != nil {
 		t.Fatalf("Ack: %v", err)
@@ -420,7 +421,7 @@ func TestConfig(t *testing.T) {
 		field string
 	}{
 		{Config{Prefetch: -2}, "Config.Prefetch"},
-		{Config{ReconnectBackoff: time.Second, MaxReconnectBackoff: time.Millisecond}, "Config.MaxReconnectBackoff"},
+		{Config{Reconnect: inboxkit.Backoff{Initial: time.Second, Max: time.Millisecond}}, "Config.Reconnect.Max"},
 		{Config{Stream: "A.B"}, "Config.Stream"},
 		{Config{Durable: "x.y"}, "Config.Durable"},
 		{Config{AckWait: -time.Second}, "Config.AckWait"},

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
@@ -34,13 +35,10 @@ type Config struct {
 	// the broker never dead-letters on its own. Defaults to false (classic
 	// durable queues, DeliveryCount 0 = unknown).
 	Quorum bool
-	// ReconnectBackoff is the first pause before reconnecting after a broken
-	// connection or channel; it doubles after each failed attempt.
-	// Defaults to 500ms.
-	ReconnectBackoff time.Duration
-	// MaxReconnectBackoff caps the doubling of ReconnectBackoff.
-	// Defaults to 30s.
-	MaxReconnectBackoff time.Duration
+	// Reconnect spaces the reconnect attempts after a broken connection or
+	// channel. A zero field takes its default: 500ms doubling up to 30s,
+	// no jitter (Jitter -1; set it in [0, 1] for some).
+	Reconnect inboxkit.Backoff
 	// DialTimeout bounds one TCP connect plus AMQP handshake. Defaults to 10s.
 	DialTimeout time.Duration
 	// Heartbeat is the AMQP heartbeat interval proposed to the broker.
@@ -60,7 +58,7 @@ func (c *Config) setDefaults() {
 	if c.Prefetch == 0 {
 		c.Prefetch = 10
 	}
-	reconnect.SetDefaults(&c.ReconnectBackoff, &c.MaxReconnectBackoff, &c.DialTimeout)
+	reconnect.SetDefaults(&c.Reconnect, -1, &c.DialTimeout)
 	if c.Heartbeat == 0 {
 		c.Heartbeat = 10 * time.Second
 	}
@@ -93,7 +91,7 @@ func (c *Config) validate() error {
 	if c.Prefetch < 0 {
 		return errors.New("rabbitmq: Config.Prefetch must not be negative")
 	}
-	if err := reconnect.Validate("rabbitmq", c.ReconnectBackoff, c.MaxReconnectBackoff, c.DialTimeout); err != nil {
+	if err := reconnect.Validate("rabbitmq", c.Reconnect, c.DialTimeout); err != nil {
 		return err
 	}
 	if c.Heartbeat < 0 {

@@ -7,6 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/consumer/consumertest"
@@ -23,7 +24,7 @@ func TestConformance(t *testing.T) {
 		t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 (guest/guest); start it with: rabbitmq-server -detached: %v", err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	cfg := rabbitmq.Config{URL: conformanceURL, Quorum: true, ReconnectBackoff: 50 * time.Millisecond}
+	cfg := rabbitmq.Config{URL: conformanceURL, Quorum: true, Reconnect: inboxkit.Backoff{Initial: 50 * time.Millisecond}}
 	open := func(t testing.TB, queue string) *rabbitmq.Adapter {
 		t.Helper()
 		c := cfg

@@ -49,7 +49,7 @@
 //
 // One connection carries both channels. When the connection or either
 // channel closes, the Adapter reconnects in the background with doubling
-// backoff (Config.ReconnectBackoff up to Config.MaxReconnectBackoff),
+// backoff (Config.Reconnect, an inboxkit.Backoff),
 // redeclares and consumes again. Meanwhile Receive and Publish wait, bounded
 // by their ctx, and [Adapter.Ready] reports the outage (for readiness
 // checks). Close closes the connection; the broker requeues every

@@ -12,7 +12,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/internal/reconnect"
@@ -77,7 +76,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	a := &Adapter{cfg: cfg, url: redact(cfg.URL)}
 	a.sv = reconnect.New(reconnect.Config[*session]{
 		Name: "rabbitmq", URL: a.url, Queue: cfg.Queue, Logger: cfg.Logger,
-		Backoff: inboxkit.Backoff{Initial: cfg.ReconnectBackoff, Max: cfg.MaxReconnectBackoff, Jitter: -1},
+		Backoff: cfg.Reconnect,
 		Connect: func(context.Context) (*session, error) { return a.connect() },
 	})
 	type result struct {

@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
@@ -55,8 +56,8 @@ func open(t *testing.T, cfg Config) *Adapter {
 	if cfg.URL == "" {
 		cfg.URL = testURL
 	}
-	if cfg.ReconnectBackoff == 0 {
-		cfg.ReconnectBackoff = 50 * time.Millisecond
+	if cfg.Reconnect.Initial == 0 {
+		cfg.Reconnect.Initial = 50 * time.Millisecond
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -360,7 +361,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{Config{URL: "http://x"}, "Config.URL"},
 		{Config{Prefetch: -1}, "Config.Prefetch"},
-		{Config{ReconnectBackoff: time.Minute, MaxReconnectBackoff: time.Second}, "Config.MaxReconnectBackoff"},
+		{Config{Reconnect: inboxkit.Backoff{Initial: time.Minute, Max: time.Second}}, "Config.Reconnect.Max"},
 	} {
 		_, err := Open(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/inboxkit/inboxkit"
 )
 
 // Config configures an Adapter and Browse. The zero value of every field
@@ -44,12 +46,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// WriteTimeout bounds every frame write. Defaults to 10s.
 	WriteTimeout time.Duration
-	// ReconnectBackoff is the first wait before reconnecting after a broken
-	// connection; it doubles after each failed attempt up to
-	// MaxReconnectBackoff. Defaults to 100ms.
-	ReconnectBackoff time.Duration
-	// MaxReconnectBackoff caps ReconnectBackoff. Defaults to 5s.
-	MaxReconnectBackoff time.Duration
+	// Reconnect spaces the reconnect attempts after the receiving
+	// connection broke. A zero field takes its default: 100ms doubling up
+	// to 5s, no jitter (Jitter -1; set it in [0, 1] for some).
+	Reconnect inboxkit.Backoff
 	// Limits bound the frames accepted from the broker. Defaults: see Limits.
 	Limits Limits
 	// ErrorFunc, when set, is called with every connection error the
@@ -99,12 +99,7 @@ func (c *Config) setDefaults() error {
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 10 * time.Second
 	}
-	if c.ReconnectBackoff == 0 {
-		c.ReconnectBackoff = 100 * time.Millisecond
-	}
-	if c.MaxReconnectBackoff == 0 {
-		c.MaxReconnectBackoff = 5 * time.Second
-	}
+	c.Reconnect = c.Reconnect.Or(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: -1})
 	return nil
 }
 
@@ -124,14 +119,10 @@ func (c *Config) validate() error {
 		return errors.New("stomp: Config.DialTimeout must not be negative")
 	case c.WriteTimeout < 0:
 		return errors.New("stomp: Config.WriteTimeout must not be negative")
-	case c.ReconnectBackoff < 0:
-		return errors.New("stomp: Config.ReconnectBackoff must not be negative")
-	case c.MaxReconnectBackoff < c.ReconnectBackoff:
-		return errors.New("stomp: Config.MaxReconnectBackoff must not be smaller than ReconnectBackoff")
 	case c.Limits.MaxBodySize < 0 || c.Limits.MaxHeaders < 0 || c.Limits.MaxLineLength < 0:
 		return errors.New("stomp: Config.Limits fields must not be negative")
 	}
-	return nil
+	return c.Reconnect.Validate("stomp: Config.Reconnect")
 }
 
 func (c *Config) dial(ctx context.Context) (*Conn, error) {

@@ -41,7 +41,7 @@
 // the receiving one breaks (read or write error, ERROR frame, or no data
 // and no heart-beat from the broker for three times the negotiated
 // interval), the Adapter reconnects with exponential backoff
-// (Config.ReconnectBackoff up to Config.MaxReconnectBackoff). Deliveries of
+// (Config.Reconnect, an inboxkit.Backoff). Deliveries of
 // the broken connection can no longer be settled: Ack and Requeue return an
 // error wrapping [ErrConnClosed], and the broker delivers the message again
 // with redelivered:true. Close disconnects; unacknowledged messages go back

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 )
 
@@ -336,7 +337,7 @@ func TestHostileSlowServerLosesNothing(t *testing.T) {
 		}
 	})
 	src, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, Heartbeat: 100 * time.Millisecond,
-		ReconnectBackoff: 10 * time.Millisecond, MaxReconnectBackoff: 50 * time.Millisecond})
+		Reconnect: inboxkit.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

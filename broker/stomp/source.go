@@ -114,7 +114,7 @@ func (s *source) run(sub *Subscription) {
 		s.lostAt = time.Now()
 		s.mu.Unlock()
 		s.report(err)
-		wait := reconnect.Waits(inboxkit.Backoff{Initial: s.cfg.ReconnectBackoff, Max: s.cfg.MaxReconnectBackoff, Jitter: -1})
+		wait := reconnect.Waits(s.cfg.Reconnect)
 		for {
 			select {
 			case <-ctx.Done():

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/consumer"
 )
@@ -33,7 +34,7 @@ func brokerConfig(t *testing.T) stomp.Config {
 		t.Fatalf("ActiveMQ (STOMP) not reachable at %s; start it with `scripts/activemq start`: %v", addr, err)
 	}
 	c.Disconnect(ctx)
-	return stomp.Config{Addr: addr, Heartbeat: 2 * time.Second, ReconnectBackoff: 50 * time.Millisecond, MaxReconnectBackoff: time.Second}
+	return stomp.Config{Addr: addr, Heartbeat: 2 * time.Second, Reconnect: inboxkit.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}}
 }
 
 func uniqueQueue(t *testing.T) string {

@@ -1,8 +1,8 @@
 // Package reconnect keeps one live broker session for an adapter and
 // replaces it after it dies: the session supervision that broker/rabbitmq
-// and broker/amqp10 share, and the reconnect pauses ([Waits] of an
-// inboxkit.Backoff) of all four adapters
-// (stomp's reconnect loop and nats.go's reconnect delay use it too).
+// and broker/amqp10 share, with their reconnect defaults. Every adapter
+// spaces its reconnects with the toolkit's one backoff type,
+// inboxkit.Backoff (Config.Reconnect), through [Waits] or Backoff.Delay.
 //
 // An adapter's session type embeds [Life]. The adapter makes its
 // Supervisor with [New], opens its first session itself (so Open reports
@@ -63,8 +63,8 @@ type Session interface {
 	life() *Life // embed Life
 }
 
-// Waits returns the successive pauses of one series of reconnect attempts
-// spaced by b (inboxkit.Backoff, the toolkit's one backoff).
+// Waits returns the successive pauses of one series of reconnect attempts:
+// b.Delay(1), b.Delay(2), ...
 func Waits(b inboxkit.Backoff) func() time.Duration {
 	n := 0
 	return func() time.Duration {
@@ -83,7 +83,7 @@ type Config[S Session] struct {
 	Queue string
 	// Logger receives the reconnect messages.
 	Logger *slog.Logger
-	// Backoff spaces the reconnect attempts.
+	// Backoff spaces the reconnect attempts (its defaults applied).
 	Backoff inboxkit.Backoff
 	// Connect opens a new session; ctx is cancelled by Close.
 	Connect func(ctx context.Context) (S, error)
@@ -254,23 +254,21 @@ func (sv *Supervisor[S]) supervise(s S) {
 	}
 }
 
-// The defaults of the adapters' reconnect settings (Config.ReconnectBackoff,
-// Config.MaxReconnectBackoff, Config.DialTimeout).
-const (
-	DefaultBackoff     = 500 * time.Millisecond
-	DefaultMaxBackoff  = 30 * time.Second
-	DefaultDialTimeout = 10 * time.Second
-)
+// DefaultReconnect is the reconnect backoff of rabbitmq and amqp10:
+// 500ms doubling up to 30s; rabbitmq exact, amqp10 ±50% (SetDefaults'
+// jitter).
+var DefaultReconnect = inboxkit.Backoff{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2}
 
-// SetDefaults sets the zero ones of an adapter's Config.ReconnectBackoff,
-// Config.MaxReconnectBackoff and Config.DialTimeout to their defaults.
-func SetDefaults(backoff, maxBackoff, dialTimeout *time.Duration) {
-	if *backoff == 0 {
-		*backoff = DefaultBackoff
-	}
-	if *maxBackoff == 0 {
-		*maxBackoff = DefaultMaxBackoff
-	}
+// DefaultDialTimeout is their Config.DialTimeout.
+const DefaultDialTimeout = 10 * time.Second
+
+// SetDefaults fills the zero fields of an adapter's Config.Reconnect from
+// DefaultReconnect with jitter (inboxkit.Backoff.Jitter: -1 for none), and
+// a zero Config.DialTimeout.
+func SetDefaults(reconnect *inboxkit.Backoff, jitter float64, dialTimeout *time.Duration) {
+	def := DefaultReconnect
+	def.Jitter = jitter
+	*reconnect = reconnect.Or(def)
 	if *dialTimeout == 0 {
 		*dialTimeout = DefaultDialTimeout
 	}
@@ -278,13 +276,11 @@ func SetDefaults(backoff, maxBackoff, dialTimeout *time.Duration) {
 
 // Validate checks those settings; the errors name the fields with prefix
 // (the package name).
-func Validate(prefix string, backoff, maxBackoff, dialTimeout time.Duration) error {
-	switch {
-	case backoff < 0:
-		return fmt.Errorf("%s: Config.ReconnectBackoff must not be negative", prefix)
-	case maxBackoff < backoff:
-		return fmt.Errorf("%s: Config.MaxReconnectBackoff must not be less than Config.ReconnectBackoff", prefix)
-	case dialTimeout < 0:
+func Validate(prefix string, reconnect inboxkit.Backoff, dialTimeout time.Duration) error {
+	if err := reconnect.Validate(prefix + ": Config.Reconnect"); err != nil {
+		return err
+	}
+	if dialTimeout < 0 {
 		return fmt.Errorf("%s: Config.DialTimeout must not be negative", prefix)
 	}
 	return nil

@@ -14,14 +14,14 @@ import (
 )
 
 func TestBackoffDoublesUpToMax(t *testing.T) {
-	next := Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: -1})
+	next := Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: -1})
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
 	for i, w := range want {
 		if got := next(); got != w*time.Millisecond {
 			t.Errorf("wait %d = %v, want %v", i+1, got, w*time.Millisecond)
 		}
 	}
-	next = Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5})
+	next = Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.5})
 	for i, w := range want {
 		lo, hi := w*time.Millisecond/2, w*time.Millisecond*3/2+1
 		if got := next(); got < lo || got > hi {
