@@ -30,12 +30,9 @@ type DeadLetter struct {
 // row is already terminal (a concurrent delivery finished the event), it
 // returns that status and changes nothing.
 func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.Status, error) {
-	e := dl.Entry
-	if e.EventID == "" || len(e.EventID) > MaxEventIDLength {
-		return "", nil
-	}
-	if len(e.CorrelationID) > MaxCorrelationIDLength {
-		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]
+	e, poison, err := normalize(dl.Entry)
+	if err != nil || poison != "" {
+		return "", err
 	}
 	class := dl.Class
 	if class == "" {
@@ -62,7 +59,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 	if !s.d.IsDuplicate(err) {
 		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
 	}
-	st, _, ok, err := s.status(ctx, e)
+	st, _, ok, err := s.status(ctx, s.db, e)
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
@@ -35,6 +36,12 @@ type Dialect struct {
 	limit func(n string) (prefix, suffix string)
 	// timeArg converts a time for binding.
 	timeArg func(time.Time) any
+	// abortsOnError: a failed statement aborts the whole transaction
+	// until it is rolled back (to a savepoint) — PostgreSQL.
+	abortsOnError bool
+	// lockingTx are the options of a transaction that locks many rows by
+	// key (worker claims, a batch's attempt markers); nil for the default.
+	lockingTx *sql.TxOptions
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".

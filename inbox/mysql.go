@@ -1,6 +1,10 @@
 package inbox
 
-import "github.com/inboxkit/inboxkit/dberr"
+import (
+	"database/sql"
+
+	"github.com/inboxkit/inboxkit/dberr"
+)
 
 // erDupEntry is MySQL/MariaDB's ER_DUP_ENTRY.
 const erDupEntry = 1062
@@ -23,4 +27,8 @@ var MySQL = Dialect{
 	skipLocked:  " FOR UPDATE SKIP LOCKED",
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
+
+	// READ COMMITTED: no gap locks, and rows read but not matching are
+	// unlocked at once, so claims and receives do not block each other.
+	lockingTx: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
 }

@@ -23,4 +23,6 @@ var Postgres = Dialect{
 	skipLocked:  " FOR UPDATE SKIP LOCKED",
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
+
+	abortsOnError: true,
 }

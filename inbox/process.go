@@ -103,23 +103,15 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // column are not processed: the result is OutcomeDeadLetter with reason
 // MISSING_EVENT_ID or EVENT_ID_TOO_LONG, and no row is written.
 func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error) {
-	if e.ConsumerName == "" || len(e.ConsumerName) > MaxConsumerNameLength {
-		return Result{}, fmt.Errorf("%w: ConsumerName %q must be 1 to %d bytes", ErrInvalidEntry, e.ConsumerName, MaxConsumerNameLength)
+	e, poison, err := normalize(e)
+	if err != nil {
+		return Result{}, err
 	}
 	if h == nil {
 		return Result{}, fmt.Errorf("%w: handler is nil", ErrInvalidEntry)
 	}
-	if e.EventID == "" {
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMissingEventID}, nil
-	}
-	if len(e.EventID) > MaxEventIDLength {
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonEventIDTooLong}, nil
-	}
-	if len(e.CorrelationID) > MaxCorrelationIDLength {
-		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]
-	}
-	if len(e.PayloadHash) > 64 {
-		e.PayloadHash = e.PayloadHash[:64]
+	if poison != "" {
+		return poisonFound(poison), nil
 	}
 
 	// Deliveries of one event in this process take turns (across Stores:
@@ -128,7 +120,17 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 	mu := &turns[turn(e)]
 	mu.Lock()
 	defer mu.Unlock()
+	return s.process(ctx, e, h)
+}
 
+// poisonFound is the Result for an entry without a usable event id: no row.
+func poisonFound(reason string) Result {
+	v := decide(facts{Decision: inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: reason}, MaxAttempts: 1})
+	return v.result("", 0, nil)
+}
+
+// process is Process for a normalized entry whose turn this is.
+func (s *Store) process(ctx context.Context, e Entry, h Handler) (Result, error) {
 	// A few rounds at most: a delivery in another process can finish the
 	// event between our marker and our claim.
 	for round := 0; round < 5; round++ {
@@ -147,11 +149,20 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		}
 		// Another process claimed the row after our marker: our handler
 		// did not run, so our marker is taken back whatever the status.
-		if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, markerError, e.EventID, e.ConsumerName); err != nil {
-			return Result{}, fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
+		if err := s.takeBack(ctx, e); err != nil {
+			return Result{}, err
 		}
 	}
 	return Result{}, fmt.Errorf("inbox: event %q for %q changed under us five times in a row; giving up this delivery", e.EventID, e.ConsumerName)
+}
+
+// takeBack takes back the marker of a delivery whose handler did not run
+// because another process claimed the row after the marker.
+func (s *Store) takeBack(ctx context.Context, e Entry) error {
+	if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, markerError, e.EventID, e.ConsumerName); err != nil {
+		return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
+	}
+	return nil
 }
 
 // turns serializes the deliveries of one event within the process
@@ -181,49 +192,89 @@ func (s *Store) startAttempt(ctx context.Context, e Entry) (int, Result, error) 
 		return 0, Result{}, err
 	}
 	for round := 0; round < 5; round++ {
-		now := s.now()
-		res, err := s.db.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.Retry.MaxAttempts)
+		m, err := s.mark(ctx, s.db, e)
 		if err != nil {
-			return 0, Result{}, fmt.Errorf("inbox: start attempt: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 1 {
-			st, attempts, ok, err := s.status(ctx, e)
-			switch {
-			case err != nil:
+			if m.counted {
 				// The marker is committed; take it back when we can.
 				s.remember(e, -1)
-				return 0, Result{}, err
-			case ok && st == inboxkit.StatusTechnicalFailure:
-				return attempts, Result{}, nil
 			}
-			continue // finished by a competing delivery meanwhile
-		}
-		st, attempts, ok, err := s.status(ctx, e)
-		if err != nil {
 			return 0, Result{}, err
 		}
-		switch {
-		case ok && st != inboxkit.StatusTechnicalFailure:
-			return 0, Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
-		case ok && attempts >= s.cfg.Retry.MaxAttempts:
-			r := Result{Outcome: inboxkit.OutcomeDeadLetter, Status: st, Class: inboxkit.ClassTechnical,
-				Reason: inboxkit.ReasonMaxAttemptsExceeded, Attempts: attempts}
-			if rec, err := s.Get(ctx, e.EventID, e.ConsumerName); err == nil && rec.ErrorClass == "" && rec.Attempts > 0 {
-				r.Err = errors.New(markerError)
-			}
-			return 0, r, nil
-		case ok:
-			continue // changed between our statements (MySQL reports changed rows only; never here)
-		}
-		_, err = s.db.ExecContext(ctx, s.q.insertStarted, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
-		if err == nil {
-			return 1, Result{}, nil
-		}
-		if !s.d.IsDuplicate(err) {
-			return 0, Result{}, fmt.Errorf("inbox: start attempt: %w", err)
+		if !m.again {
+			return m.started, m.res, nil
 		}
 	}
 	return 0, Result{}, fmt.Errorf("inbox: start attempt for event %q: the row kept changing", e.EventID)
+}
+
+// marked is what mark did for one entry.
+type marked struct {
+	// started is the number of the attempt that may run the handler; 0
+	// when it must not run (res says why).
+	started int
+	res     Result
+	// again: the row changed between two statements; look again. On a
+	// transaction it must be rolled back first (PostgreSQL aborts it on
+	// the failed INSERT).
+	again bool
+	// counted: the marker's UPDATE succeeded, whatever the error says.
+	counted bool
+}
+
+// mark writes the attempt marker of e through q (the pool, or the batch's
+// marker transaction) and decides, by the decision table, whether the
+// handler may run.
+func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
+	now := s.now()
+	res, err := q.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.Retry.MaxAttempts)
+	if err != nil {
+		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		st, attempts, ok, err := s.status(ctx, q, e)
+		switch {
+		case err != nil:
+			return marked{counted: true}, err
+		case ok && st == inboxkit.StatusTechnicalFailure:
+			return marked{started: attempts}, nil
+		}
+		return marked{again: true}, nil // finished by a competing delivery meanwhile
+	}
+	st, attempts, ok, err := s.status(ctx, q, e)
+	if err != nil {
+		return marked{}, err
+	}
+	if ok {
+		v := decide(facts{Found: st, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
+		switch v.Outcome {
+		case inboxkit.OutcomeDuplicate:
+			return marked{res: Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}}, nil
+		case inboxkit.OutcomeDeadLetter:
+			r := v.result(st, attempts, nil)
+			if s.silentAttempt(ctx, q, e) {
+				r.Err = errors.New(markerError)
+			}
+			return marked{res: r}, nil
+		}
+		return marked{again: true}, nil // changed between our statements (MySQL reports changed rows only; never here)
+	}
+	_, err = q.ExecContext(ctx, s.q.insertStarted, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
+	if err == nil {
+		return marked{started: 1}, nil
+	}
+	if !s.d.IsDuplicate(err) {
+		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
+	}
+	return marked{again: true}, nil
+}
+
+// silentAttempt reports whether the last attempt of e's row started its
+// handler and recorded no outcome (ERROR_CLASS NULL with attempts).
+func (s *Store) silentAttempt(ctx context.Context, q execer, e Entry) bool {
+	var class sql.NullString
+	var attempts int
+	err := q.QueryRowContext(ctx, s.q.selectMarker, e.EventID, e.ConsumerName).Scan(&class, &attempts)
+	return err == nil && class.String == "" && attempts > 0
 }
 
 // ForgetAttempt takes back the attempt marker of attempt n of the entry's
@@ -264,7 +315,7 @@ func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 		return nil
 	}
 	if n < 0 { // the marker's number was not read back: it is the row's
-		_, attempts, _, err := s.status(ctx, e)
+		_, attempts, _, err := s.status(ctx, s.db, e)
 		if err != nil {
 			return err
 		}
@@ -287,92 +338,93 @@ func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 // was no longer TECHNICAL_FAILURE: nothing ran, look again.
 func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result, bool, error) {
 	now := s.now()
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, "process", nil)
 	if err != nil {
-		return Result{}, false, fmt.Errorf("inbox: begin: %w", err)
+		return Result{}, false, err
 	}
-	done := false
-	defer func() {
-		if !done {
-			_ = tx.Rollback()
-		}
-	}()
-	rollback := func() { done = true; _ = tx.Rollback() }
-
-	res, err := tx.ExecContext(ctx, s.q.processFromFail, s.t(now), s.t(now), nullString(e.CorrelationID), nullString(e.PayloadHash), e.EventID, e.ConsumerName)
-	if err != nil {
-		rollback()
-		return Result{}, false, fmt.Errorf("inbox: claim event: %w", err)
+	defer tx.rollback()
+	claimed, err := s.claim(ctx, tx, e, now)
+	if err != nil || !claimed {
+		return Result{}, err == nil, err
 	}
-	if k, err := res.RowsAffected(); err != nil || k != 1 {
-		rollback()
-		return Result{}, true, nil
-	}
-	attempts := n // this attempt's number, whatever a racing marker added
 	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
-		rollback()
 		return Result{}, false, fmt.Errorf("inbox: savepoint: %w", err)
 	}
-
-	herr := h(ctx, tx)
-	if herr == nil {
-		done = true
-		if err := tx.Commit(); err != nil {
+	herr := h(ctx, tx.Tx)
+	v := decide(facts{Ran: true, Decision: s.classify(herr), Attempts: n, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	switch v.Row {
+	case inboxkit.StatusProcessed:
+		if err := tx.commit(); err != nil {
 			// The commit itself failed (serialization failure, lost
 			// connection): a technical failure of this attempt.
 			res, err := s.recordFailure(ctx, e, fmt.Errorf("inbox: commit: %w", err))
 			return res, false, err
 		}
-		return Result{Outcome: inboxkit.OutcomeProcessed, Status: inboxkit.StatusProcessed, Attempts: attempts}, false, nil
-	}
-
-	dec := s.cfg.ClassifyFunc(herr)
-	switch dec.Class {
-	case inboxkit.ClassBusiness:
-		reason := dec.Reason
-		if reason == "" {
-			reason = inboxkit.ReasonRejected
+	case inboxkit.StatusRejected:
+		err := s.reject(ctx, tx, e, v.Reason, herr, now)
+		if err == nil {
+			err = tx.commit()
 		}
-		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
-			rollback()
-			return s.afterFailedReject(ctx, e, herr, err)
+		if err != nil {
+			// Not recorded: a technical failure, so the redelivery decides again.
+			tx.rollback()
+			res, err := s.recordFailure(ctx, e, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
+			return res, false, err
 		}
-		if _, err := tx.ExecContext(ctx, s.q.reject, reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now), e.EventID, e.ConsumerName); err != nil {
-			rollback()
-			return s.afterFailedReject(ctx, e, herr, err)
+	case inboxkit.StatusDeadLettered:
+		if v.Class == inboxkit.ClassPoison {
+			// The caller publishes, then marks the row (MarkDeadLettered).
+			return v.result(inboxkit.StatusTechnicalFailure, n, herr), false, nil
 		}
-		done = true
-		if err := tx.Commit(); err != nil {
-			return s.afterFailedReject(ctx, e, herr, err)
-		}
-		return Result{Outcome: inboxkit.OutcomeRejected, Status: inboxkit.StatusRejected, Class: inboxkit.ClassBusiness,
-			Reason: reason, Attempts: attempts, Err: herr}, false, nil
-	case inboxkit.ClassPoison:
-		rollback()
-		return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: inboxkit.StatusTechnicalFailure, Class: inboxkit.ClassPoison,
-			Reason: dec.Reason, Attempts: n, Err: herr}, false, nil
+		fallthrough
 	default:
-		rollback()
+		tx.rollback()
 		res, err := s.recordFailure(ctx, e, herr)
 		return res, false, err
 	}
+	return v.result(v.Row, n, herr), false, nil
 }
 
-// afterFailedReject handles a rejection that could not be committed: it is
-// recorded as a technical failure, so the redelivery decides again.
-func (s *Store) afterFailedReject(ctx context.Context, e Entry, herr, err error) (Result, bool, error) {
-	res, rerr := s.recordFailure(ctx, e, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
-	return res, false, rerr
+// classify is Config.ClassifyFunc, with the zero Decision for nil (and
+// never the zero Decision for an error).
+func (s *Store) classify(err error) inboxkit.Decision {
+	if err == nil {
+		return inboxkit.Decision{}
+	}
+	dec := s.cfg.ClassifyFunc(err)
+	if dec.Class == "" {
+		dec.Class = inboxkit.ClassTechnical // an error is never a success
+	}
+	return dec
+}
+
+// claim moves e's TECHNICAL_FAILURE row (its marker) to PROCESSED in tx. It
+// reports false when the row was no longer TECHNICAL_FAILURE (another
+// delivery claimed it).
+func (s *Store) claim(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.q.processFromFail, s.t(now), s.t(now), nullString(e.CorrelationID), nullString(e.PayloadHash), e.EventID, e.ConsumerName)
+	if err != nil {
+		return false, fmt.Errorf("inbox: claim event: %w", err)
+	}
+	k, err := res.RowsAffected()
+	return err == nil && k == 1, nil
+}
+
+// reject rolls the handler's writes back to the savepoint and records the
+// business rejection on the claimed row, in tx.
+func (s *Store) reject(ctx context.Context, tx *txn, e Entry, reason string, herr error, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.q.reject, reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now), e.EventID, e.ConsumerName)
+	return err
 }
 
 // recordFailure records a technical failure in its own transaction (rule 4:
 // the handler's rollback cannot erase it) and decides retry or dead letter.
 // The attempt was counted by its marker; a NoAttempt failure takes it back.
 func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result, error) {
-	dec := s.cfg.ClassifyFunc(herr)
-	if dec.Class != inboxkit.ClassTechnical {
-		dec = inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: dec.Reason}
-	}
+	dec := asTechnical(s.classify(herr))
 	delta := 0
 	if dec.NoAttempt {
 		delta = -1
@@ -381,11 +433,11 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	msg := nullString(s.truncate(herr.Error()))
 	reason := nullString(dec.Reason)
 
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, "record failure", nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("inbox: record failure: begin: %w (handler error: %v)", err, herr)
+		return Result{}, fmt.Errorf("%w (handler error: %v)", err, herr)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	defer tx.rollback()
 
 	res, err := tx.ExecContext(ctx, s.q.updateFailure, delta, reason, string(dec.Class), msg, s.t(now), s.t(now), e.EventID, e.ConsumerName)
 	if err != nil {
@@ -395,16 +447,15 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	if n == 0 {
 		// MySQL counts changed rows, not matched ones: an UPDATE that wrote
 		// the same values reports 0. Look at the (now locked) row to tell.
-		var st string
-		err := tx.QueryRowContext(ctx, s.q.selectStatus, e.EventID, e.ConsumerName).Scan(&st, new(int))
+		st, _, ok, err := s.status(ctx, tx, e)
 		switch {
-		case err == nil && inboxkit.Status(st) == inboxkit.StatusTechnicalFailure:
-			n = 1
-		case err == nil:
-			_ = tx.Rollback()
-			return s.duplicateResult(ctx, e)
-		case !errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return Result{}, fmt.Errorf("inbox: record failure: %w (handler error: %v)", err, herr)
+		case ok && st == inboxkit.StatusTechnicalFailure:
+			n = 1
+		case ok:
+			tx.rollback()
+			return s.duplicateResult(ctx, e)
 		}
 	}
 	if n == 0 {
@@ -412,7 +463,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 		_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), reason, string(dec.Class), msg,
 			s.t(now), s.t(now), s.t(now), first, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
 		if err != nil {
-			_ = tx.Rollback()
+			tx.rollback()
 			if s.d.IsDuplicate(err) {
 				// Someone else finished the event meanwhile.
 				return s.duplicateResult(ctx, e)
@@ -424,20 +475,15 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: read attempts: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.commit(); err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: commit: %w (handler error: %v)", err, herr)
 	}
-	r := Result{Outcome: inboxkit.OutcomeRetry, Status: inboxkit.StatusTechnicalFailure, Class: inboxkit.ClassTechnical,
-		Reason: dec.Reason, Attempts: attempts, Err: herr, RetryAfter: dec.RetryAfter}
-	if attempts >= s.cfg.Retry.MaxAttempts && !dec.NoAttempt {
-		r.Outcome = inboxkit.OutcomeDeadLetter
-		r.Reason = inboxkit.ReasonMaxAttemptsExceeded
-	}
-	return r, nil
+	v := decide(facts{Ran: true, Decision: dec, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	return v.result(inboxkit.StatusTechnicalFailure, attempts, herr), nil
 }
 
 func (s *Store) duplicateResult(ctx context.Context, e Entry) (Result, error) {
-	st, attempts, ok, err := s.status(ctx, e)
+	st, attempts, ok, err := s.status(ctx, s.db, e)
 	if err != nil {
 		return Result{}, err
 	}
@@ -447,13 +493,13 @@ func (s *Store) duplicateResult(ctx context.Context, e Entry) (Result, error) {
 	return Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}, nil
 }
 
-// status reads the row's status; ok is false when there is no row. It is
-// only ever used to report or route after a constraint or a conditional
-// UPDATE decided; never to decide whether to write.
-func (s *Store) status(ctx context.Context, e Entry) (inboxkit.Status, int, bool, error) {
+// status reads the row's status through q; ok is false when there is no
+// row. It is only ever used to report or route after a constraint or a
+// conditional UPDATE decided; never to decide whether to write.
+func (s *Store) status(ctx context.Context, q execer, e Entry) (inboxkit.Status, int, bool, error) {
 	var st string
 	var attempts int
-	err := s.db.QueryRowContext(ctx, s.q.selectStatus, e.EventID, e.ConsumerName).Scan(&st, &attempts)
+	err := q.QueryRowContext(ctx, s.q.selectStatus, e.EventID, e.ConsumerName).Scan(&st, &attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", 0, false, nil
 	}

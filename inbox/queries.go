@@ -23,6 +23,7 @@ type queries struct {
 	reopenRejected   string
 	selectStatus     string
 	selectAttempts   string
+	selectMarker     string
 	selectOne        string
 	selectByCorr     string
 	purgeBatch       string
@@ -32,6 +33,12 @@ type queries struct {
 	countByStatus    string
 	savepoint        string
 	rollbackSavepont string
+	// The batch's per-item savepoint (ProcessBatch); releaseItem is ""
+	// where a failed statement does not abort the transaction.
+	rejectFromFail string
+	savepointItem  string
+	rollbackItem   string
+	releaseItem    string
 }
 
 const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, PROCESSED_AT, CREATED_AT, ATTEMPTS, ERROR_CLASS, LAST_ERROR, UPDATED_AT, FIRST_FAILED_AT, PAYLOAD_HASH, REPLAY_COUNT, LEASE_OWNER, LEASE_UNTIL, NEXT_ATTEMPT_AT, EVENT_ID_SOURCE`
@@ -66,6 +73,8 @@ func buildQueries(d Dialect, table string) queries {
 		takeBackAttempt: r(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = ? THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
 		processFromFail: r(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		reject:          r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
+		// processFromFail and reject in one statement (ProcessBatch).
+		rejectFromFail:  r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		deadFromFailure: r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:  r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
@@ -75,6 +84,7 @@ func buildQueries(d Dialect, table string) queries {
 			`LAST_ERROR = ?, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
 		selectStatus:     r(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:   r(`SELECT ATTEMPTS FROM {t}` + key),
+		selectMarker:     r(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
 		selectOne:        r(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
 		purgeBatch:       d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
@@ -84,5 +94,8 @@ func buildQueries(d Dialect, table string) queries {
 		countByStatus:    r(`SELECT STATUS, COUNT(*) FROM {t} GROUP BY STATUS ORDER BY STATUS`),
 		savepoint:        `SAVEPOINT inbox_handler`,
 		rollbackSavepont: `ROLLBACK TO SAVEPOINT inbox_handler`,
+		savepointItem:    `SAVEPOINT inbox_item`,
+		rollbackItem:     `ROLLBACK TO SAVEPOINT inbox_item`,
+		releaseItem:      map[bool]string{true: `RELEASE SAVEPOINT inbox_item`}[d.abortsOnError],
 	}
 }

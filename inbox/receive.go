@@ -133,23 +133,16 @@ func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", tabl
 //
 // Receive is safe for concurrent use by many goroutines and processes.
 func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, err error) {
-	if e.ConsumerName == "" || len(e.ConsumerName) > MaxConsumerNameLength {
-		return false, "", fmt.Errorf("%w: ConsumerName %q must be 1 to %d bytes", ErrInvalidEntry, e.ConsumerName, MaxConsumerNameLength)
-	}
-	if e.EventID == "" {
-		return false, "", &ReceiveError{Reason: inboxkit.ReasonMissingEventID}
-	}
-	if len(e.EventID) > MaxEventIDLength {
-		return false, "", &ReceiveError{Reason: inboxkit.ReasonEventIDTooLong, EventID: e.EventID}
-	}
-	if len(e.CorrelationID) > MaxCorrelationIDLength {
-		e.CorrelationID = e.CorrelationID[:MaxCorrelationIDLength]
-	}
 	if e.PayloadHash == "" {
 		sum := sha256.Sum256(payload)
 		e.PayloadHash = hex.EncodeToString(sum[:])
-	} else if len(e.PayloadHash) > 64 {
-		e.PayloadHash = e.PayloadHash[:64]
+	}
+	e, poison, err := normalize(e)
+	if err != nil {
+		return false, "", err
+	}
+	if poison != "" {
+		return false, "", &ReceiveError{Reason: poison, EventID: e.EventID}
 	}
 	var hdr any
 	if headers != nil {
@@ -172,7 +165,7 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		if !s.d.IsDuplicate(err) {
 			return false, "", fmt.Errorf("inbox: receive: %w", err)
 		}
-		st, _, ok, err := s.status(ctx, e)
+		st, _, ok, err := s.status(ctx, s.db, e)
 		if err != nil {
 			return false, "", err
 		}

@@ -128,7 +128,7 @@ func (c *WorkerConfig) setDefaults() {
 
 func (c *WorkerConfig) validate() error {
 	switch {
-	case c.ConsumerName == "" || len(c.ConsumerName) > MaxConsumerNameLength:
+	case !validConsumerName(c.ConsumerName):
 		return fmt.Errorf("inbox: WorkerConfig.ConsumerName %q must be 1 to %d bytes", c.ConsumerName, MaxConsumerNameLength)
 	case c.HandleFunc == nil:
 		return errors.New("inbox: WorkerConfig.HandleFunc is nil")
@@ -198,17 +198,11 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 	s := w.s
 	now := s.now()
 	until := now.Add(w.cfg.LeaseDuration)
-	var opts *sql.TxOptions
-	if s.d.name == "mysql" {
-		// READ COMMITTED: no gap locks, and rows read but not matching are
-		// unlocked at once, so claims and receives do not block each other.
-		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-	}
-	tx, err := s.db.BeginTx(ctx, opts)
+	tx, err := s.begin(ctx, "claim", s.d.lockingTx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: claim: begin: %w", err)
+		return nil, err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	defer tx.rollback()
 
 	var out []Claimed
 	if w.q.claimReturning != "" {
@@ -238,7 +232,7 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 			return nil, fmt.Errorf("inbox: claim: updated %d of %d locked rows (%v)", k, len(out), err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.commit(); err != nil {
 		return nil, fmt.Errorf("inbox: claim: commit: %w", err)
 	}
 	for i := range out {
@@ -301,117 +295,134 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // record the outcome: the entry stays IN_PROGRESS and is claimed again when
 // its lease expires.
 func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
-	if c.Attempts > w.s.cfg.Retry.MaxAttempts {
-		// Earlier claims never recorded an outcome (the worker died), or
-		// a dead-letter publish failed: do not run the handler again.
-		cause := errors.New("attempts exceeded without a recorded outcome")
-		if c.LastError != "" {
-			cause = errors.New(c.LastError)
-		}
-		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, inboxkit.ReasonMaxAttemptsExceeded, cause)
-	}
+	// Earlier claims never recorded an outcome (the worker died), or a
+	// dead-letter publish failed: past the threshold the handler does not
+	// run again. Stored headers that do not decode are poison.
+	pre := facts{Attempts: c.Attempts - 1, MaxAttempts: w.s.cfg.Retry.MaxAttempts}
 	if c.headerErr != nil {
-		return w.deadLetter(ctx, c, inboxkit.ClassPoison, inboxkit.ReasonMalformedHeaders, c.headerErr)
+		pre.Decision = inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMalformedHeaders}
+	}
+	if v := decide(pre); !v.Run {
+		cause := c.headerErr
+		if v.Reason == inboxkit.ReasonMaxAttemptsExceeded {
+			cause = errors.New("attempts exceeded without a recorded outcome")
+			if c.LastError != "" {
+				cause = errors.New(c.LastError)
+			}
+		}
+		return w.deadLetter(ctx, c, v.Class, v.Reason, cause)
 	}
 	s := w.s
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, "process", nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("inbox: process: begin: %w", err)
+		return Result{}, err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	defer tx.rollback()
 	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
 		return Result{}, fmt.Errorf("inbox: process: savepoint: %w", err)
 	}
-	key := []any{c.Message.ID, c.ConsumerName, c.Owner, c.Attempts}
+	herr := w.cfg.HandleFunc(ctx, tx.Tx, c.Message)
+	v := decide(facts{Ran: true, Decision: s.classify(herr), Attempts: c.Attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	return w.settle(ctx, tx, c, v, herr)
+}
 
-	herr := w.cfg.HandleFunc(ctx, tx, c.Message)
+// settle does what the verdict v says for claim c, whose handler ran in tx
+// and returned herr.
+func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr error) (Result, error) {
+	s := w.s
 	now := s.now()
-	if herr == nil {
-		if err := w.complete(ctx, tx, w.q.processed, append([]any{s.t(now), s.t(now)}, key...)); err != nil {
+	l := leaseOf(c)
+	switch v.Row {
+	case inboxkit.StatusProcessed:
+		if err := w.complete(ctx, tx, l, w.q.processed, nil, s.t(now), s.t(now)); err != nil {
 			return Result{}, err
 		}
-		return Result{Outcome: inboxkit.OutcomeProcessed, Status: inboxkit.StatusProcessed, Attempts: c.Attempts}, nil
-	}
-
-	dec := s.cfg.ClassifyFunc(herr)
-	switch dec.Class {
-	case inboxkit.ClassBusiness:
-		reason := dec.Reason
-		if reason == "" {
-			reason = inboxkit.ReasonRejected
-		}
-		if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
-			_ = tx.Rollback()
-			return w.fail(ctx, c, inboxkit.Decision{Class: inboxkit.ClassTechnical}, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
-		}
+		return v.result(v.Row, c.Attempts, nil), nil
+	case inboxkit.StatusRejected:
 		var publish func() error
 		if w.cfg.RejectFunc != nil {
-			publish = func() error { return w.cfg.RejectFunc(ctx, c, reason, herr) }
+			publish = func() error { return w.cfg.RejectFunc(ctx, c, v.Reason, herr) }
 		}
-		err := w.completeThen(ctx, tx, w.q.rejected, append([]any{reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now)}, key...), publish)
+		_, err := tx.ExecContext(ctx, s.q.rollbackSavepont)
+		if err == nil {
+			err = w.complete(ctx, tx, l, w.q.rejected, publish, v.Reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now))
+		}
 		if errors.Is(err, ErrLeaseLost) {
 			return Result{}, err
 		}
 		if err != nil {
-			return w.fail(ctx, c, inboxkit.Decision{Class: inboxkit.ClassTechnical}, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
+			tx.rollback()
+			return w.fail(ctx, c, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
 		}
-		return Result{Outcome: inboxkit.OutcomeRejected, Status: inboxkit.StatusRejected, Class: inboxkit.ClassBusiness,
-			Reason: reason, Attempts: c.Attempts, Err: herr}, nil
-	case inboxkit.ClassPoison:
-		_ = tx.Rollback()
-		return w.deadLetter(ctx, c, inboxkit.ClassPoison, dec.Reason, herr)
-	default:
-		_ = tx.Rollback()
-		return w.fail(ctx, c, dec, herr)
+		return v.result(v.Row, c.Attempts, herr), nil
+	case inboxkit.StatusDeadLettered:
+		tx.rollback()
+		return w.deadLetter(ctx, c, v.Class, v.Reason, herr)
 	}
+	tx.rollback()
+	return w.retryLater(ctx, c, v.Class, v.Reason, v.RetryAfter, v.Uncount, herr)
 }
 
-// complete runs the conditional UPDATE that records the outcome, then
-// commits; zero rows matched means the lease is lost. On any error the
-// transaction is rolled back before complete returns. Every
-// outcome UPDATE changes STATUS from IN_PROGRESS, so MySQL's changed-rows
-// count equals the matched-rows count.
-func (w *Worker) complete(ctx context.Context, tx *sql.Tx, q string, args []any) error {
-	return w.completeThen(ctx, tx, q, args, nil)
+// lease identifies one claim of an entry: the outcome UPDATEs match on it
+// (the statements' trailing EVENT_ID, CONSUMER_NAME, LEASE_OWNER, ATTEMPTS).
+type lease struct {
+	EventID, ConsumerName, Owner string
+	Attempts                     int
 }
 
-// completeThen is complete with beforeCommit (if not nil) called after the
-// UPDATE and before the commit; its error rolls back.
-func (w *Worker) completeThen(ctx context.Context, tx *sql.Tx, q string, args []any, beforeCommit func() error) error {
-	res, err := tx.ExecContext(ctx, q, args...)
+func leaseOf(c Claimed) lease {
+	return lease{EventID: c.Message.ID, ConsumerName: c.ConsumerName, Owner: c.Owner, Attempts: c.Attempts}
+}
+
+func (l lease) args() []any { return []any{l.EventID, l.ConsumerName, l.Owner, l.Attempts} }
+
+func (l lease) lost() error {
+	return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, l.EventID, l.ConsumerName, l.Owner, l.Attempts)
+}
+
+// complete runs the conditional UPDATE q (set values, then the lease) that
+// records the outcome, calls beforeCommit (if not nil) and commits; zero
+// rows matched means the lease is lost. On any error the transaction is
+// rolled back before complete returns. Every outcome UPDATE changes STATUS
+// from IN_PROGRESS, so MySQL's changed-rows count equals the matched-rows
+// count.
+func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q string, beforeCommit func() error, set ...any) error {
+	defer tx.rollback()
+	res, err := tx.ExecContext(ctx, q, append(set, l.args()...)...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
 	}
 	if err != nil {
-		_ = tx.Rollback()
 		return fmt.Errorf("inbox: process: record outcome: %w", err)
 	}
 	if n == 0 {
-		_ = tx.Rollback()
-		return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, args[len(args)-4], args[len(args)-3], args[len(args)-2], args[len(args)-1])
+		return l.lost()
 	}
 	if beforeCommit != nil {
 		if err := beforeCommit(); err != nil {
-			_ = tx.Rollback()
 			return fmt.Errorf("inbox: process: publish rejection: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.commit(); err != nil {
 		return fmt.Errorf("inbox: process: commit: %w", err)
 	}
 	return nil
 }
 
-// fail records a technical failure in its own transaction (the handler's
-// rollback cannot erase it), or dead-letters at the threshold.
-func (w *Worker) fail(ctx context.Context, c Claimed, dec inboxkit.Decision, herr error) (Result, error) {
-	if c.Attempts >= w.s.cfg.Retry.MaxAttempts && !dec.NoAttempt {
-		return w.deadLetter(ctx, c, inboxkit.ClassTechnical, inboxkit.ReasonMaxAttemptsExceeded, herr)
+// fail records err, a technical failure whatever its class, as the decision
+// table says: retried later, or dead-lettered at the threshold.
+func (w *Worker) fail(ctx context.Context, c Claimed, err error) (Result, error) {
+	v := decide(facts{Ran: true, Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical}, Attempts: c.Attempts, MaxAttempts: w.s.cfg.Retry.MaxAttempts})
+	if v.Row == inboxkit.StatusDeadLettered {
+		return w.deadLetter(ctx, c, v.Class, v.Reason, err)
 	}
-	return w.retryLater(ctx, c, inboxkit.ClassTechnical, dec.Reason, dec.RetryAfter, dec.NoAttempt, herr)
+	return w.retryLater(ctx, c, v.Class, v.Reason, v.RetryAfter, v.Uncount, err)
 }
 
+// retryLater records a failure in its own transaction (the handler's
+// rollback cannot erase it): TECHNICAL_FAILURE, due again after delay (the
+// backoff when 0), the attempt taken back when noAttempt.
 func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class, reason string, delay time.Duration, noAttempt bool, cause error) (Result, error) {
 	s := w.s
 	if delay <= 0 {
@@ -422,13 +433,12 @@ func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class
 		uncount, attempts = 1, c.Attempts-1
 	}
 	now := s.now()
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, "record failure", nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("inbox: record failure: begin: %w (handler error: %v)", err, cause)
+		return Result{}, fmt.Errorf("%w (handler error: %v)", err, cause)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	err = w.complete(ctx, tx, w.q.failed, []any{nullString(reason), string(class), nullString(s.truncate(cause.Error())), s.t(now.Add(delay)),
-		s.t(now), s.t(now), uncount, c.Message.ID, c.ConsumerName, c.Owner, c.Attempts})
+	err = w.complete(ctx, tx, leaseOf(c), w.q.failed, nil, nullString(reason), string(class), nullString(s.truncate(cause.Error())), s.t(now.Add(delay)),
+		s.t(now), s.t(now), uncount)
 	if err != nil {
 		return Result{}, err
 	}
@@ -446,13 +456,13 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 	if cause != nil {
 		msg = s.truncate(cause.Error())
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx, "dead-letter", nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("inbox: dead-letter: begin: %w", err)
+		return Result{}, err
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
-	res, err := tx.ExecContext(ctx, w.q.deadLettered, nullString(reason), string(class), msg, s.t(now), s.t(now), s.t(now),
-		c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+	defer tx.rollback()
+	l := leaseOf(c)
+	res, err := tx.ExecContext(ctx, w.q.deadLettered, append([]any{nullString(reason), string(class), msg, s.t(now), s.t(now), s.t(now)}, l.args()...)...)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
 	}
@@ -460,10 +470,10 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 		if err != nil {
 			return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
 		}
-		return Result{}, fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+		return Result{}, l.lost()
 	}
 	if perr := w.cfg.DeadLetterFunc(ctx, c, class, reason, cause); perr != nil {
-		_ = tx.Rollback()
+		tx.rollback()
 		// Keep the entry: the next claim (past the threshold, or poison
 		// again) tries the dead letter again after a backoff.
 		res, err := w.retryLater(ctx, c, class, reason, 0, false, fmt.Errorf("dead-letter publish failed: %w (cause: %v)", perr, cause))
@@ -473,7 +483,7 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 		res.Err = perr
 		return res, nil
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.commit(); err != nil {
 		return Result{}, fmt.Errorf("inbox: dead-letter: commit after publish: %w", err)
 	}
 	return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: inboxkit.StatusDeadLettered, Class: class, Reason: reason,
@@ -488,7 +498,7 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	s := w.s
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, w.q.release, s.t(now), s.t(now), c.Message.ID, c.ConsumerName, c.Owner, c.Attempts)
+	res, err := s.db.ExecContext(ctx, w.q.release, append([]any{s.t(now), s.t(now)}, leaseOf(c).args()...)...)
 	if err != nil {
 		return fmt.Errorf("inbox: release: %w", err)
 	}
