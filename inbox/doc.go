@@ -57,6 +57,21 @@
 //   - A message without an event id, or with one longer than the column, is
 //     never processed: DEAD_LETTER with MISSING_EVENT_ID or EVENT_ID_TOO_LONG.
 //
+// # Batches
+//
+// [Store.ProcessBatch] processes up to N deliveries in one database
+// transaction, for throughput: the attempt markers of the batch commit
+// together, then every handler runs behind its own savepoint in one
+// business transaction, and one commit records them all. Each item's
+// [Result] is what Process would have returned for it; a rejection, a
+// poison message or a technical failure rolls back only its own writes
+// and never fails its neighbours. When the commit fails the whole batch is
+// handed back, and no attempt counts for the handlers that succeeded. The
+// same event twice in one batch runs once (the second is a duplicate).
+// WorkerConfig.BatchSize does the same for the store-then-process
+// [Worker]. Both decide with the same decision table as the single-message
+// paths.
+//
 // # Retention
 //
 // [Store.Purge] deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED)

@@ -21,12 +21,7 @@ func TestOutageIsNoAttempt(t *testing.T) {
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			db := dbtest.New(t, backend)
-			_, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
-			proxy := tcpproxy.Start(t, db.Addr())
-			d, _ := inbox.DialectByName(backend)
-			s, err := inbox.New(db.OpenVia(t, proxy.Addr()), d, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
-			dbtest.Must(t, err, "store via proxy")
+			db, s, b, proxy := setupViaProxy(t, backend, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 			ctx := context.Background()
 			e := entry("OUT-1")
 			// The connection dies inside the handler: the outcome cannot be recorded.
@@ -59,4 +54,17 @@ func TestOutageIsNoAttempt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setupViaProxy is setup on a new database of backend, with the store's
+// connections through a proxy the test can cut.
+func setupViaProxy(t *testing.T, backend string, cfg inbox.Config) (*dbtest.DB, *inbox.Store, *bundle, *tcpproxy.Proxy) {
+	t.Helper()
+	db := dbtest.New(t, backend)
+	_, b := setup(t, db, cfg)
+	proxy := tcpproxy.Start(t, db.Addr())
+	d, _ := inbox.DialectByName(backend)
+	s, err := inbox.New(db.OpenVia(t, proxy.Addr()), d, cfg)
+	dbtest.Must(t, err, "store via proxy")
+	return db, s, b, proxy
 }

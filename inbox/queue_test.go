@@ -208,7 +208,7 @@ func TestWorkerExactlyOnce(t *testing.T) {
 		for g := range workers {
 			w := newWorker(t, s, inbox.WorkerConfig{
 				Owner:     fmt.Sprintf("worker-%d", g),
-				BatchSize: 20,
+				ClaimSize: 20,
 				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 					var n int
 					fmt.Sscanf(m.ID, "E-%d", &n)

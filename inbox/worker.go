@@ -94,9 +94,18 @@ type WorkerConfig struct {
 	// PollInterval is how long Run sleeps when it found nothing to claim.
 	// Defaults to 1s.
 	PollInterval time.Duration
-	// BatchSize is how many entries Run claims at a time. Every entry of a
-	// batch must be processed within LeaseDuration of the claim. Defaults
-	// to 10.
+	// ClaimSize is how many entries Run claims at a time (at least
+	// BatchSize). Every entry of a claim must be processed within
+	// LeaseDuration of the claim. Defaults to 10.
+	ClaimSize int
+	// BatchSize is how many claimed entries Run processes in one database
+	// transaction: each handler behind its own savepoint, so that a
+	// rejection or a failure rolls back only its own writes, and one
+	// commit for the processed and rejected entries of the batch (failures
+	// and dead letters are recorded in their own transactions). Fewer
+	// commits: more throughput, and a failed commit hands the whole batch
+	// back to the next claim after its lease. Defaults to 1: one
+	// transaction per entry.
 	BatchSize int
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -119,8 +128,12 @@ func (c *WorkerConfig) setDefaults() {
 		c.PollInterval = time.Second
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 10
+		c.BatchSize = 1
 	}
+	if c.ClaimSize == 0 {
+		c.ClaimSize = 10
+	}
+	c.ClaimSize = max(c.ClaimSize, c.BatchSize)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -142,6 +155,8 @@ func (c *WorkerConfig) validate() error {
 		return fmt.Errorf("inbox: WorkerConfig.PollInterval is negative (%s)", c.PollInterval)
 	case c.BatchSize < 0 || c.BatchSize > 1000:
 		return fmt.Errorf("inbox: WorkerConfig.BatchSize is %d: it must be between 1 and 1000", c.BatchSize)
+	case c.ClaimSize < 0 || c.ClaimSize > 1000:
+		return fmt.Errorf("inbox: WorkerConfig.ClaimSize is %d: it must be between 1 and 1000", c.ClaimSize)
 	}
 	return nil
 }
@@ -161,7 +176,8 @@ func defaultOwner() string {
 // the outcome, and retries technical failures after the store's
 // Retry.Redelivery backoff until Retry.MaxAttempts, then dead-letters them.
 //
-// A Worker is one sequence of claims: Run processes one entry at a time. For
+// A Worker is one sequence of claims: Run processes one entry (or one
+// batch of WorkerConfig.BatchSize entries) at a time. For
 // concurrency start several Workers, in one process or many; they share the
 // table safely. Claim and Process may be called directly instead of Run.
 type Worker struct {
@@ -182,7 +198,7 @@ func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 // Owner returns the worker's lease owner name.
 func (w *Worker) Owner() string { return w.cfg.Owner }
 
-// Claim takes up to n entries (n <= 0: BatchSize) of the worker's consumer
+// Claim takes up to n entries (n <= 0: ClaimSize) of the worker's consumer
 // that are RECEIVED, TECHNICAL_FAILURE with NEXT_ATTEMPT_AT passed, or
 // IN_PROGRESS with an expired lease, and makes them IN_PROGRESS under this
 // worker's lease, raising ATTEMPTS, in one transaction.
@@ -193,7 +209,7 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 // Each claim must be passed to Process (or Release) within LeaseDuration.
 func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 	if n <= 0 {
-		n = w.cfg.BatchSize
+		n = w.cfg.ClaimSize
 	}
 	s := w.s
 	now := s.now()
@@ -295,21 +311,7 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // record the outcome: the entry stays IN_PROGRESS and is claimed again when
 // its lease expires.
 func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
-	// Earlier claims never recorded an outcome (the worker died), or a
-	// dead-letter publish failed: past the threshold the handler does not
-	// run again. Stored headers that do not decode are poison.
-	pre := facts{Attempts: c.Attempts - 1, MaxAttempts: w.s.cfg.Retry.MaxAttempts}
-	if c.headerErr != nil {
-		pre.Decision = inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMalformedHeaders}
-	}
-	if v := decide(pre); !v.Run {
-		cause := c.headerErr
-		if v.Reason == inboxkit.ReasonMaxAttemptsExceeded {
-			cause = errors.New("attempts exceeded without a recorded outcome")
-			if c.LastError != "" {
-				cause = errors.New(c.LastError)
-			}
-		}
+	if v, cause := w.before(c); !v.Run {
 		return w.deadLetter(ctx, c, v.Class, v.Reason, cause)
 	}
 	s := w.s
@@ -326,6 +328,26 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 	return w.settle(ctx, tx, c, v, herr)
 }
 
+// before is the verdict on claim c before its handler runs, and the cause
+// of a dead letter without running it: earlier claims never recorded an
+// outcome (the worker died) or a dead-letter publish failed, and the
+// threshold is passed; or the stored headers do not decode (poison).
+func (w *Worker) before(c Claimed) (verdict, error) {
+	pre := facts{Attempts: c.Attempts - 1, MaxAttempts: w.s.cfg.Retry.MaxAttempts}
+	if c.headerErr != nil {
+		pre.Decision = inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMalformedHeaders}
+	}
+	v := decide(pre)
+	cause := c.headerErr
+	if v.Reason == inboxkit.ReasonMaxAttemptsExceeded {
+		cause = errors.New("attempts exceeded without a recorded outcome")
+		if c.LastError != "" {
+			cause = errors.New(c.LastError)
+		}
+	}
+	return v, cause
+}
+
 // settle does what the verdict v says for claim c, whose handler ran in tx
 // and returned herr.
 func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr error) (Result, error) {
@@ -339,13 +361,9 @@ func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr
 		}
 		return v.result(v.Row, c.Attempts, nil), nil
 	case inboxkit.StatusRejected:
-		var publish func() error
-		if w.cfg.RejectFunc != nil {
-			publish = func() error { return w.cfg.RejectFunc(ctx, c, v.Reason, herr) }
-		}
 		_, err := tx.ExecContext(ctx, s.q.rollbackSavepont)
 		if err == nil {
-			err = w.complete(ctx, tx, l, w.q.rejected, publish, v.Reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now))
+			err = w.complete(ctx, tx, l, w.q.rejected, w.publishReject(ctx, c, v, herr), v.Reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now))
 		}
 		if errors.Is(err, ErrLeaseLost) {
 			return Result{}, err
@@ -355,11 +373,25 @@ func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr
 			return w.fail(ctx, c, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
 		}
 		return v.result(v.Row, c.Attempts, herr), nil
-	case inboxkit.StatusDeadLettered:
-		tx.rollback()
-		return w.deadLetter(ctx, c, v.Class, v.Reason, herr)
 	}
 	tx.rollback()
+	return w.apart(ctx, c, v, herr)
+}
+
+// publishReject is the RejectFunc call for a rejection, nil without one.
+func (w *Worker) publishReject(ctx context.Context, c Claimed, v verdict, herr error) func() error {
+	if w.cfg.RejectFunc == nil {
+		return nil
+	}
+	return func() error { return w.cfg.RejectFunc(ctx, c, v.Reason, herr) }
+}
+
+// apart records, in its own transaction (rule 4), the failure or dead
+// letter v says for claim c, caused by herr.
+func (w *Worker) apart(ctx context.Context, c Claimed, v verdict, herr error) (Result, error) {
+	if v.Row == inboxkit.StatusDeadLettered {
+		return w.deadLetter(ctx, c, v.Class, v.Reason, herr)
+	}
 	return w.retryLater(ctx, c, v.Class, v.Reason, v.RetryAfter, v.Uncount, herr)
 }
 
@@ -388,16 +420,8 @@ func (l lease) lost() error {
 // count.
 func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q string, beforeCommit func() error, set ...any) error {
 	defer tx.rollback()
-	res, err := tx.ExecContext(ctx, q, append(set, l.args()...)...)
-	var n int64
-	if err == nil {
-		n, err = res.RowsAffected()
-	}
-	if err != nil {
-		return fmt.Errorf("inbox: process: record outcome: %w", err)
-	}
-	if n == 0 {
-		return l.lost()
+	if err := w.record(ctx, tx, l, q, set...); err != nil {
+		return err
 	}
 	if beforeCommit != nil {
 		if err := beforeCommit(); err != nil {
@@ -410,14 +434,32 @@ func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q string, befor
 	return nil
 }
 
+// record runs the conditional UPDATE q (set values, then the lease) in tx;
+// zero rows matched means the lease is lost.
+func (w *Worker) record(ctx context.Context, tx *txn, l lease, q string, set ...any) error {
+	res, err := tx.ExecContext(ctx, q, append(set, l.args()...)...)
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: process: record outcome: %w", err)
+	}
+	if n == 0 {
+		return l.lost()
+	}
+	return nil
+}
+
 // fail records err, a technical failure whatever its class, as the decision
 // table says: retried later, or dead-lettered at the threshold.
 func (w *Worker) fail(ctx context.Context, c Claimed, err error) (Result, error) {
-	v := decide(facts{Ran: true, Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical}, Attempts: c.Attempts, MaxAttempts: w.s.cfg.Retry.MaxAttempts})
-	if v.Row == inboxkit.StatusDeadLettered {
-		return w.deadLetter(ctx, c, v.Class, v.Reason, err)
-	}
-	return w.retryLater(ctx, c, v.Class, v.Reason, v.RetryAfter, v.Uncount, err)
+	return w.apart(ctx, c, w.technical(c), err)
+}
+
+// technical is the verdict on a technical failure of claim c.
+func (w *Worker) technical(c Claimed) verdict {
+	return decide(facts{Ran: true, Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical}, Attempts: c.Attempts, MaxAttempts: w.s.cfg.Retry.MaxAttempts})
 }
 
 // retryLater records a failure in its own transaction (the handler's
@@ -508,48 +550,66 @@ func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	return nil
 }
 
-// RunOnce claims one batch and processes it, returning how many entries it
-// claimed. When ctx is cancelled it finishes the entry in hand and releases
-// the rest of the batch. Errors of single entries are logged; the returned
-// error is the claim's.
+// RunOnce claims up to ClaimSize entries and processes them, BatchSize at a
+// time, returning how many entries it claimed. When ctx is cancelled it
+// finishes the entries in hand and releases the rest of the claim. Errors
+// of single entries are logged; the returned error is the claim's.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
-	batch, err := w.Claim(ctx, w.cfg.BatchSize)
+	claimed, err := w.Claim(ctx, w.cfg.ClaimSize)
 	if err != nil {
 		return 0, err
 	}
 	work := context.WithoutCancel(ctx)
-	for i, c := range batch {
+	for rest := claimed; len(rest) > 0; {
 		if ctx.Err() != nil {
-			for _, r := range batch[i:] {
+			for _, r := range rest {
 				if err := w.Release(work, r); err != nil {
 					w.cfg.Logger.Warn("inbox worker: release", "owner", w.cfg.Owner, "event_id", r.Message.ID, "error", err)
 				}
 			}
-			return len(batch), nil
+			break
 		}
-		pctx, observed := work, func(Result, error) {}
-		if w.cfg.ObserveFunc != nil {
-			pctx, observed = w.cfg.ObserveFunc(work, c)
+		batch := rest[:min(w.cfg.BatchSize, len(rest))]
+		rest = rest[len(batch):]
+		ctxs, observed := make([]context.Context, len(batch)), make([]func(Result, error), len(batch))
+		for i, c := range batch {
+			ctxs[i], observed[i] = work, func(Result, error) {}
+			if w.cfg.ObserveFunc != nil {
+				ctxs[i], observed[i] = w.cfg.ObserveFunc(work, c)
+			}
 		}
-		res, err := w.Process(pctx, c)
-		observed(res, err)
-		switch {
-		case errors.Is(err, ErrLeaseLost):
-			w.cfg.Logger.Warn("inbox worker: lease lost; the handler's writes were rolled back", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
-		case err != nil:
-			w.cfg.Logger.Error("inbox worker: outcome not recorded; the entry is retried after its lease", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
-		case res.Outcome != inboxkit.OutcomeProcessed:
-			w.cfg.Logger.Info("inbox worker", "owner", w.cfg.Owner, "event_id", c.Message.ID, "correlation_id", c.Message.CorrelationID,
-				"outcome", string(res.Outcome), "status", string(res.Status), "reason", res.Reason, "attempts", res.Attempts, "error", res.Err)
+		var results []Result
+		var errs []error
+		if len(batch) == 1 {
+			res, err := w.Process(ctxs[0], batch[0])
+			results, errs = []Result{res}, []error{err}
+		} else {
+			results, errs = w.processBatch(ctxs, batch)
+		}
+		for i, c := range batch {
+			observed[i](results[i], errs[i])
+			w.logOutcome(c, results[i], errs[i])
 		}
 	}
-	return len(batch), nil
+	return len(claimed), nil
+}
+
+func (w *Worker) logOutcome(c Claimed, res Result, err error) {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		w.cfg.Logger.Warn("inbox worker: lease lost; the handler's writes were rolled back", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
+	case err != nil:
+		w.cfg.Logger.Error("inbox worker: outcome not recorded; the entry is retried after its lease", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
+	case res.Outcome != inboxkit.OutcomeProcessed:
+		w.cfg.Logger.Info("inbox worker", "owner", w.cfg.Owner, "event_id", c.Message.ID, "correlation_id", c.Message.CorrelationID,
+			"outcome", string(res.Outcome), "status", string(res.Status), "reason", res.Reason, "attempts", res.Attempts, "error", res.Err)
+	}
 }
 
 // Run claims and processes entries until ctx is cancelled, sleeping
 // PollInterval whenever there is nothing to claim (or the claim failed).
 // On cancellation it finishes the entry in hand (its handler's ctx is not
-// cancelled), releases the rest of its batch and returns nil.
+// cancelled), releases the rest of its claim and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()

@@ -1,0 +1,351 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/inboxkit/inboxkit"
+)
+
+// BatchItem is one delivery of a batch.
+type BatchItem struct {
+	Entry   Entry
+	Handler Handler
+}
+
+// ProcessBatch runs up to len(items) deliveries in one database transaction
+// and records what happened to each, as Process does for one: results[i] is
+// what Process would have returned for items[i] (the same row writes, the
+// same Result), decided by the same decision table.
+//
+// The attempt markers of the whole batch are committed in one transaction
+// before the handlers run (rule 5). Then every handler runs in the batch's
+// business transaction behind its own savepoint: a business rejection, a
+// poison message or a technical failure rolls back only its own writes and
+// never makes its neighbours fail. One commit records the batch. Technical
+// failures are then recorded in their own transactions (rule 4).
+//
+// When the commit fails, ProcessBatch returns an error and no results: hand
+// the whole batch back to the broker. No attempt counts for the deliveries
+// whose handler succeeded or was not run (their markers are taken back);
+// failed handlers keep their attempt, as in Process. An item whose outcome
+// could not be recorded after the commit (the database went away in
+// between) gets OutcomeRetry with Err saying why, and its attempt is taken
+// back.
+//
+// The same event id (and consumer name) twice in one batch is processed
+// once: the later items are reported as OutcomeDuplicate with the status and
+// attempts of the first. Items without a usable event id get
+// OutcomeDeadLetter as from Process. An empty consumer name or a nil handler
+// is an error wrapping ErrInvalidEntry before anything is written.
+//
+// Handlers run in the order of items. Deliveries of one event in this
+// process take turns with Process and other batches, as in Process.
+func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, error) {
+	results := make([]Result, len(items))
+	jobs, dupOf, err := s.batchJobs(items, results)
+	if err != nil {
+		return nil, err
+	}
+	defer lockTurns(jobs)()
+
+	if err := s.markBatch(ctx, jobs); err != nil {
+		return nil, err
+	}
+	if err := s.runBatch(ctx, jobs); err != nil {
+		s.handBack(ctx, jobs)
+		return nil, err
+	}
+	for _, j := range jobs {
+		results[j.i] = s.finish(ctx, j)
+	}
+	for i, first := range dupOf {
+		if first >= 0 {
+			r := results[first]
+			results[i] = Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.Status, Attempts: r.Attempts}
+		}
+	}
+	return results, nil
+}
+
+// job is one delivery of a batch on its way through ProcessBatch.
+type job struct {
+	i int // index in items
+	e Entry
+	h Handler
+	// started is the attempt the marker counted, 0 when the handler must
+	// not run (res is then the result).
+	started int
+	res     Result
+	// ran: the handler ran; v is the verdict, herr its error (or the
+	// error that kept a rejection from being recorded).
+	ran  bool
+	v    verdict
+	herr error
+	// again: another delivery claimed the row after our marker; nothing
+	// ran (Process's next round).
+	again bool
+}
+
+func (j *job) key() string { return j.e.EventID + "\x00" + j.e.ConsumerName }
+
+// batchJobs checks the items and returns the deliveries to run, in order;
+// results gets the items settled without the database (no event id), and
+// dupOf[i] is the index of the first item of the same event (else -1).
+func (s *Store) batchJobs(items []BatchItem, results []Result) ([]*job, []int, error) {
+	jobs := make([]*job, 0, len(items))
+	dupOf := make([]int, len(items))
+	first := make(map[string]int, len(items))
+	for i, it := range items {
+		dupOf[i] = -1
+		e, poison, err := normalize(it.Entry)
+		if err != nil {
+			return nil, nil, fmt.Errorf("inbox: batch item %d: %w", i, err)
+		}
+		if it.Handler == nil {
+			return nil, nil, fmt.Errorf("%w: batch item %d: handler is nil", ErrInvalidEntry, i)
+		}
+		if poison != "" {
+			results[i] = poisonFound(poison)
+			continue
+		}
+		j := &job{i: i, e: e, h: it.Handler}
+		if f, ok := first[j.key()]; ok {
+			dupOf[i] = f
+			continue
+		}
+		first[j.key()] = i
+		jobs = append(jobs, j)
+	}
+	return jobs, dupOf, nil
+}
+
+// lockTurns takes the turns (see Process) of the jobs' events in sorted
+// order and each stripe once (two batches, or a batch and a Process, would
+// deadlock otherwise), and returns their unlock.
+func lockTurns(jobs []*job) func() {
+	stripes := make([]uint32, 0, len(jobs))
+	for _, j := range jobs {
+		stripes = append(stripes, turn(j.e))
+	}
+	slices.Sort(stripes)
+	stripes = slices.Compact(stripes)
+	for _, t := range stripes {
+		turns[t].Lock()
+	}
+	return func() {
+		for _, t := range stripes {
+			turns[t].Unlock()
+		}
+	}
+}
+
+// markBatch commits the attempt markers of all jobs in one transaction,
+// taking the rows in key order (so that two batches never wait for each
+// other in a cycle), and sets each job's started or res.
+func (s *Store) markBatch(ctx context.Context, jobs []*job) error {
+	for _, j := range jobs {
+		if err := s.applyForgotten(ctx, j.e); err != nil {
+			return err
+		}
+	}
+	order := slices.Clone(jobs)
+	slices.SortFunc(order, func(a, b *job) int { return strings.Compare(a.key(), b.key()) })
+	for round := 0; round < 5; round++ {
+		again, err := s.markAll(ctx, order)
+		if err != nil || !again {
+			return err
+		}
+	}
+	return fmt.Errorf("inbox: start attempts of a batch of %d: the rows kept changing", len(jobs))
+}
+
+// markAll is one try of markBatch; again means: a row changed between two
+// statements, the transaction was rolled back, try again.
+func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error) {
+	tx, err := s.begin(ctx, "start attempts", s.d.lockingTx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.rollback()
+	for _, j := range jobs {
+		m, err := s.mark(ctx, tx, j.e)
+		if err != nil {
+			return false, err
+		}
+		if m.again {
+			return true, nil
+		}
+		j.started, j.res = m.started, m.res
+	}
+	if err := tx.commit(); err != nil {
+		return false, fmt.Errorf("inbox: start attempts: commit: %w", err)
+	}
+	return false, nil
+}
+
+// runBatch runs the handlers of the started jobs in one transaction, each
+// behind its own savepoint, and commits. An error means nothing of the
+// business transaction was committed.
+func (s *Store) runBatch(ctx context.Context, jobs []*job) error {
+	tx, err := s.begin(ctx, "process batch", nil)
+	if err != nil {
+		return err
+	}
+	defer tx.rollback()
+	for _, j := range jobs {
+		if j.started == 0 {
+			continue
+		}
+		if err := s.runOne(ctx, tx, j); err != nil {
+			return err
+		}
+	}
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("inbox: process batch: commit: %w", err)
+	}
+	return nil
+}
+
+// runOne runs one job in the batch's transaction behind the savepoint
+// inbox_item. Whatever the job's verdict, afterwards the transaction holds
+// exactly its row writes; an error means the transaction is unusable.
+func (s *Store) runOne(ctx context.Context, tx *txn, j *job) error {
+	undo, err := s.itemSavepoint(ctx, tx)
+	if err != nil {
+		return err
+	}
+	claimed, err := s.claim(ctx, tx, j.e, s.now())
+	if err != nil || !claimed {
+		j.again = err == nil
+		if uerr := undo(); uerr != nil {
+			return uerr
+		}
+		return err
+	}
+	j.ran = true
+	j.herr = j.h(ctx, tx.Tx)
+	j.v = decide(facts{Ran: true, Decision: s.classify(j.herr), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	switch j.v.Row {
+	case inboxkit.StatusProcessed:
+		if s.q.releaseItem == "" {
+			return nil
+		}
+		// A handler that returned nil after a failed statement left the
+		// transaction aborted (PostgreSQL): the commit would fail, and the
+		// whole batch with it. It is its own technical failure instead.
+		if _, err := tx.ExecContext(ctx, s.q.releaseItem); err != nil {
+			j.failed(s, fmt.Errorf("inbox: the handler returned nil, but its transaction failed: %w", err))
+			return undo()
+		}
+		return nil
+	case inboxkit.StatusRejected:
+		// The handler's writes and the claim roll back; one UPDATE records
+		// the rejection as claim + reject do in Process.
+		if err := undo(); err != nil {
+			return err
+		}
+		now := s.now()
+		res, err := tx.ExecContext(ctx, s.q.rejectFromFail, j.v.Reason, nullString(s.truncate(j.herr.Error())), s.t(now), s.t(now),
+			nullString(j.e.CorrelationID), nullString(j.e.PayloadHash), j.e.EventID, j.e.ConsumerName)
+		if err == nil {
+			if k, _ := res.RowsAffected(); k != 1 {
+				err = fmt.Errorf("event %q for %q is no longer TECHNICAL_FAILURE", j.e.EventID, j.e.ConsumerName)
+			}
+		}
+		if err != nil {
+			// Not recorded: a technical failure, so the redelivery decides again.
+			j.failed(s, fmt.Errorf("inbox: record rejection (%v): %w", j.herr, err))
+			return undo()
+		}
+		return nil
+	}
+	return undo()
+}
+
+// failed makes the job a technical failure caused by err.
+func (j *job) failed(s *Store, err error) {
+	j.herr = err
+	j.v = decide(facts{Ran: true, Decision: asTechnical(s.classify(err)), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
+}
+
+// finish settles a job after the batch committed: a failure is recorded in
+// its own transaction (rule 4), a job that lost its row to another delivery
+// runs the single-message path.
+func (s *Store) finish(ctx context.Context, j *job) Result {
+	switch {
+	case j.started == 0:
+		return j.res
+	case j.again:
+		res, err := s.takeBackThen(ctx, j)
+		if err != nil {
+			return notRecorded(err)
+		}
+		return res
+	case j.v.Class == inboxkit.ClassPoison:
+		// The caller publishes, then marks the row (MarkDeadLettered).
+		return j.v.result(inboxkit.StatusTechnicalFailure, j.started, j.herr)
+	case j.v.Class != inboxkit.ClassTechnical:
+		return j.v.result(j.v.Row, j.started, j.herr) // processed or rejected
+	}
+	res, err := s.recordFailure(ctx, j.e, j.herr)
+	if err != nil {
+		s.ForgetAttempt(ctx, j.e, j.started)
+		return notRecorded(err)
+	}
+	return res
+}
+
+// takeBackThen takes back the marker of a job whose row another delivery
+// claimed, and runs it through Process's path (its turn is held).
+func (s *Store) takeBackThen(ctx context.Context, j *job) (Result, error) {
+	if err := s.takeBack(ctx, j.e); err != nil {
+		return Result{}, err
+	}
+	return s.process(ctx, j.e, j.h)
+}
+
+// notRecorded is the result of a batch item whose outcome the database
+// could not record: hand it back.
+func notRecorded(err error) Result {
+	return Result{Outcome: inboxkit.OutcomeRetry, Class: inboxkit.ClassTechnical, Err: err}
+}
+
+// handBack settles the jobs of a batch whose transaction did not commit;
+// the caller hands every delivery back. Markers of handlers that did not
+// fail technically, or did not run, are taken back (the database kept them
+// from being recorded: no attempt, rule 5); a technical failure keeps its
+// attempt and is recorded in its own transaction, as in Process.
+func (s *Store) handBack(ctx context.Context, jobs []*job) {
+	for _, j := range jobs {
+		switch {
+		case j.started == 0:
+		case j.again:
+			_ = s.takeBack(ctx, j.e)
+		case j.ran && j.v.Class == inboxkit.ClassTechnical:
+			if _, err := s.recordFailure(ctx, j.e, j.herr); err != nil {
+				s.ForgetAttempt(ctx, j.e, j.started)
+			}
+		default:
+			s.ForgetAttempt(ctx, j.e, j.started)
+		}
+	}
+}
+
+// itemSavepoint sets the savepoint of one batch item in tx and returns
+// undo, which rolls the transaction back to it (undoing the item's writes;
+// on PostgreSQL it also ends an aborted state). The savepoint stays, so
+// undo may run again.
+func (s *Store) itemSavepoint(ctx context.Context, tx *txn) (undo func() error, err error) {
+	if _, err := tx.ExecContext(ctx, s.q.savepointItem); err != nil {
+		return nil, fmt.Errorf("inbox: savepoint: %w", err)
+	}
+	return func() error {
+		if _, err := tx.ExecContext(ctx, s.q.rollbackItem); err != nil {
+			return fmt.Errorf("inbox: roll back a batch item: %w", err)
+		}
+		return nil
+	}, nil
+}

@@ -1,0 +1,494 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// twin is two stores on one database (two tables, one clock), so one
+// scenario can run through Process on one and ProcessBatch on the other.
+type twin struct {
+	single, batch *inbox.Store
+	clock         *clock
+}
+
+func newTwin(t *testing.T, db *dbtest.DB, cfg inbox.Config) twin {
+	t.Helper()
+	_, b := setup(t, db, cfg) // the business table, the default inbox table
+	d, _ := inbox.DialectByName(db.Backend)
+	store := func(table string) *inbox.Store {
+		c := cfg
+		c.Table, c.Clock = table, b.clock
+		s, err := inbox.New(db.DB, d, c)
+		dbtest.Must(t, err, "store %s", table)
+		dbtest.Must(t, s.Migrate(context.Background()), "migrate %s", table)
+		return s
+	}
+	return twin{single: store("INBOX_SINGLE"), batch: store("INBOX_BATCH"), clock: b.clock}
+}
+
+// scenarioItem is one delivery of the batch scenario; its handler writes a
+// business row noted with the store's table, then returns err.
+type scenarioItem struct {
+	entry inbox.Entry
+	err   error
+}
+
+func (it scenarioItem) handler(db *dbtest.DB, note string) inbox.Handler {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		if err := insertBusiness(db, it.entry.EventID, note)(ctx, tx); err != nil {
+			return err
+		}
+		return it.err
+	}
+}
+
+// comparable drops what differs between equal results (error values).
+func comparable(r inbox.Result) string {
+	msg := ""
+	if r.Err != nil {
+		msg = r.Err.Error()
+	}
+	return fmt.Sprintf("%s %s %s %s attempts=%d retryAfter=%s err=%q", r.Outcome, r.Status, r.Class, r.Reason, r.Attempts, r.RetryAfter, msg)
+}
+
+func rowOf(t *testing.T, s *inbox.Store, id string) string {
+	t.Helper()
+	r, err := s.Get(context.Background(), id, consumerName)
+	if errors.Is(err, inbox.ErrNotFound) {
+		return "no row"
+	}
+	dbtest.Must(t, err, "get %s", id)
+	return fmt.Sprintf("%+v", r)
+}
+
+// A batch of every kind of delivery gives, item by item, the results and
+// rows Process gives for the same deliveries one by one, and the business
+// writes of rejected and failed items are rolled back while their
+// neighbours' commit.
+func TestProcessBatchIsProcessOneByOne(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
+		ctx := context.Background()
+		technical := errors.New("letter service timeout")
+		// Before the batch, on both stores: one event processed, one failed
+		// once (at the threshold after one more failure), one failed twice
+		// (exhausted: dead letter without running).
+		before := []scenarioItem{
+			{entry("DONE"), nil},
+			{entry("FAILED-ONCE"), technical},
+			{entry("EXHAUSTED"), technical},
+			{entry("EXHAUSTED"), technical},
+			{entry("FAILED-THEN-OK"), technical},
+		}
+		for _, s := range []*inbox.Store{tw.single, tw.batch} {
+			for _, it := range before {
+				if _, err := s.Process(ctx, it.entry, it.handler(db, "before")); err != nil {
+					t.Fatalf("before: %v", err)
+				}
+			}
+		}
+		tw.clock.Add(10)
+		items := []scenarioItem{
+			{entry("NEW-1"), nil},
+			{entry("REJECT"), fmt.Errorf("customer 77 unknown: %w", reject("CUSTOMER_UNKNOWN"))},
+			{entry("REJECT-UNNAMED"), reject("")},
+			{entry("NEW-2"), nil},
+			{entry("POISON"), poison("MALFORMED_PAYLOAD")},
+			{entry("TECHNICAL"), technical},
+			{entry("DONE"), nil},
+			{entry("FAILED-ONCE"), technical},
+			{entry("EXHAUSTED"), nil},
+			{entry("FAILED-THEN-OK"), nil},
+			{entry("NO-ATTEMPT"), decided{inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: "CIRCUIT_OPEN", NoAttempt: true}, "breaker open"}},
+			{inbox.Entry{ConsumerName: consumerName}, nil},
+			{entry("NEW-1"), nil}, // the same event twice in one batch
+			{entry("NEW-3"), nil},
+		}
+		var want []inbox.Result
+		for _, it := range items {
+			res, err := tw.single.Process(ctx, it.entry, it.handler(db, "INBOX_SINGLE"))
+			dbtest.Must(t, err, "Process %s", it.entry.EventID)
+			want = append(want, res)
+		}
+		batch := make([]inbox.BatchItem, len(items))
+		for i, it := range items {
+			batch[i] = inbox.BatchItem{Entry: it.entry, Handler: it.handler(db, "INBOX_BATCH")}
+		}
+		got, err := tw.batch.ProcessBatch(ctx, batch)
+		dbtest.Must(t, err, "ProcessBatch")
+		if len(got) != len(items) {
+			t.Fatalf("%d results for %d items", len(got), len(items))
+		}
+		for i, it := range items {
+			if g, w := comparable(got[i]), comparable(want[i]); g != w {
+				t.Errorf("item %d (%s):\n batch   %s\n process %s", i, it.entry.EventID, g, w)
+			}
+			if it.entry.EventID == "" {
+				continue
+			}
+			if g, w := rowOf(t, tw.batch, it.entry.EventID), rowOf(t, tw.single, it.entry.EventID); g != w {
+				t.Errorf("row of %s:\n batch   %s\n process %s", it.entry.EventID, g, w)
+			}
+		}
+		for _, it := range items {
+			var n [2]int
+			for k, note := range []string{"INBOX_SINGLE", "INBOX_BATCH"} {
+				q := `SELECT COUNT(*) FROM business WHERE event_id = ? AND note = ?`
+				if db.Backend == dbtest.Postgres {
+					q = inbox.Postgres.Rebind(q)
+				}
+				dbtest.Must(t, db.QueryRow(q, it.entry.EventID, note).Scan(&n[k]), "count")
+			}
+			want := 0
+			if it.err == nil && it.entry.EventID != "" && it.entry.EventID != "DONE" && it.entry.EventID != "EXHAUSTED" {
+				want = 1
+			}
+			if n[0] != want || n[1] != want {
+				t.Errorf("business rows of %s: process %d, batch %d; want %d", it.entry.EventID, n[0], n[1], want)
+			}
+		}
+	})
+}
+
+// A delivery that is twice in one batch runs its handler once.
+func TestProcessBatchSameEventTwice(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, b := setup(t, db, inbox.Config{})
+		var calls atomic.Int32
+		h := func(ctx context.Context, tx *sql.Tx) error {
+			calls.Add(1)
+			return insertBusiness(db, "TWICE", "x")(ctx, tx)
+		}
+		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{{entry("TWICE"), h}, {entry("OTHER"), insertBusiness(db, "OTHER", "x")}, {redelivered("TWICE"), h}})
+		dbtest.Must(t, err, "ProcessBatch")
+		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		wantOutcome(t, res[1], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		wantOutcome(t, res[2], inboxkit.OutcomeDuplicate, inboxkit.StatusProcessed)
+		if calls.Load() != 1 || b.businessRows(t, "TWICE") != 1 {
+			t.Errorf("handler ran %d times, %d business rows; want 1, 1", calls.Load(), b.businessRows(t, "TWICE"))
+		}
+	})
+}
+
+// Bad items are refused before anything is written.
+func TestProcessBatchInvalid(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ok := insertBusiness(db, "OK", "x")
+		for name, items := range map[string][]inbox.BatchItem{
+			"no consumer name": {{entry("OK"), ok}, {inbox.Entry{EventID: "X"}, ok}},
+			"nil handler":      {{entry("OK"), ok}, {entry("X"), nil}},
+		} {
+			if _, err := s.ProcessBatch(context.Background(), items); !errors.Is(err, inbox.ErrInvalidEntry) {
+				t.Errorf("%s: err = %v, want ErrInvalidEntry", name, err)
+			}
+		}
+		if _, err := s.Get(context.Background(), "OK", consumerName); !errors.Is(err, inbox.ErrNotFound) {
+			t.Errorf("a refused batch wrote a row: %v", err)
+		}
+		res, err := s.ProcessBatch(context.Background(), nil)
+		if err != nil || len(res) != 0 {
+			t.Errorf("empty batch: %v %v", res, err)
+		}
+	})
+}
+
+// A handler that returns nil after a failed statement leaves a PostgreSQL
+// transaction aborted: in a batch it is a technical failure of its own,
+// and its neighbours commit. Elsewhere the failed statement changed
+// nothing and the handler's nil stands.
+func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, b := setup(t, db, inbox.Config{})
+		hides := func(ctx context.Context, tx *sql.Tx) error {
+			_, _ = tx.ExecContext(ctx, `INSERT INTO no_such_table VALUES (1)`)
+			return nil
+		}
+		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{
+			{entry("A"), insertBusiness(db, "A", "x")}, {entry("HIDES"), hides}, {entry("C"), insertBusiness(db, "C", "x")},
+		})
+		dbtest.Must(t, err, "ProcessBatch")
+		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		wantOutcome(t, res[2], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		if db.Backend == dbtest.Postgres {
+			wantOutcome(t, res[1], inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+		} else {
+			wantOutcome(t, res[1], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		}
+		if b.businessRows(t, "A") != 1 || b.businessRows(t, "C") != 1 {
+			t.Errorf("neighbours' business rows %d, %d; want 1, 1", b.businessRows(t, "A"), b.businessRows(t, "C"))
+		}
+	})
+}
+
+// A batch whose commit fails because the database went away is handed
+// back whole and counts no attempt (a failure that could not be recorded
+// is none either): after the outage the same batch is processed at
+// attempt 1.
+func TestProcessBatchOutageIsNoAttempt(t *testing.T) {
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db, s, b, proxy := setupViaProxy(t, backend, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
+			ctx := context.Background()
+			cut := func(ctx context.Context, tx *sql.Tx) error {
+				if err := insertBusiness(db, "C-3", "x")(ctx, tx); err != nil {
+					return err
+				}
+				proxy.Cut()
+				return nil
+			}
+			items := []inbox.BatchItem{
+				{entry("C-1"), insertBusiness(db, "C-1", "x")},
+				{entry("C-2"), func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
+				{entry("C-3"), cut},
+			}
+			if _, err := s.ProcessBatch(ctx, items); err == nil {
+				t.Fatal("ProcessBatch succeeded although the connection was cut before the commit")
+			}
+			proxy.Restore()
+			items[2].Handler = insertBusiness(db, "C-3", "x")
+			items[1].Handler = insertBusiness(db, "C-2", "x")
+			res, err := s.ProcessBatch(ctx, items)
+			dbtest.Must(t, err, "after the repair")
+			for i, want := range []int{1, 1, 1} {
+				wantOutcome(t, res[i], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+				id := items[i].Entry.EventID
+				if r := get(t, s, id); res[i].Attempts != want || r.Attempts != want {
+					t.Errorf("%s: result attempts %d, row %d; want %d", id, res[i].Attempts, r.Attempts, want)
+				}
+				if n := b.businessRows(t, id); n != 1 {
+					t.Errorf("%s: business rows %d, want 1", id, n)
+				}
+			}
+		})
+	}
+}
+
+// Many goroutines process overlapping batches (in shuffled order) and
+// single deliveries of the same events at once: every event is processed
+// exactly once, and nothing deadlocks.
+func TestProcessBatchConcurrent(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, b := setup(t, db, inbox.Config{})
+		const events, workers, rounds = 24, 6, 4
+		var calls [events]atomic.Int32
+		handler := func(i int) inbox.Handler {
+			return func(ctx context.Context, tx *sql.Tx) error {
+				calls[i].Add(1)
+				return insertBusiness(db, "K-"+strconv.Itoa(i), "x")(ctx, tx)
+			}
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*rounds)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 7))
+				for round := 0; round < rounds; round++ {
+					perm := r.Perm(events)[:8]
+					if w == 0 {
+						for _, i := range perm {
+							if _, err := s.Process(context.Background(), entry("K-"+strconv.Itoa(i)), handler(i)); err != nil {
+								errs <- err
+							}
+						}
+						continue
+					}
+					items := make([]inbox.BatchItem, len(perm))
+					for k, i := range perm {
+						items[k] = inbox.BatchItem{Entry: entry("K-" + strconv.Itoa(i)), Handler: handler(i)}
+					}
+					if _, err := s.ProcessBatch(context.Background(), items); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("concurrent batch: %v", err)
+		}
+		for i := 0; i < events; i++ {
+			id := "K-" + strconv.Itoa(i)
+			if calls[i].Load() > 1 || b.businessRows(t, id) > 1 {
+				t.Errorf("%s: handler ran %d times, %d business rows", id, calls[i].Load(), b.businessRows(t, id))
+			}
+		}
+	})
+}
+
+// A commit that fails with the database up (a deferred constraint on
+// PostgreSQL) hands the batch back: the handlers that succeeded count no
+// attempt, the one that failed technically keeps its attempt and its
+// recorded failure.
+func TestProcessBatchCommitFails(t *testing.T) {
+	db := dbtest.New(t, dbtest.Postgres)
+	s, b := setup(t, db, inbox.Config{})
+	ctx := context.Background()
+	_, err := db.Exec(`CREATE TABLE once (k INT, CONSTRAINT once_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`)
+	dbtest.Must(t, err, "create table once")
+	twice := func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO once VALUES (1), (1)`) // fails at commit
+		return err
+	}
+	items := []inbox.BatchItem{
+		{entry("D-1"), insertBusiness(db, "D-1", "x")},
+		{entry("D-2"), func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
+		{entry("D-3"), twice},
+	}
+	if _, err := s.ProcessBatch(ctx, items); err == nil {
+		t.Fatal("ProcessBatch succeeded although its commit violates a deferred constraint")
+	}
+	for id, want := range map[string]int{"D-1": 0, "D-2": 1, "D-3": 0} {
+		if r := get(t, s, id); r.Status != inboxkit.StatusTechnicalFailure || r.Attempts != want {
+			t.Errorf("%s after the failed commit: %s attempts %d, want TECHNICAL_FAILURE attempts %d", id, r.Status, r.Attempts, want)
+		}
+	}
+	if r := get(t, s, "D-2"); r.LastError != "letter service timeout" {
+		t.Errorf("D-2's failure was not recorded: %+v", r)
+	}
+	if n := b.businessRows(t, "D-1"); n != 0 {
+		t.Errorf("business rows of D-1 after the failed commit: %d", n)
+	}
+	items[1].Handler = insertBusiness(db, "D-2", "x")
+	items[2].Handler = insertBusiness(db, "D-3", "x")
+	res, err := s.ProcessBatch(ctx, items)
+	dbtest.Must(t, err, "second batch")
+	for i, want := range []int{1, 2, 1} {
+		wantOutcome(t, res[i], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		if res[i].Attempts != want {
+			t.Errorf("%s: attempts %d, want %d", items[i].Entry.EventID, res[i].Attempts, want)
+		}
+	}
+}
+
+// A worker with BatchSize 16 gives, entry by entry, the results, rows,
+// dead letters and rejections a worker with BatchSize 1 gives for the same
+// entries: processed, rejected (published), poison, technical failures
+// before and at the threshold, a claim past the threshold, stored headers
+// that do not decode.
+func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		fixed := inboxkit.Backoff{Initial: time.Second, Max: time.Second, Jitter: -1}
+		tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2, Redelivery: fixed}})
+		ctx := context.Background()
+		technical := errors.New("letter service timeout")
+		errs := map[string]error{
+			"REJECT": reject("CUSTOMER_UNKNOWN"), "POISON": poison("MALFORMED_PAYLOAD"),
+			"TECH": technical, "TECH-LAST": technical, "TECH-THEN-OK": nil,
+		}
+		type outcome struct {
+			results      map[string]string
+			dead, reject []string
+		}
+		start := tw.clock.Now()
+		run := func(s *inbox.Store, table string, batchSize int) outcome {
+			out := outcome{results: map[string]string{}}
+			dl := &deadLetters{}
+			var mu sync.Mutex
+			first := true
+			handler := businessHandler(db, table)
+			w := newWorker(t, s, inbox.WorkerConfig{
+				Owner: "w", ClaimSize: 16, BatchSize: batchSize, DeadLetterFunc: dl.publish,
+				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+					if err := handler(ctx, tx, m); err != nil {
+						return err
+					}
+					if m.ID == "TECH-THEN-OK" && first {
+						return technical
+					}
+					return errs[m.ID]
+				},
+				RejectFunc: func(_ context.Context, c inbox.Claimed, reason string, _ error) error {
+					mu.Lock()
+					defer mu.Unlock()
+					out.reject = append(out.reject, c.Message.ID+"/"+reason)
+					return nil
+				},
+				ObserveFunc: func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+					return ctx, func(r inbox.Result, err error) {
+						if err != nil {
+							r.Err = fmt.Errorf("error: %w", err)
+						}
+						mu.Lock()
+						out.results[c.Message.ID] = comparable(r)
+						mu.Unlock()
+					}
+				},
+			})
+			// Before: TECH-LAST and TECH-THEN-OK failed once, PAST was
+			// claimed twice without an outcome.
+			tw.clock.set(start)
+			receive(t, s, "TECH-LAST")
+			receive(t, s, "TECH-THEN-OK")
+			cs, err := w.Claim(ctx, 0)
+			dbtest.Must(t, err, "claim")
+			for _, c := range cs {
+				if _, err := w.Process(ctx, c); err != nil {
+					t.Fatalf("before: %v", err)
+				}
+			}
+			receive(t, s, "PAST")
+			for range 2 {
+				dbtest.Must(t, w.Release(ctx, claimOne(t, w)), "release")
+			}
+			for _, id := range []string{"OK-1", "REJECT", "POISON", "TECH", "OK-2", "BAD-HEADERS"} {
+				receive(t, s, id)
+			}
+			_, err = db.Exec(`UPDATE ` + table + ` SET HEADERS = '{not json' WHERE EVENT_ID = 'BAD-HEADERS'`)
+			dbtest.Must(t, err, "corrupt headers")
+			tw.clock.Add(2 * time.Second) // the failures are due
+			first = false
+			out.results = map[string]string{}
+			if n, err := w.RunOnce(ctx); err != nil || n != 9 {
+				t.Fatalf("RunOnce: %d claimed, %v", n, err)
+			}
+			out.dead = dl.list()
+			slices.Sort(out.dead)
+			slices.Sort(out.reject)
+			return out
+		}
+		single := run(tw.single, "INBOX_SINGLE", 1)
+		batch := run(tw.batch, "INBOX_BATCH", 16)
+		for id, w := range single.results {
+			if g := batch.results[id]; g != w {
+				t.Errorf("%s:\n batch  %s\n single %s", id, g, w)
+			}
+			if g, w := rowOf(t, tw.batch, id), rowOf(t, tw.single, id); g != w {
+				t.Errorf("row of %s:\n batch  %s\n single %s", id, g, w)
+			}
+		}
+		if len(batch.results) != len(single.results) || len(single.results) != 9 {
+			t.Errorf("%d results in batches, %d one by one; want 9", len(batch.results), len(single.results))
+		}
+		if !slices.Equal(batch.dead, single.dead) || !slices.Equal(batch.reject, single.reject) {
+			t.Errorf("dead letters %v, rejections %v in batches; one by one %v, %v", batch.dead, batch.reject, single.dead, single.reject)
+		}
+		if len(single.dead) != 4 || len(single.reject) != 1 {
+			t.Errorf("one by one: dead letters %v, rejections %v; want 4 and 1", single.dead, single.reject)
+		}
+	})
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
