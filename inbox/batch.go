@@ -248,8 +248,7 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j *job) error {
 			return err
 		}
 		now := s.now()
-		res, err := tx.ExecContext(ctx, s.q.rejectFromFail, j.v.Reason, nullString(s.truncate(j.herr.Error())), s.t(now), s.t(now),
-			nullString(j.e.CorrelationID), nullString(j.e.PayloadHash), j.e.EventID, j.e.ConsumerName)
+		res, err := s.q.rejectFromFail.exec(ctx, tx, j.e.row(args{"reason": j.v.Reason, "error": nullString(s.truncate(j.herr.Error())), "now": s.t(now)}))
 		if err == nil {
 			if k, _ := res.RowsAffected(); k != 1 {
 				err = fmt.Errorf("event %q for %q is no longer TECHNICAL_FAILURE", j.e.EventID, j.e.ConsumerName)

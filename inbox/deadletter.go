@@ -43,16 +43,16 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 		msg = s.truncate(dl.Err.Error())
 	}
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, s.q.deadFromFailure, nullString(dl.Reason), string(class), msg, s.t(now), s.t(now), e.EventID, e.ConsumerName)
+	dead := e.row(args{"reason": nullString(dl.Reason), "class": string(class), "error": msg, "now": s.t(now),
+		"attempts": 1}) // a new row: the delivery that found the poison, or the one that failed
+	res, err := s.q.deadFromFailure.exec(ctx, s.db, dead)
 	if err != nil {
 		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
 		return inboxkit.StatusDeadLettered, nil
 	}
-	attempts := 1 // the delivery that found the poison, or the one that failed
-	_, err = s.db.ExecContext(ctx, s.q.insertDead, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(dl.Reason), string(class), msg,
-		s.t(now), s.t(now), s.t(now), s.t(now), attempts, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
+	_, err = s.q.insertDead.exec(ctx, s.db, dead)
 	if err == nil {
 		return inboxkit.StatusDeadLettered, nil
 	}
@@ -79,7 +79,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 // then processed once more; any other copy stays a duplicate once it is
 // processed. It reports false when the row is not DEAD_LETTERED (or absent).
 func (s *Store) ResetForReplay(ctx context.Context, eventID, consumerName string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.q.resetForReplay, s.t(s.now()), eventID, consumerName)
+	res, err := s.q.resetForReplay.exec(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now())}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: reset for replay: %w", err)
 	}
@@ -112,7 +112,7 @@ func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string
 	case r.LastError != "":
 		story += ": " + r.LastError
 	}
-	res, err := s.db.ExecContext(ctx, s.q.reopenRejected, s.t(s.now()), s.truncate(story), eventID, consumerName)
+	res, err := s.q.reopenRejected.exec(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now()), "error": s.truncate(story)}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: reopen rejected: %w", err)
 	}

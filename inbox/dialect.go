@@ -29,9 +29,6 @@ type Dialect struct {
 	// purgeBatch deletes at most ?2 terminal rows older than ?1; the status
 	// list is appended by the caller as a fixed IN list.
 	purgeBatch string
-	// skipLocked is the clause that claims rows without waiting for rows
-	// locked by other workers; "" when the database has none.
-	skipLocked string
 	// limitClause formats "at most n rows" for a SELECT.
 	limit func(n string) (prefix, suffix string)
 	// timeArg converts a time for binding.
@@ -42,6 +39,12 @@ type Dialect struct {
 	// lockingTx are the options of a transaction that locks many rows by
 	// key (worker claims, a batch's attempt markers); nil for the default.
 	lockingTx *sql.TxOptions
+	// claim is the worker's claim statement: a SELECT of the columns %[3]s
+	// of at most @n rows of table %[1]s matching %[2]s, locked and skipping
+	// rows locked by other workers; or, when claimUpdates is set, an UPDATE
+	// setting %[4]s on them, RETURNING %[3]s.
+	claim        string
+	claimUpdates bool
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".

@@ -29,7 +29,7 @@ func TestRebind(t *testing.T) {
 func TestOracleStatements(t *testing.T) {
 	q := buildQueries(Oracle, "INBOX_EVENT_PROCESSING")
 	for name, stmt := range map[string]string{
-		"insertStarted": q.insertStarted, "startAttempt": q.startAttempt, "forgetAttempt": q.forgetAttempt, "purgeBatch": q.purgeBatch,
+		"insertStarted": q.insertStarted.text, "startAttempt": q.startAttempt.text, "forgetAttempt": q.forgetAttempt.text, "purgeBatch": q.purgeBatch,
 		"stuckFailures": q.stuckFailures, "selectByCorr": q.selectByCorr,
 	} {
 		if strings.Contains(stmt, "?") || strings.Contains(stmt, "$1") {
@@ -42,8 +42,8 @@ func TestOracleStatements(t *testing.T) {
 	if !strings.Contains(q.stuckFailures, "FETCH FIRST :2 ROWS ONLY") {
 		t.Errorf("stuck: %s", q.stuckFailures)
 	}
-	if !strings.Contains(q.insertStarted, "VALUES (:1, :2, 'TECHNICAL_FAILURE', :3, :4, :5, 1, :6, :7)") {
-		t.Errorf("insert: %s", q.insertStarted)
+	if !strings.Contains(q.insertStarted.text, "VALUES (:1, :2, 'TECHNICAL_FAILURE', :3, :4, :5, 1, :6, :7)") {
+		t.Errorf("insert: %s", q.insertStarted.text)
 	}
 	if !Oracle.IsDuplicate(errors.New("ORA-00001: unique constraint (APP.INBOX_EVENT_PROCESSING_PK) violated")) {
 		t.Error("ORA-00001 not recognised as a duplicate")

@@ -24,11 +24,14 @@ var MySQL = Dialect{
 	}),
 	placeholder: questionMark,
 	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? ORDER BY PROCESSED_AT LIMIT ?`,
-	skipLocked:  " FOR UPDATE SKIP LOCKED",
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
 
 	// READ COMMITTED: no gap locks, and rows read but not matching are
 	// unlocked at once, so claims and receives do not block each other.
 	lockingTx: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+
+	// No ORDER BY: InnoDB would lock every eligible row to sort them, and
+	// the other workers would find nothing to claim.
+	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s LIMIT @n FOR UPDATE SKIP LOCKED`,
 }

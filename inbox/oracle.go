@@ -20,7 +20,11 @@ var Oracle = Dialect{
 	},
 	placeholder: colon,
 	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? AND ROWNUM <= ?`,
-	skipLocked:  " FOR UPDATE SKIP LOCKED",
 	limit:       func(n string) (string, string) { return "", " FETCH FIRST " + n + " ROWS ONLY" },
 	timeArg:     utcTime,
+
+	// Oracle refuses FETCH FIRST with FOR UPDATE; ROWNUM limits before the
+	// skip, so a claim may return fewer rows than asked. Untested: there is
+	// no Oracle server in CI.
+	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s AND ROWNUM <= @n FOR UPDATE SKIP LOCKED`,
 }

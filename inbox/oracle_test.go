@@ -45,7 +45,7 @@ func TestOracleUpgradeFromSeed(t *testing.T) {
 	}
 	// Statements of the store bind :1, :2, ... and page with FETCH FIRST.
 	q := buildQueries(Oracle, DefaultTable)
-	if !strings.Contains(q.insertStarted, ":7)") || strings.Contains(q.insertStarted, "?") {
-		t.Errorf("insert: %s", q.insertStarted)
+	if !strings.Contains(q.insertStarted.text, ":7)") || strings.Contains(q.insertStarted.text, "?") {
+		t.Errorf("insert: %s", q.insertStarted.text)
 	}
 }

@@ -20,9 +20,10 @@ var Postgres = Dialect{
 	}),
 	placeholder: dollar,
 	purgeBatch:  `DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
-	skipLocked:  " FOR UPDATE SKIP LOCKED",
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
 
 	abortsOnError: true,
+
+	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n FOR UPDATE SKIP LOCKED`,
 }

@@ -159,7 +159,7 @@ func (s *Store) process(ctx context.Context, e Entry, h Handler) (Result, error)
 // takeBack takes back the marker of a delivery whose handler did not run
 // because another process claimed the row after the marker.
 func (s *Store) takeBack(ctx context.Context, e Entry) error {
-	if _, err := s.db.ExecContext(ctx, s.q.takeBackAttempt, markerError, e.EventID, e.ConsumerName); err != nil {
+	if _, err := s.q.takeBackAttempt.exec(ctx, s.db, e.key(args{"marker": markerError})); err != nil {
 		return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
 	}
 	return nil
@@ -226,7 +226,7 @@ type marked struct {
 // handler may run.
 func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 	now := s.now()
-	res, err := q.ExecContext(ctx, s.q.startAttempt, markerError, s.t(now), e.EventID, e.ConsumerName, s.cfg.Retry.MaxAttempts)
+	res, err := s.q.startAttempt.exec(ctx, q, e.key(args{"marker": markerError, "now": s.t(now), "max": s.cfg.Retry.MaxAttempts}))
 	if err != nil {
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	}
@@ -258,7 +258,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 		}
 		return marked{again: true}, nil // changed between our statements (MySQL reports changed rows only; never here)
 	}
-	_, err = q.ExecContext(ctx, s.q.insertStarted, e.EventID, e.ConsumerName, nullString(e.CorrelationID), s.t(now), s.t(now), nullString(e.PayloadHash), sourceArg(e.EventIDSource))
+	_, err = s.q.insertStarted.exec(ctx, q, e.row(args{"now": s.t(now)}))
 	if err == nil {
 		return marked{started: 1}, nil
 	}
@@ -273,7 +273,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 func (s *Store) silentAttempt(ctx context.Context, q execer, e Entry) bool {
 	var class sql.NullString
 	var attempts int
-	err := q.QueryRowContext(ctx, s.q.selectMarker, e.EventID, e.ConsumerName).Scan(&class, &attempts)
+	err := s.q.selectMarker.queryRow(ctx, q, e.key(nil)).Scan(&class, &attempts)
 	return err == nil && class.String == "" && attempts > 0
 }
 
@@ -289,7 +289,7 @@ func (s *Store) ForgetAttempt(ctx context.Context, e Entry, n int) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := s.db.ExecContext(ctx, s.q.forgetAttempt, e.EventID, e.ConsumerName, n); err != nil {
+	if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(args{"attempts": n})); err != nil {
 		s.remember(e, n)
 	}
 }
@@ -322,7 +322,7 @@ func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 		n = attempts
 	}
 	if n > 0 {
-		if _, err := s.db.ExecContext(ctx, s.q.forgetAttempt, e.EventID, e.ConsumerName, n); err != nil {
+		if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(args{"attempts": n})); err != nil {
 			return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
 		}
 	}
@@ -402,7 +402,7 @@ func (s *Store) classify(err error) inboxkit.Decision {
 // reports false when the row was no longer TECHNICAL_FAILURE (another
 // delivery claimed it).
 func (s *Store) claim(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
-	res, err := tx.ExecContext(ctx, s.q.processFromFail, s.t(now), s.t(now), nullString(e.CorrelationID), nullString(e.PayloadHash), e.EventID, e.ConsumerName)
+	res, err := s.q.processFromFail.exec(ctx, tx, e.row(args{"now": s.t(now)}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim event: %w", err)
 	}
@@ -416,7 +416,7 @@ func (s *Store) reject(ctx context.Context, tx *txn, e Entry, reason string, her
 	if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, s.q.reject, reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now), e.EventID, e.ConsumerName)
+	_, err := s.q.reject.exec(ctx, tx, e.key(args{"reason": reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}))
 	return err
 }
 
@@ -439,7 +439,8 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	}
 	defer tx.rollback()
 
-	res, err := tx.ExecContext(ctx, s.q.updateFailure, delta, reason, string(dec.Class), msg, s.t(now), s.t(now), e.EventID, e.ConsumerName)
+	failure := e.row(args{"delta": delta, "reason": reason, "class": string(dec.Class), "error": msg, "now": s.t(now)})
+	res, err := s.q.updateFailure.exec(ctx, tx, failure)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: %w (handler error: %v)", err, herr)
 	}
@@ -460,8 +461,8 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	}
 	if n == 0 {
 		first := 1 + delta // the row vanished (a purge?): this attempt ran
-		_, err := tx.ExecContext(ctx, s.q.insertFailure, e.EventID, e.ConsumerName, nullString(e.CorrelationID), reason, string(dec.Class), msg,
-			s.t(now), s.t(now), s.t(now), first, nullString(e.PayloadHash), sourceArg(e.EventIDSource))
+		failure["attempts"] = first
+		_, err := s.q.insertFailure.exec(ctx, tx, failure)
 		if err != nil {
 			tx.rollback()
 			if s.d.IsDuplicate(err) {
@@ -472,7 +473,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 		}
 	}
 	var attempts int
-	if err := tx.QueryRowContext(ctx, s.q.selectAttempts, e.EventID, e.ConsumerName).Scan(&attempts); err != nil {
+	if err := s.q.selectAttempts.queryRow(ctx, tx, e.key(nil)).Scan(&attempts); err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: read attempts: %w", err)
 	}
 	if err := tx.commit(); err != nil {
@@ -499,7 +500,7 @@ func (s *Store) duplicateResult(ctx context.Context, e Entry) (Result, error) {
 func (s *Store) status(ctx context.Context, q execer, e Entry) (inboxkit.Status, int, bool, error) {
 	var st string
 	var attempts int
-	err := q.QueryRowContext(ctx, s.q.selectStatus, e.EventID, e.ConsumerName).Scan(&st, &attempts)
+	err := s.q.selectStatus.queryRow(ctx, q, e.key(nil)).Scan(&st, &attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", 0, false, nil
 	}

@@ -9,22 +9,22 @@ import (
 
 // queries are the store's statements, built once per table and dialect.
 type queries struct {
-	insertFailure    string
-	insertDead       string
-	updateFailure    string
-	insertStarted    string
-	startAttempt     string
-	forgetAttempt    string
-	takeBackAttempt  string
-	processFromFail  string
-	reject           string
-	deadFromFailure  string
-	resetForReplay   string
-	reopenRejected   string
-	selectStatus     string
-	selectAttempts   string
-	selectMarker     string
-	selectOne        string
+	insertFailure    stmt
+	insertDead       stmt
+	updateFailure    stmt
+	insertStarted    stmt
+	startAttempt     stmt
+	forgetAttempt    stmt
+	takeBackAttempt  stmt
+	processFromFail  stmt
+	reject           stmt
+	deadFromFailure  stmt
+	resetForReplay   stmt
+	reopenRejected   stmt
+	selectStatus     stmt
+	selectAttempts   stmt
+	selectMarker     stmt
+	selectOne        stmt
 	selectByCorr     string
 	purgeBatch       string
 	countPurgeable   string
@@ -35,7 +35,7 @@ type queries struct {
 	rollbackSavepont string
 	// The batch's per-item savepoint (ProcessBatch); releaseItem is ""
 	// where a failed statement does not abort the transaction.
-	rejectFromFail string
+	rejectFromFail stmt
 	savepointItem  string
 	rollbackItem   string
 	releaseItem    string
@@ -51,41 +51,42 @@ func buildQueries(d Dialect, table string) queries {
 	r := func(format string, args ...any) string {
 		return d.Rebind(fmt.Sprintf(strings.ReplaceAll(format, "{t}", table), args...))
 	}
-	const key = ` WHERE EVENT_ID = ? AND CONSUMER_NAME = ?`
+	n := func(text string) stmt { return compile(d, strings.ReplaceAll(text, "{t}", table)) }
+	const key = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer`
 	_, lim := d.limit("?")
 	return queries{
-		insertFailure: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		insertDead:    r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'DEAD_LETTERED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		updateFailure: r(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + ?, REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = ?, UPDATED_AT = ?, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		insertFailure: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
+		insertDead:    n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
+		updateFailure: n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
 		// TECHNICAL_FAILURE row with attempts means "the handler of the last
 		// attempt started and recorded no outcome"; the next marker then writes
 		// that into LAST_ERROR. The SET list reads ERROR_CLASS, ATTEMPTS and
 		// UPDATED_AT before it assigns them (MySQL assigns left to right).
-		insertStarted: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (?, ?, 'TECHNICAL_FAILURE', ?, ?, ?, 1, ?, ?)`),
-		startAttempt: r(`UPDATE {t} SET LAST_ERROR = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN ? ELSE LAST_ERROR END, ` +
+		insertStarted: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source)`),
+		startAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN @marker ELSE LAST_ERROR END, ` +
 			`FIRST_FAILED_AT = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN COALESCE(FIRST_FAILED_AT, UPDATED_AT) ELSE FIRST_FAILED_AT END, ` +
-			`ERROR_CLASS = NULL, UPDATED_AT = ?, ATTEMPTS = ATTEMPTS + 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < ?`),
-		forgetAttempt: r(`UPDATE {t} SET ERROR_CLASS = CASE WHEN ATTEMPTS > 1 THEN 'TECHNICAL' ELSE NULL END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS = ?`),
+			`ERROR_CLASS = NULL, UPDATED_AT = @now, ATTEMPTS = ATTEMPTS + 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < @max`),
+		forgetAttempt: n(`UPDATE {t} SET ERROR_CLASS = CASE WHEN ATTEMPTS > 1 THEN 'TECHNICAL' ELSE NULL END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS = @attempts`),
 		// A marker of a delivery that lost the race to another process:
 		// taken back, with the "no outcome" text it may have written about
 		// the other (live) attempt.
-		takeBackAttempt: r(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = ? THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
-		processFromFail: r(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		reject:          r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'PROCESSED'`),
+		takeBackAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = @marker THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
+		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		reject:          n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'PROCESSED'`),
 		// processFromFail and reject in one statement (ProcessBatch).
-		rejectFromFail:  r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?, CORRELATION_ID = COALESCE(CORRELATION_ID, ?), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, ?)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		deadFromFailure: r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		resetForReplay:  r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?` + key + ` AND STATUS = 'DEAD_LETTERED'`),
+		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
 		// rejection's reason and error move to LAST_ERROR. A stored entry
 		// (store-then-process: PAYLOAD set) is due for the workers at once.
-		reopenRejected: r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = ?, ` +
-			`LAST_ERROR = ?, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
-		selectStatus:     r(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
-		selectAttempts:   r(`SELECT ATTEMPTS FROM {t}` + key),
-		selectMarker:     r(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
-		selectOne:        r(`SELECT ` + recordColumns + ` FROM {t}` + key),
+		reopenRejected: n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now, ` +
+			`LAST_ERROR = @error, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
+		selectStatus:     n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
+		selectAttempts:   n(`SELECT ATTEMPTS FROM {t}` + key),
+		selectMarker:     n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
+		selectOne:        n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
 		purgeBatch:       d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
 		countPurgeable:   r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND PROCESSED_AT < ?`),

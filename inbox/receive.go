@@ -45,72 +45,57 @@ func (e *ReceiveError) InboxDecision() inboxkit.Decision {
 }
 
 type queueQueries struct {
-	insertReceived string
-	// claimSelect / claimUpdate: PostgreSQL, MariaDB, Oracle (SKIP LOCKED).
-	claimSelect string
-	claimUpdate string // IN list appended per call
-	// claimReturning: SQLite, one atomic UPDATE ... RETURNING.
-	claimReturning string
-	processed      string
-	rejected       string
-	failed         string
-	deadLettered   string
-	release        string
+	insertReceived stmt
+	// claim selects claimable rows FOR UPDATE; claimUpdate (with the IN
+	// list appended per call) then claims them. When claimUpdates is set,
+	// claim is one UPDATE ... RETURNING that claims by itself (SQLite).
+	claim        stmt
+	claimUpdates bool
+	claimUpdate  string
+	processed    stmt
+	rejected     stmt
+	failed       stmt
+	deadLettered stmt
+	release      stmt
 }
 
 const claimColumns = `EVENT_ID, CORRELATION_ID, HEADERS, PAYLOAD, ATTEMPTS, CREATED_AT, ERROR_CLASS, REASON_CODE, LAST_ERROR`
 
+// Claimable: never claimed; failed technically and due; or claimed under a
+// lease that has expired. TECHNICAL_FAILURE rows written by the
+// transactional variant (Process) have no NEXT_ATTEMPT_AT and are never
+// claimed: they wait for the broker's redelivery.
+const claimable = `CONSUMER_NAME = @consumer AND (STATUS = 'RECEIVED'` +
+	` OR (STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT <= @now)` +
+	` OR (STATUS = 'IN_PROGRESS' AND LEASE_UNTIL <= @now))`
+
+// setLease is the SET list of a claim.
+const setLease = `STATUS = 'IN_PROGRESS', LEASE_OWNER = @owner, LEASE_UNTIL = @until, ATTEMPTS = ATTEMPTS + 1, UPDATED_AT = @now`
+
 func buildQueueQueries(d Dialect, table string) queueQueries {
-	r := func(q string) string {
-		return d.Rebind(fmtTable(q, table))
-	}
-	// Claimable: never claimed; failed technically and due; or claimed
-	// under a lease that has expired. TECHNICAL_FAILURE rows written by the
-	// transactional variant (Process) have no NEXT_ATTEMPT_AT and are never
-	// claimed: they wait for the broker's redelivery.
-	const eligible = `CONSUMER_NAME = ? AND (STATUS = 'RECEIVED'` +
-		` OR (STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT <= ?)` +
-		` OR (STATUS = 'IN_PROGRESS' AND LEASE_UNTIL <= ?))`
+	n := func(q string) stmt { return compile(d, fmtTable(q, table)) }
 	// The lease is identified by owner and attempt number: every claim
 	// raises ATTEMPTS, so a worker that re-claims under the same owner name
 	// still cannot complete an older claim.
-	const mine = ` WHERE EVENT_ID = ? AND CONSUMER_NAME = ? AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = ? AND ATTEMPTS = ?`
-	const setLease = `STATUS = 'IN_PROGRESS', LEASE_OWNER = ?, LEASE_UNTIL = ?, ATTEMPTS = ATTEMPTS + 1, UPDATED_AT = ?`
-
-	q := queueQueries{
-		insertReceived: r(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE) VALUES (?, ?, 'RECEIVED', ?, ?, ?, ?, ?, ?, 0, ?)`),
-		claimUpdate:    `UPDATE {t} SET ` + setLease + ` WHERE CONSUMER_NAME = ? AND EVENT_ID IN (`,
-		processed:      r(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = ?, UPDATED_AT = ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
-		rejected:       r(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = ?, ERROR_CLASS = 'BUSINESS', LAST_ERROR = ?, PROCESSED_AT = ?, UPDATED_AT = ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
-		failed:         r(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = ?, NEXT_ATTEMPT_AT = ?, UPDATED_AT = ?, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, ?), ATTEMPTS = ATTEMPTS - ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
+	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
+	return queueQueries{
+		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @now, @now, 0, @source)`),
+		claim:          n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
+		claimUpdates:   d.claimUpdates,
+		claimUpdate:    fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
+		processed:      n(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
+		rejected:       n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
+		failed:         n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
 		// NEXT_ATTEMPT_AT is set, not cleared: should ResetForReplay make the
 		// row TECHNICAL_FAILURE again, the worker replays it from the stored
 		// payload at once (a redelivery from the DLQ is only a duplicate).
-		deadLettered: r(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = ?, ERROR_CLASS = ?, LAST_ERROR = COALESCE(?, LAST_ERROR), PROCESSED_AT = ?, UPDATED_AT = ?, NEXT_ATTEMPT_AT = ?, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
+		deadLettered: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now, NEXT_ATTEMPT_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
 		// Release hands an unstarted claim back: the lease ends now. The
 		// attempt stays counted: (owner, ATTEMPTS) is the claim's fencing
 		// token and must never repeat. LEASE_OWNER changes, so MySQL
 		// reports the row as affected.
-		release: r(`UPDATE {t} SET LEASE_OWNER = NULL, LEASE_UNTIL = ?, UPDATED_AT = ?` + mine),
+		release: n(`UPDATE {t} SET LEASE_OWNER = NULL, LEASE_UNTIL = @now, UPDATED_AT = @now` + mine),
 	}
-	q.claimUpdate = fmtTable(q.claimUpdate, table)
-	switch d.name {
-	case "sqlite":
-		q.claimReturning = r(`UPDATE {t} SET ` + setLease + ` WHERE rowid IN (SELECT rowid FROM {t} WHERE ` + eligible +
-			` ORDER BY CREATED_AT, EVENT_ID LIMIT ?) RETURNING ` + claimColumns)
-	case "mysql":
-		// No ORDER BY: InnoDB would lock every eligible row to sort them,
-		// and the other workers would find nothing to claim.
-		q.claimSelect = r(`SELECT ` + claimColumns + ` FROM {t} WHERE ` + eligible + ` LIMIT ?` + d.skipLocked)
-	case "oracle":
-		// Oracle refuses FETCH FIRST with FOR UPDATE; ROWNUM limits before
-		// the skip, so a claim may return fewer rows than asked. Untested:
-		// there is no Oracle server in CI.
-		q.claimSelect = r(`SELECT ` + claimColumns + ` FROM {t} WHERE ` + eligible + ` AND ROWNUM <= ?` + d.skipLocked)
-	default:
-		q.claimSelect = r(`SELECT ` + claimColumns + ` FROM {t} WHERE ` + eligible + ` ORDER BY CREATED_AT, EVENT_ID LIMIT ?` + d.skipLocked)
-	}
-	return q
 }
 
 func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", table) }
@@ -157,8 +142,7 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {
 		now := s.now()
-		_, err = s.db.ExecContext(ctx, q.insertReceived, e.EventID, e.ConsumerName, nullString(e.CorrelationID), nullString(e.PayloadHash),
-			payload, hdr, s.t(now), s.t(now), sourceArg(e.EventIDSource))
+		_, err = q.insertReceived.exec(ctx, s.db, e.row(args{"payload": payload, "headers": hdr, "now": s.t(now)}))
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
 		}

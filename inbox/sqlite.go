@@ -31,7 +31,10 @@ var SQLite = Dialect{
 	}),
 	placeholder: questionMark,
 	purgeBatch:  `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
-	skipLocked:  "",
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
+
+	// One UPDATE ... RETURNING claims: SQLite's writers are serialized.
+	claim:        `UPDATE %[1]s SET %[4]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n) RETURNING %[3]s`,
+	claimUpdates: true,
 }

@@ -220,27 +220,20 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 	}
 	defer tx.rollback()
 
-	var out []Claimed
-	if w.q.claimReturning != "" {
-		out, err = w.scanClaims(tx.QueryContext(ctx, w.q.claimReturning, w.cfg.Owner, s.t(until), s.t(now), w.cfg.ConsumerName, s.t(now), s.t(now), n))
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		out, err = w.scanClaims(tx.QueryContext(ctx, w.q.claimSelect, w.cfg.ConsumerName, s.t(now), s.t(now), n))
-		if err != nil {
-			return nil, err
-		}
-		if len(out) == 0 {
-			return nil, nil
-		}
-		args := []any{w.cfg.Owner, s.t(until), s.t(now), w.cfg.ConsumerName}
+	claim := args{"consumer": w.cfg.ConsumerName, "owner": w.cfg.Owner, "until": s.t(until), "now": s.t(now), "n": n}
+	out, err := w.scanClaims(tx.QueryContext(ctx, w.q.claim.text, w.q.claim.bind(claim)...))
+	if err != nil {
+		return nil, err
+	}
+	if !w.q.claimUpdates && len(out) > 0 {
+		// The SELECT locked the rows; claim them by id.
+		ids := make([]string, len(out))
 		for i := range out {
 			out[i].Attempts++ // the SELECT read the value before the claim
-			args = append(args, out[i].Message.ID)
+			ids[i] = "@id" + strconv.Itoa(i)
+			claim["id"+strconv.Itoa(i)] = out[i].Message.ID
 		}
-		q := s.d.Rebind(w.q.claimUpdate + strings.TrimSuffix(strings.Repeat("?, ", len(out)), ", ") + ")")
-		res, err := tx.ExecContext(ctx, q, args...)
+		res, err := compile(s.d, w.q.claimUpdate+strings.Join(ids, ", ")+")").exec(ctx, tx, claim)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: claim: %w", err)
 		}
@@ -356,14 +349,14 @@ func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr
 	l := leaseOf(c)
 	switch v.Row {
 	case inboxkit.StatusProcessed:
-		if err := w.complete(ctx, tx, l, w.q.processed, nil, s.t(now), s.t(now)); err != nil {
+		if err := w.complete(ctx, tx, l, w.q.processed, args{"now": s.t(now)}, nil); err != nil {
 			return Result{}, err
 		}
 		return v.result(v.Row, c.Attempts, nil), nil
 	case inboxkit.StatusRejected:
 		_, err := tx.ExecContext(ctx, s.q.rollbackSavepont)
 		if err == nil {
-			err = w.complete(ctx, tx, l, w.q.rejected, w.publishReject(ctx, c, v, herr), v.Reason, nullString(s.truncate(herr.Error())), s.t(now), s.t(now))
+			err = w.complete(ctx, tx, l, w.q.rejected, args{"reason": v.Reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}, w.publishReject(ctx, c, v, herr))
 		}
 		if errors.Is(err, ErrLeaseLost) {
 			return Result{}, err
@@ -406,21 +399,26 @@ func leaseOf(c Claimed) lease {
 	return lease{EventID: c.Message.ID, ConsumerName: c.ConsumerName, Owner: c.Owner, Attempts: c.Attempts}
 }
 
-func (l lease) args() []any { return []any{l.EventID, l.ConsumerName, l.Owner, l.Attempts} }
+// args is the lease's named arguments (@event, @consumer, @owner,
+// @attempts), with more.
+func (l lease) args(more args) args {
+	more["event"], more["consumer"], more["owner"], more["attempts"] = l.EventID, l.ConsumerName, l.Owner, l.Attempts
+	return more
+}
 
 func (l lease) lost() error {
 	return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, l.EventID, l.ConsumerName, l.Owner, l.Attempts)
 }
 
-// complete runs the conditional UPDATE q (set values, then the lease) that
-// records the outcome, calls beforeCommit (if not nil) and commits; zero
-// rows matched means the lease is lost. On any error the transaction is
-// rolled back before complete returns. Every outcome UPDATE changes STATUS
-// from IN_PROGRESS, so MySQL's changed-rows count equals the matched-rows
-// count.
-func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q string, beforeCommit func() error, set ...any) error {
+// complete runs the conditional UPDATE q that records the outcome (its
+// values set, matched on the lease l), calls beforeCommit (if not nil)
+// and commits; zero rows matched means the lease is lost. On any error the
+// transaction is rolled back before complete returns. Every outcome UPDATE
+// changes STATUS from IN_PROGRESS, so MySQL's changed-rows count equals the
+// matched-rows count.
+func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q stmt, set args, beforeCommit func() error) error {
 	defer tx.rollback()
-	if err := w.record(ctx, tx, l, q, set...); err != nil {
+	if err := w.record(ctx, tx, l, q, set); err != nil {
 		return err
 	}
 	if beforeCommit != nil {
@@ -434,10 +432,10 @@ func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q string, befor
 	return nil
 }
 
-// record runs the conditional UPDATE q (set values, then the lease) in tx;
-// zero rows matched means the lease is lost.
-func (w *Worker) record(ctx context.Context, tx *txn, l lease, q string, set ...any) error {
-	res, err := tx.ExecContext(ctx, q, append(set, l.args()...)...)
+// record runs the conditional UPDATE q (values set, matched on the lease
+// l) in tx; zero rows matched means the lease is lost.
+func (w *Worker) record(ctx context.Context, tx *txn, l lease, q stmt, set args) error {
+	res, err := q.exec(ctx, tx, l.args(set))
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -479,8 +477,8 @@ func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (handler error: %v)", err, cause)
 	}
-	err = w.complete(ctx, tx, leaseOf(c), w.q.failed, nil, nullString(reason), string(class), nullString(s.truncate(cause.Error())), s.t(now.Add(delay)),
-		s.t(now), s.t(now), uncount)
+	err = w.complete(ctx, tx, leaseOf(c), w.q.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
+		"next": s.t(now.Add(delay)), "now": s.t(now), "uncount": uncount}, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -504,7 +502,7 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 	}
 	defer tx.rollback()
 	l := leaseOf(c)
-	res, err := tx.ExecContext(ctx, w.q.deadLettered, append([]any{nullString(reason), string(class), msg, s.t(now), s.t(now), s.t(now)}, l.args()...)...)
+	res, err := w.q.deadLettered.exec(ctx, tx, l.args(args{"reason": nullString(reason), "class": string(class), "error": msg, "now": s.t(now)}))
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
 	}
@@ -540,7 +538,7 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	s := w.s
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, w.q.release, append([]any{s.t(now), s.t(now)}, leaseOf(c).args()...)...)
+	res, err := w.q.release.exec(ctx, s.db, leaseOf(c).args(args{"now": s.t(now)}))
 	if err != nil {
 		return fmt.Errorf("inbox: release: %w", err)
 	}

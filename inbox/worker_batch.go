@@ -113,12 +113,12 @@ func (w *Worker) runClaim(tx *txn, j *claimJob) error {
 	case inboxkit.StatusProcessed:
 		// On PostgreSQL this UPDATE also fails when the handler returned
 		// nil after a failed statement (the transaction is aborted).
-		err = w.record(ctx, tx, l, w.q.processed, s.t(now), s.t(now))
+		err = w.record(ctx, tx, l, w.q.processed, args{"now": s.t(now)})
 	case inboxkit.StatusRejected:
 		if err = undo(); err != nil {
 			return err
 		}
-		err = w.record(ctx, tx, l, w.q.rejected, j.v.Reason, nullString(s.truncate(j.herr.Error())), s.t(now), s.t(now))
+		err = w.record(ctx, tx, l, w.q.rejected, args{"reason": j.v.Reason, "error": nullString(s.truncate(j.herr.Error())), "now": s.t(now)})
 		if publish := w.publishReject(ctx, j.c, j.v, j.herr); err == nil && publish != nil {
 			if perr := publish(); perr != nil {
 				err = fmt.Errorf("inbox: process: publish rejection: %w", perr)
