@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/inboxkit/inboxkit"
@@ -146,6 +147,9 @@ func lockTurns(jobs []*job) func() {
 // taking the rows in key order (so that two batches never wait for each
 // other in a cycle), and sets each job's started or res.
 func (s *Store) markBatch(ctx context.Context, jobs []*job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
 	for _, j := range jobs {
 		if err := s.applyForgotten(ctx, j.e); err != nil {
 			return err
@@ -170,7 +174,24 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 		return false, err
 	}
 	defer tx.rollback()
+	present, err := s.present(ctx, tx, jobs)
+	if err != nil {
+		return false, err
+	}
 	for _, j := range jobs {
+		if !present[j.key()] {
+			// No row yet (the common case): the marker is the primary-key
+			// INSERT; a row that appeared meanwhile fails it, and the round
+			// starts again.
+			if _, err := s.q.insertStarted.exec(ctx, tx, j.e.row(args{"now": s.t(s.now())})); err != nil {
+				if s.d.IsDuplicate(err) {
+					return true, nil
+				}
+				return false, fmt.Errorf("inbox: start attempt: %w", err)
+			}
+			j.started, j.res = 1, Result{}
+			continue
+		}
 		m, err := s.mark(ctx, tx, j.e)
 		if err != nil {
 			return false, err
@@ -186,10 +207,38 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 	return false, nil
 }
 
+// present reads which of the jobs' keys have a row, in one statement. It
+// only routes: the INSERT or the conditional UPDATE that follows decides.
+func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]bool, error) {
+	ids, a := make([]string, len(jobs)), args{}
+	for i, j := range jobs {
+		ids[i] = "@id" + strconv.Itoa(i)
+		a["id"+strconv.Itoa(i)] = j.e.EventID
+	}
+	st := compile(s.d, s.q.presentPrefix+strings.Join(ids, ", ")+")")
+	rows, err := q.QueryContext(ctx, st.text, st.bind(a)...)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: start attempts: %w", err)
+	}
+	defer rows.Close()
+	present := map[string]bool{}
+	for rows.Next() {
+		var e Entry
+		if err := rows.Scan(&e.EventID, &e.ConsumerName); err != nil {
+			return nil, fmt.Errorf("inbox: start attempts: %w", err)
+		}
+		present[(&job{e: e}).key()] = true
+	}
+	return present, rows.Err()
+}
+
 // runBatch runs the handlers of the started jobs in one transaction, each
 // behind its own savepoint, and commits. An error means nothing of the
 // business transaction was committed.
 func (s *Store) runBatch(ctx context.Context, jobs []*job) error {
+	if !slices.ContainsFunc(jobs, func(j *job) bool { return j.started > 0 }) {
+		return nil // duplicates and dead letters only
+	}
 	tx, err := s.begin(ctx, "process batch", nil)
 	if err != nil {
 		return err

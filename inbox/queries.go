@@ -24,6 +24,7 @@ type queries struct {
 	selectStatus     stmt
 	selectAttempts   stmt
 	selectMarker     stmt
+	presentPrefix    string // ProcessBatch: the IN list is appended per call
 	selectOne        stmt
 	selectByCorr     string
 	purgeBatch       string
@@ -86,6 +87,7 @@ func buildQueries(d Dialect, table string) queries {
 		selectStatus:     n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:   n(`SELECT ATTEMPTS FROM {t}` + key),
 		selectMarker:     n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
+		presentPrefix:    strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
 		selectOne:        n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
 		purgeBatch:       d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
