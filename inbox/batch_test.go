@@ -492,3 +492,55 @@ func (c *clock) set(t time.Time) {
 	c.now = t
 	c.mu.Unlock()
 }
+
+// A batch whose leases were taken over while its handlers ran records
+// nothing: each entry reports ErrLeaseLost and its business writes roll
+// back; the worker that took them over processes them.
+func TestWorkerBatchLeaseLost(t *testing.T) {
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} { // SQLite: one writer, no takeover while a batch runs
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			s, b := setup(t, db, inbox.Config{})
+			ctx := context.Background()
+			for _, id := range []string{"L-1", "L-2"} {
+				receive(t, s, id)
+			}
+			other := newWorker(t, s, inbox.WorkerConfig{Owner: "other", LeaseDuration: time.Minute, HandleFunc: businessHandler(db, "other")})
+			var taken []inbox.Claimed
+			stalled := businessHandler(db, "stalled")
+			var errs []error
+			w := newWorker(t, s, inbox.WorkerConfig{Owner: "stalled", LeaseDuration: time.Minute, BatchSize: 2,
+				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+					if taken == nil { // the first handler stalls past the lease; the other worker takes both entries
+						b.clock.Add(2 * time.Minute)
+						var err error
+						taken, err = other.Claim(ctx, 10)
+						dbtest.Must(t, err, "claim by the other worker")
+					}
+					return stalled(ctx, tx, m)
+				},
+				ObserveFunc: func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+					return ctx, func(_ inbox.Result, err error) { errs = append(errs, err) }
+				},
+			})
+			if n, err := w.RunOnce(ctx); n != 2 || err != nil {
+				t.Fatalf("RunOnce: %d, %v", n, err)
+			}
+			if len(errs) != 2 || !errors.Is(errs[0], inbox.ErrLeaseLost) || !errors.Is(errs[1], inbox.ErrLeaseLost) {
+				t.Fatalf("errors = %v, want ErrLeaseLost twice", errs)
+			}
+			if len(taken) != 2 || b.allBusinessRows(t) != 0 {
+				t.Fatalf("taken over %d, business rows %d; want 2, 0", len(taken), b.allBusinessRows(t))
+			}
+			for _, c := range taken {
+				if res, err := other.Process(ctx, c); err != nil || res.Outcome != inboxkit.OutcomeProcessed {
+					t.Fatalf("the other worker: %+v %v", res, err)
+				}
+			}
+			if b.allBusinessRows(t) != 2 {
+				t.Errorf("business rows %d, want 2", b.allBusinessRows(t))
+			}
+		})
+	}
+}
