@@ -14,13 +14,16 @@ import (
 
 // BenchmarkWorker measures store-then-process worker throughput on
 // PostgreSQL: b.N entries are stored with Receive (not timed), then 1 or 4
-// workers drain them (claim batches of 10; one transaction per entry with
-// one business row). The entries/s metric is the figure to compare.
+// workers drain them with RunOnce (claims of 16; one business row per
+// entry), one transaction per entry (batch=1) or per 16 entries
+// (WorkerConfig.BatchSize 16). The entries/s metric is the figure to
+// compare.
 //
 //	go test -run '^$' -bench Worker -benchtime 4000x ./inbox/
 func BenchmarkWorker(b *testing.B) {
-	for _, workers := range []int{1, 4} {
-		b.Run(fmt.Sprintf("postgres/workers=%d", workers), func(b *testing.B) {
+	for _, run := range []struct{ workers, batch int }{{1, 1}, {4, 1}, {1, 16}, {4, 16}} {
+		workers := run.workers
+		b.Run(fmt.Sprintf("postgres/workers=%d/batch=%d", workers, run.batch), func(b *testing.B) {
 			db := dbtest.New(b, dbtest.Postgres)
 			s, err := inbox.New(db.DB, inbox.Postgres, inbox.Config{})
 			dbtest.Must(b, err, "store")
@@ -37,7 +40,7 @@ func BenchmarkWorker(b *testing.B) {
 			var done atomic.Int64
 			ws := make([]*inbox.Worker, workers)
 			for i := range ws {
-				ws[i], err = s.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"),
+				ws[i], err = s.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"), ClaimSize: 16, BatchSize: run.batch,
 					DeadLetterFunc: func(context.Context, inbox.Claimed, inboxkit.Class, string, error) error { return nil }})
 				dbtest.Must(b, err, "worker")
 			}
@@ -46,28 +49,22 @@ func BenchmarkWorker(b *testing.B) {
 			for _, w := range ws {
 				wg.Go(func() {
 					for done.Load() < int64(b.N) {
-						batch, err := w.Claim(ctx, 0)
+						n, err := w.RunOnce(ctx)
 						if err != nil {
 							b.Error(err)
 							return
 						}
-						for _, c := range batch {
-							if res, err := w.Process(ctx, c); err != nil || res.Outcome != inboxkit.OutcomeProcessed {
-								b.Errorf("%+v %v", res, err)
-								return
-							}
-							done.Add(1)
-						}
-						if len(batch) == 0 {
+						if n == 0 {
 							return // the others hold the rest
 						}
+						done.Add(int64(n))
 					}
 				})
 			}
 			wg.Wait()
 			b.StopTimer()
-			if done.Load() != int64(b.N) {
-				b.Fatalf("processed %d of %d", done.Load(), b.N)
+			if counts, err := s.CountByStatus(ctx); err != nil || counts[inboxkit.StatusProcessed] != b.N {
+				b.Fatalf("processed %v of %d (%v)", counts, b.N, err)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
