@@ -126,7 +126,7 @@ type Decision struct {
 	// MALFORMED_PAYLOAD). Empty for plain technical errors.
 	Reason string
 	// RetryAfter is a hint for the redelivery delay of a technical failure;
-	// zero means the consumer's default.
+	// zero means the retry policy's (RetryPolicy.Redelivery).
 	RetryAfter time.Duration
 	// NoAttempt marks a technical failure that must not count towards the
 	// backout threshold (an open circuit breaker: the downstream is down, the
