@@ -25,7 +25,7 @@ type Subject struct {
 	// with Handler; shown in the transcript.
 	Name string
 	// Handler is the business function of a refactored consumer. The runner
-	// builds a consumer.Consumer around it with an inbox (MaxAttempts from
+	// builds a consumer.Consumer around it with an inbox (Retry.MaxAttempts from
 	// the scenario), a dead-letter queue DLQ.<queue> and a reject queue
 	// <queue>.REJECTED, and wraps it so that Env.BeforeCommit runs after it.
 	Handler consumer.Handler
