@@ -102,6 +102,22 @@ type Config struct {
 	// ModeStoreThenProcess: the number of receivers, and of workers).
 	// Defaults to 1. Set the broker's prefetch to at least this.
 	Concurrency int
+	// BatchSize is the number of deliveries handled in one database
+	// transaction (inbox.Store.ProcessBatch; ModeTransactional only): a
+	// batch closes at BatchSize deliveries or BatchWait after its first,
+	// commits once, and only then are its deliveries acknowledged, each
+	// settled as a single delivery with the same inbox result is (see
+	// HandleBatch); a batch that does not commit is handed back whole.
+	// Each of the Concurrency goroutines fills batches of its own, so set
+	// the broker's prefetch to at least BatchSize × Concurrency. Defaults
+	// to 1: one transaction per delivery. At most 1000. New refuses a
+	// BatchSize above 1 in ModeStoreThenProcess (its workers do not batch
+	// yet).
+	BatchSize int
+	// BatchWait is how long a batch waits for more deliveries after its
+	// first before it is processed, so that low traffic keeps a low
+	// latency. Defaults to 5ms; used when BatchSize is above 1.
+	BatchWait time.Duration
 	// LeaseDuration is the workers' lease (see inbox.WorkerConfig). Only
 	// for ModeStoreThenProcess: New refuses it in ModeTransactional.
 	// Defaults to 30s.
@@ -144,6 +160,9 @@ type Config struct {
 	SummaryInterval time.Duration
 }
 
+// maxBatchSize bounds Config.BatchSize.
+const maxBatchSize = 1000
+
 // ErrShutdownTimeout is wrapped by Run's error when deliveries in hand were
 // abandoned after Config.ShutdownTimeout.
 var ErrShutdownTimeout = errors.New("consumer: shutdown timeout: deliveries in hand abandoned")
@@ -160,6 +179,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Mode == "" {
 		c.Mode = ModeTransactional
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = 5 * time.Millisecond
 	}
 	if c.WorkerPollInterval == 0 && c.Mode == ModeStoreThenProcess {
 		c.WorkerPollInterval = 200 * time.Millisecond
@@ -210,6 +235,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: Config.Concurrency is %d, it must be positive", c.Concurrency)
 	case c.Mode != ModeTransactional && c.Mode != ModeStoreThenProcess:
 		return fmt.Errorf("consumer: Config.Mode %q is unknown: use %q or %q", c.Mode, ModeTransactional, ModeStoreThenProcess)
+	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
+		return fmt.Errorf("consumer: Config.BatchSize is %d: it must be between 1 and %d", c.BatchSize, maxBatchSize)
+	case c.BatchWait < 0:
+		return fmt.Errorf("consumer: Config.BatchWait is negative (%s)", c.BatchWait)
 	}
 	return c.validateMode()
 }
@@ -225,6 +254,9 @@ func (c *Config) validateMode() error {
 		return onlySTP("LeaseDuration", c.LeaseDuration)
 	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
 		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
+	case c.Mode == ModeStoreThenProcess && c.BatchSize > 1:
+		return fmt.Errorf("consumer: Config.BatchSize is %d, but Mode %q does not batch (its workers do not batch yet): leave BatchSize 0 or 1, or use Mode %q",
+			c.BatchSize, c.Mode, ModeTransactional)
 	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
 		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
 			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",
@@ -431,10 +463,22 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 			}
 			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
 		}
-		// A delivery in hand is finished even when ctx is cancelled now.
-		id := c.hold(c.Message(d))
-		c.Handle(work, d)
-		c.release(id)
+		// Deliveries in hand are finished even when ctx is cancelled now.
+		if c.cfg.BatchSize == 1 {
+			id := c.hold(c.Message(d))
+			c.Handle(work, d)
+			c.release(id)
+			continue
+		}
+		batch := c.receiveBatch(ctx, d)
+		ids := make([]uint64, len(batch))
+		for i, d := range batch {
+			ids[i] = c.hold(c.Message(d))
+		}
+		c.HandleBatch(work, batch)
+		for _, id := range ids {
+			c.release(id)
+		}
 	}
 }
 
@@ -506,7 +550,7 @@ func (c *Consumer) entry(m inboxkit.Message) inbox.Entry {
 // process while the failure is transient, as many times as the store's
 // Retry.InProcessRetries allows.
 func (c *Consumer) process(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
-	handler := func(ctx context.Context, tx *sql.Tx) error { return c.cfg.Handler(ctx, tx, m) }
+	handler := c.handler(ctx, m)
 	res, err := c.cfg.Store.Process(ctx, entry, handler)
 	if c.cfg.Store.Config().Retry.InProcessRetries == 0 {
 		return res, err

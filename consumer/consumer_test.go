@@ -259,3 +259,33 @@ func TestNewRefusesFieldsTheModeIgnores(t *testing.T) {
 		})
 	}
 }
+
+// BatchSize and BatchWait are checked by New; a BatchSize above 1 is
+// refused in store-then-process mode, whose workers do not batch (yet).
+func TestBatchConfig(t *testing.T) {
+	base, _, _ := setup(t)
+	base.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+	for _, tc := range []struct {
+		name string
+		set  func(*consumer.Config)
+		want string // "" = accepted
+	}{
+		{"default", func(*consumer.Config) {}, ""},
+		{"batch 16", func(c *consumer.Config) { c.BatchSize = 16 }, ""},
+		{"negative", func(c *consumer.Config) { c.BatchSize = -1 }, "Config.BatchSize is -1"},
+		{"too big", func(c *consumer.Config) { c.BatchSize = 1001 }, "between 1 and 1000"},
+		{"negative wait", func(c *consumer.Config) { c.BatchSize, c.BatchWait = 4, -time.Millisecond }, "Config.BatchWait is negative"},
+		{"store-then-process 1", func(c *consumer.Config) { c.Mode, c.BatchSize = consumer.ModeStoreThenProcess, 1 }, ""},
+		{"store-then-process 16", func(c *consumer.Config) { c.Mode, c.BatchSize = consumer.ModeStoreThenProcess, 16 }, "does not batch"},
+	} {
+		cfg := base
+		tc.set(&cfg)
+		_, err := consumer.New(cfg)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: New: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: New = %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}

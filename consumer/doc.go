@@ -30,6 +30,13 @@
 // commit and are acknowledged), and closes the source. Messages not yet
 // received stay on the broker.
 //
+// With Config.BatchSize above 1 (transactional mode) each goroutine
+// gathers up to BatchSize deliveries (closing the batch after
+// Config.BatchWait) and hands them to [Consumer.HandleBatch]: one
+// [inbox.Store.ProcessBatch] transaction, then each delivery settled as
+// above, acknowledgements only after the commit. A batch that does not
+// commit is handed back whole.
+//
 // While Config.PausedFunc returns true (for example a circuit breaker's
 // Open), no new delivery is taken.
 //

@@ -70,6 +70,7 @@ type options struct {
 	label    string
 	backends []string
 	only     []string
+	batch    int
 }
 
 // Option configures Verify, Approve, CheckCase and their black-box
@@ -80,6 +81,11 @@ type Option func(*options)
 // directory holds approved transcripts of several consumers (for example
 // "legacy" and "refactored").
 func Label(label string) Option { return func(o *options) { o.label = label } }
+
+// BatchSize plays every case with a consumer of this
+// consumer.Config.BatchSize (see Scenario.BatchSize), against the same
+// approved files: batching must change no transcript.
+func BatchSize(n int) Option { return func(o *options) { o.batch = n } }
 
 // Only restricts Run, Verify and Approve (and their black-box variants) to
 // the cases with these directory names.
@@ -195,9 +201,16 @@ func (m Mismatch) String() string {
 
 // PlayCase runs one case directory on one backend and returns the transcript.
 func PlayCase(ctx context.Context, caseDir, backend string, f Factory) (*Transcript, error) {
+	return playCase(ctx, caseDir, backend, f, 0)
+}
+
+func playCase(ctx context.Context, caseDir, backend string, f Factory, batch int) (*Transcript, error) {
 	sc, err := ReadScenario(caseDir)
 	if err != nil {
 		return nil, err
+	}
+	if batch > 0 {
+		sc.BatchSize = batch
 	}
 	db, cleanup, err := OpenBackend(ctx, backend)
 	if err != nil {
@@ -210,9 +223,9 @@ func PlayCase(ctx context.Context, caseDir, backend string, f Factory) (*Transcr
 // playFunc plays one case directory on one backend.
 type playFunc func(ctx context.Context, caseDir, backend string) (*Transcript, error)
 
-func factoryPlay(f Factory) playFunc {
+func factoryPlay(f Factory, batch int) playFunc {
 	return func(ctx context.Context, caseDir, backend string) (*Transcript, error) {
-		return PlayCase(ctx, caseDir, backend, f)
+		return playCase(ctx, caseDir, backend, f, batch)
 	}
 }
 
@@ -268,7 +281,7 @@ func CheckCase(ctx context.Context, caseDir string, f Factory, approve bool, opt
 	if approve && InCI() {
 		return nil, nil, ErrCI
 	}
-	return verifyCase(ctx, caseDir, factoryPlay(f), buildOptions(opts), approve)
+	return verifyCase(ctx, caseDir, factoryPlay(f, buildOptions(opts).batch), buildOptions(opts), approve)
 }
 
 // Verify plays every case under dir on every backend and compares each
@@ -276,7 +289,7 @@ func CheckCase(ctx context.Context, caseDir string, f Factory, approve bool, opt
 // received file beside the approved one. It never writes approved files.
 // The error is for cases that could not run at all.
 func Verify(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mismatch, error) {
-	return verifyAll(ctx, dir, factoryPlay(f), buildOptions(opts), false)
+	return verifyAll(ctx, dir, factoryPlay(f, buildOptions(opts).batch), buildOptions(opts), false)
 }
 
 func verifyAll(ctx context.Context, dir string, play playFunc, o options, approve bool) ([]Mismatch, error) {
@@ -307,7 +320,7 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 	if InCI() {
 		return nil, ErrCI
 	}
-	return verifyAll(ctx, dir, factoryPlay(f), buildOptions(opts), true)
+	return verifyAll(ctx, dir, factoryPlay(f, buildOptions(opts).batch), buildOptions(opts), true)
 }
 
 // OpenBackend opens a fresh, empty database of the backend ("sqlite": a

@@ -251,6 +251,8 @@ func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, 
 		switch {
 		case st.Kind == StepCrash && st.Point != CrashDuring:
 			return nil, fmt.Errorf("golden: scenario line %d: crash %s needs a hook inside the process; a black-box recording can only inject crash %s SERVICE", st.Line, st.Point, CrashDuring)
+		case st.Kind == StepSend && len(st.With) > 0:
+			return nil, fmt.Errorf("golden: scenario line %d: send of several messages at once is played in process only (it exists to fill a consumer's batch)", st.Line)
 		case (st.Kind == StepCrash || st.Kind == StepFail) && st.Service != bb.Service:
 			return nil, fmt.Errorf("golden: scenario line %d: the black-box recorder plays only the service %q, not %q (fail commit needs a hook inside the process)", st.Line, bb.Service, st.Service)
 		}

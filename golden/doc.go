@@ -43,6 +43,7 @@
 //	database up                    # ... and reachable again
 //	send inv-1                     # the producer sends; the broker delivers until idle
 //	send inv-1 parallel 2          # two copies at once, one to each instance
+//	send inv-1 inv-2 inv-1b        # several at once: queued together, first deliveries at one time (fills a batch; in process only)
 //	note free text                 # copied into the transcript
 //
 // The scripted broker redelivers every message that was handed back or never
@@ -71,6 +72,17 @@
 // writes approved files. With CI=true approved files are never written and a
 // missing one fails. [Verify] and [Approve] do the same without package
 // testing, for `inboxctl golden verify|approve DIR`.
+//
+// # Batches
+//
+// The option [BatchSize] plays every case with a consumer of that
+// consumer.Config.BatchSize against the same approved files: deliveries
+// queued together (after "send A B C", or redeliveries) go to
+// consumer.HandleBatch as one batch, and the transcript must not change.
+// A crash inside a batch takes its neighbours with it (they are not
+// acknowledged and come again), so a case that crashes while several
+// deliveries are queued is not expected to match; the conformance suite
+// checks crashes inside batches on real brokers instead.
 //
 // # Black-box recording
 //

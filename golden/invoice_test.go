@@ -1,13 +1,17 @@
 package golden_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/golden/goldentest"
 	"github.com/inboxkit/inboxkit/invoice/invoicegolden"
@@ -25,6 +29,14 @@ func TestInvoiceGolden(t *testing.T) {
 	t.Run(invoicegolden.LabelRefactored, func(t *testing.T) {
 		goldentest.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored))
 	})
+}
+
+// TestInvoiceGoldenBatch16 plays every case through the refactored consumer
+// with BatchSize 16 (queued deliveries go to consumer.HandleBatch as one
+// batch) against the same approved.refactored.txt: batching changes no
+// transcript (issue 15).
+func TestInvoiceGoldenBatch16(t *testing.T) {
+	goldentest.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored), golden.BatchSize(16))
 }
 
 // Difference categories between the legacy and the refactored transcript.
@@ -53,6 +65,7 @@ var intended = map[string][]string{
 	"letter-service-down-then-up":        nil,
 	"letter-service-down-past-threshold": {diffDeadLetters},
 	"correlation-spanning-events":        {diffDuplicates, diffRejections, diffDeadLetters},
+	"batch-at-once":                      {diffDuplicates, diffRejections, diffDeadLetters},
 }
 
 type effects struct {
@@ -169,4 +182,43 @@ func TestLegacyVersusRefactored(t *testing.T) {
 			fmt.Sprintf("%d/%d/%d/%d", total(r.letters), total(r.sent), r.rejects, r.dlq), diffs)
 	}
 	t.Logf("legacy versus refactored (SQLite):\n%s", summary.String())
+}
+
+// batchSizes is a consumer.Observer that keeps the batch sizes it sees.
+type batchSizes struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batchSizes) Delivery(ctx context.Context, _ inboxkit.Message) (context.Context, func(consumer.Settled)) {
+	return ctx, func(consumer.Settled) {}
+}
+func (b *batchSizes) Handler(h consumer.Handler) consumer.Handler { return h }
+func (b *batchSizes) Batch(n int) {
+	b.mu.Lock()
+	b.sizes = append(b.sizes, n)
+	b.mu.Unlock()
+}
+
+// The batch16 run of batch-at-once really is one batch of all five
+// deliveries (so TestInvoiceGoldenBatch16 proves what it says), and matches
+// the approved transcript.
+func TestBatchAtOnceIsOneBatch(t *testing.T) {
+	seen := &batchSizes{}
+	f := func(env *golden.Env) (golden.Subject, error) {
+		sub, err := invoicegolden.Refactored(nil)(env)
+		sub.Configure = func(c *consumer.Config) { c.Observer = seen }
+		return sub, err
+	}
+	m, _, err := golden.CheckCase(t.Context(), filepath.Join(corpus, "batch-at-once"), f, false,
+		golden.Label(invoicegolden.LabelRefactored), golden.BatchSize(16), golden.Backends(golden.SQLite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != nil {
+		t.Fatalf("batch-at-once with BatchSize 16: %s", m)
+	}
+	if !slices.Equal(seen.sizes, []int{5}) {
+		t.Errorf("batch sizes %v, want one batch of 5", seen.sizes)
+	}
 }

@@ -100,6 +100,17 @@ type instance struct {
 type pending struct {
 	msg        *Message
 	deliveries int
+	// atOnce: sent together with the message before it (send A B): its
+	// first delivery happens at the same scenario time.
+	atOnce bool
+}
+
+// tick moves the scenario clock for the next delivery of p (not for the
+// first delivery of a message sent at once with the one before it).
+func (r *runner) tick(p *pending) {
+	if !(p.atOnce && p.deliveries == 0) {
+		r.w.tick()
+	}
 }
 
 type runner struct {
@@ -114,13 +125,14 @@ type runner struct {
 	total   int
 	legacy  bool
 	closers []func()
+	batch   int // consumer.Config.BatchSize (see BatchSize)
 }
 
 // Play runs scenario sc through the consumer that f builds, on db, and
 // returns the transcript. db must be empty: Play creates the inbox table
 // (for Handler subjects) and Subject.Setup creates the business tables.
 func Play(ctx context.Context, db Database, sc *Scenario, f Factory) (*Transcript, error) {
-	r := &runner{sc: sc, db: db, w: newWorld(), tr: &Transcript{Rows: map[string][][]string{}}}
+	r := &runner{sc: sc, db: db, w: newWorld(), tr: &Transcript{Rows: map[string][][]string{}}, batch: sc.BatchSize}
 	defer func() {
 		for _, c := range r.closers {
 			c()
@@ -203,6 +215,9 @@ func (r *runner) setup(ctx context.Context, f Factory) error {
 				DeadLetter: r.w, DeadLetterQueue: "DLQ." + r.sc.Queue, RejectQueue: r.sc.Queue + ".REJECTED",
 				Clock: r.w, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}
+			if r.batch > 1 {
+				cfg.BatchSize = r.batch
+			}
 			if sub.Configure != nil {
 				sub.Configure(&cfg)
 			}
@@ -247,6 +262,12 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 			fmt.Fprintf(&r.out, "%d. send %s parallel %d (one copy to each of %d instances at once)\n", n, m.Name, st.Parallel, st.Parallel)
 			if err := r.parallel(ctx, m, st.Parallel); err != nil {
 				return err
+			}
+		} else if len(st.With) > 0 {
+			fmt.Fprintf(&r.out, "%d. send %s %s (at once)\n", n, m.Name, strings.Join(st.With, " "))
+			r.queue = append(r.queue, &pending{msg: m})
+			for _, name := range st.With {
+				r.queue = append(r.queue, &pending{msg: r.sc.Message(name), atOnce: true})
 			}
 		} else {
 			fmt.Fprintf(&r.out, "%d. send %s\n", n, m.Name)
@@ -304,12 +325,45 @@ func (r *runner) drain(ctx context.Context) error {
 		if r.total > maxDeliveries {
 			return fmt.Errorf("golden: more than %d deliveries: the scenario never settles", maxDeliveries)
 		}
-		r.w.tick()
+		r.tick(p)
 		p.deliveries++
+		if r.batch > 1 && r.insts[0].cons != nil {
+			if err := r.batchFrom(ctx, p); err != nil {
+				return err
+			}
+			continue
+		}
 		res := r.deliver(ctx, r.insts[0], p)
 		r.record(res)
 		if res.again {
 			r.queue = append(r.queue, p)
+		}
+	}
+	return nil
+}
+
+// batchFrom delivers first and what else is queued, up to the scenario's
+// batch size, to instance 1 as one batch, and queues what comes again.
+func (r *runner) batchFrom(ctx context.Context, first *pending) error {
+	batch := []*pending{first}
+	for len(batch) < r.batch && len(r.queue) > 0 {
+		p := r.queue[0]
+		if p.deliveries >= r.sc.BrokerMaxDeliveries {
+			break // the broker dead-letters it in drain
+		}
+		r.queue = r.queue[1:]
+		r.total++
+		if r.total > maxDeliveries {
+			return fmt.Errorf("golden: more than %d deliveries: the scenario never settles", maxDeliveries)
+		}
+		r.tick(p)
+		p.deliveries++
+		batch = append(batch, p)
+	}
+	for i, res := range r.deliverBatch(ctx, r.insts[0], batch) {
+		r.record(res)
+		if res.again {
+			r.queue = append(r.queue, batch[i])
 		}
 	}
 	return nil
@@ -337,6 +391,60 @@ func header(m *Message, name string) string {
 
 // deliver hands one copy to one instance and reports what happened.
 func (r *runner) deliver(ctx context.Context, inst *instance, p *pending) (res result) {
+	del, d := r.newDelivery(p)
+	defer func() {
+		if v := recover(); v != nil {
+			res = crashed(v, p, d)
+		}
+	}()
+	if inst.cons != nil {
+		return settledResult(p, d, del, inst.cons.Handle(ctx, del))
+	}
+	var detail []string
+	msg := del.m
+	err := inst.subject.Legacy(ctx, msg)
+	if err == nil {
+		d.Action = "ack"
+		if aerr := del.Ack(ctx); aerr != nil && !del.lost {
+			detail = append(detail, "runtime-error="+strconv.Quote(aerr.Error()))
+		}
+	} else {
+		d.Action, d.Error = "redelivery", err.Error()
+		_ = del.Requeue(ctx, 0)
+		detail = append(detail, "error="+strconv.Quote(d.Error))
+	}
+	return resultLine(p, d, del, detail)
+}
+
+// deliverBatch hands copies to one instance as one batch
+// (consumer.HandleBatch) and reports what happened to each, in order. A
+// crash inside the batch kills all of it: nothing is acknowledged.
+func (r *runner) deliverBatch(ctx context.Context, inst *instance, ps []*pending) (res []result) {
+	dels := make([]consumer.Delivery, len(ps))
+	ds := make([]Delivery, len(ps))
+	for i, p := range ps {
+		var del *delivery
+		del, ds[i] = r.newDelivery(p)
+		dels[i] = del
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res = make([]result, len(ps))
+			for i, p := range ps {
+				res[i] = crashed(v, p, ds[i])
+			}
+		}
+	}()
+	ss := inst.cons.HandleBatch(ctx, dels)
+	res = make([]result, len(ps))
+	for i, p := range ps {
+		res[i] = settledResult(p, ds[i], dels[i].(*delivery), ss[i])
+	}
+	return res
+}
+
+// newDelivery is the broker's copy of p, and its transcript entry.
+func (r *runner) newDelivery(p *pending) (*delivery, Delivery) {
 	hdr := make(map[string]string, len(p.msg.Headers))
 	for _, h := range p.msg.Headers {
 		hdr[h.Name] = h.Value
@@ -345,67 +453,62 @@ func (r *runner) deliver(ctx context.Context, inst *instance, p *pending) (res r
 		Headers: hdr, Body: []byte(p.msg.Body), Destination: r.sc.Queue,
 		BrokerMessageID: fmt.Sprintf("ID:golden-%s", p.msg.Name), Redelivered: p.deliveries > 1, DeliveryCount: p.deliveries,
 	}
-	d := Delivery{Message: p.msg.Name, EventID: hdr["eventId"], N: p.deliveries}
-	del := &delivery{m: msg, w: r.w}
-	defer func() {
-		if v := recover(); v != nil {
-			sig, ok := v.(crashSignal)
-			if !ok {
-				panic(v)
-			}
-			d.Action, d.Error = "crash", "process died before the commit (injected crash)"
-			where := "before commit"
-			if sig.during != "" {
-				d.Error = "process died during the call of " + sig.during + " (injected crash)"
-				where = "during the call of " + sig.during
-			}
-			res = result{d: d, again: true}
-			res.line = fmt.Sprintf("   %s delivery %d: crash %s, nothing acknowledged -> the broker redelivers\n", p.msg.Name, p.deliveries, where)
-		}
-	}()
-	var detail []string
-	if inst.cons != nil {
-		s := inst.cons.Handle(ctx, del)
-		d.Action = string(s.Action)
-		if s.Action == inboxkit.ActionRequeue {
-			d.Action = "redelivery"
-		}
-		d.Outcome, d.Class, d.Reason = string(s.Result.Outcome), string(s.Result.Class), s.Result.Reason
-		detail = append(detail, "outcome="+d.Outcome)
-		if s.Result.Status != "" {
-			detail = append(detail, "status="+string(s.Result.Status))
-		}
-		if d.Class != "" {
-			detail = append(detail, "class="+d.Class)
-		}
-		if d.Reason != "" {
-			detail = append(detail, "reason="+d.Reason)
-		}
-		if s.Result.Attempts > 0 {
-			detail = append(detail, "attempts="+strconv.Itoa(s.Result.Attempts))
-		}
-		if s.Result.Err != nil {
-			d.Error = s.Result.Err.Error()
-			detail = append(detail, "error="+strconv.Quote(d.Error))
-		}
-		if s.Err != nil && !del.lost {
-			detail = append(detail, "runtime-error="+strconv.Quote(s.Err.Error()))
-		}
-	} else {
-		err := inst.subject.Legacy(ctx, msg)
-		if err == nil {
-			d.Action = "ack"
-			if aerr := del.Ack(ctx); aerr != nil && !del.lost {
-				detail = append(detail, "runtime-error="+strconv.Quote(aerr.Error()))
-			}
-		} else {
-			d.Action, d.Error = "redelivery", err.Error()
-			_ = del.Requeue(ctx, 0)
-			detail = append(detail, "error="+strconv.Quote(d.Error))
-		}
+	return &delivery{m: msg, w: r.w}, Delivery{Message: p.msg.Name, EventID: hdr["eventId"], N: p.deliveries}
+}
+
+// crashed is the result of a delivery whose process died (v is the
+// recovered panic; any other panic goes on).
+func crashed(v any, p *pending, d Delivery) result {
+	sig, ok := v.(crashSignal)
+	if !ok {
+		panic(v)
 	}
+	d.Action, d.Error = "crash", "process died before the commit (injected crash)"
+	where := "before commit"
+	if sig.during != "" {
+		d.Error = "process died during the call of " + sig.during + " (injected crash)"
+		where = "during the call of " + sig.during
+	}
+	res := result{d: d, again: true}
+	res.line = fmt.Sprintf("   %s delivery %d: crash %s, nothing acknowledged -> the broker redelivers\n", p.msg.Name, p.deliveries, where)
+	return res
+}
+
+// settledResult reports a delivery the consumer settled as s.
+func settledResult(p *pending, d Delivery, del *delivery, s consumer.Settled) result {
+	var detail []string
+	d.Action = string(s.Action)
+	if s.Action == inboxkit.ActionRequeue {
+		d.Action = "redelivery"
+	}
+	d.Outcome, d.Class, d.Reason = string(s.Result.Outcome), string(s.Result.Class), s.Result.Reason
+	detail = append(detail, "outcome="+d.Outcome)
+	if s.Result.Status != "" {
+		detail = append(detail, "status="+string(s.Result.Status))
+	}
+	if d.Class != "" {
+		detail = append(detail, "class="+d.Class)
+	}
+	if d.Reason != "" {
+		detail = append(detail, "reason="+d.Reason)
+	}
+	if s.Result.Attempts > 0 {
+		detail = append(detail, "attempts="+strconv.Itoa(s.Result.Attempts))
+	}
+	if s.Result.Err != nil {
+		d.Error = s.Result.Err.Error()
+		detail = append(detail, "error="+strconv.Quote(d.Error))
+	}
+	if s.Err != nil && !del.lost {
+		detail = append(detail, "runtime-error="+strconv.Quote(s.Err.Error()))
+	}
+	return resultLine(p, d, del, detail)
+}
+
+// resultLine is the transcript line of a settled delivery.
+func resultLine(p *pending, d Delivery, del *delivery, detail []string) result {
 	d.AckLost = del.lost
-	res = result{d: d, again: del.lost || del.requeued}
+	res := result{d: d, again: del.lost || del.requeued}
 	line := fmt.Sprintf("   %s delivery %d: %s", p.msg.Name, p.deliveries, d.Action)
 	if len(detail) > 0 {
 		line += " | " + strings.Join(detail, " ")

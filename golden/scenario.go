@@ -23,6 +23,12 @@ type Scenario struct {
 	BrokerMaxDeliveries int
 	// Instances is the number of consumer instances. Defaults to 1.
 	Instances int
+	// BatchSize is the consumer's consumer.Config.BatchSize: up to this
+	// many queued deliveries go to instance 1 as one batch
+	// (consumer.HandleBatch). Not in the file: set by the BatchSize option,
+	// so that one approved transcript holds for every size. 0 or 1: one at
+	// a time.
+	BatchSize int
 	// Messages are the defined messages, in file order.
 	Messages []*Message
 	// Steps are the steps, in file order.
@@ -89,6 +95,11 @@ type Step struct {
 	Message string
 	// Parallel > 1 sends that many copies at once, one to each instance.
 	Parallel int
+	// With are more messages of a send ("send A B C"), sent together with
+	// Message: all are queued before the broker delivers, and their first
+	// deliveries happen at the same scenario time, back to back, so that
+	// a consumer with a BatchSize above 1 gets them in one batch.
+	With []string
 	// Service and Count of a fail step; Service of a crash during step.
 	Service string
 	Count   int
@@ -203,17 +214,20 @@ func Parse(data []byte) (*Scenario, error) {
 			cur = &Message{Name: f[1]}
 			s.Messages = append(s.Messages, cur)
 		case "send":
-			if err = args(1, 3); err != nil {
+			if err = args(1, 16); err != nil {
 				break
 			}
 			st := Step{Kind: StepSend, Message: f[1], Parallel: 1, Line: n}
-			if len(f) > 2 {
-				if f[2] != "parallel" || len(f) != 4 {
-					return nil, fail("send NAME [parallel N]")
+			switch {
+			case len(f) > 2 && f[2] == "parallel":
+				if len(f) != 4 {
+					return nil, fail("send NAME [parallel N] | send NAME NAME...")
 				}
 				if st.Parallel, err = num(3, "parallel"); err != nil {
 					break
 				}
+			case len(f) > 2:
+				st.With = f[2:]
 			}
 			s.Steps = append(s.Steps, st)
 		case "fail":
@@ -258,8 +272,10 @@ func Parse(data []byte) (*Scenario, error) {
 		if st.Kind != StepSend {
 			continue
 		}
-		if s.Message(st.Message) == nil {
-			return nil, &SyntaxError{Line: st.Line, Msg: fmt.Sprintf("send %s: no message of that name", st.Message)}
+		for _, name := range append([]string{st.Message}, st.With...) {
+			if s.Message(name) == nil {
+				return nil, &SyntaxError{Line: st.Line, Msg: fmt.Sprintf("send %s: no message of that name (send NAME [parallel N], or send NAME NAME... for several at once)", name)}
+			}
 		}
 		if st.Parallel > s.Instances {
 			return nil, &SyntaxError{Line: st.Line, Msg: fmt.Sprintf("send %s parallel %d: only %d instances (set instances %d)", st.Message, st.Parallel, s.Instances, st.Parallel)}
@@ -315,7 +331,7 @@ func Format(s *Scenario) []byte {
 			if st.Parallel > 1 {
 				fmt.Fprintf(&b, "send %s parallel %d\n", st.Message, st.Parallel)
 			} else {
-				fmt.Fprintf(&b, "send %s\n", st.Message)
+				fmt.Fprintf(&b, "send %s\n", strings.Join(append([]string{st.Message}, st.With...), " "))
 			}
 		case StepFail:
 			fmt.Fprintf(&b, "fail %s %d\n", st.Service, st.Count)

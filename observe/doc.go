@@ -29,7 +29,12 @@
 // settlement), inboxkit_handler_duration_seconds, inboxkit_commit_duration_seconds
 // (from the handler's return to the settlement: inbox commit, then the
 // acknowledgement or publish), inboxkit_delivery_duration_seconds (receive to
-// settlement). Gauge inboxkit_deliveries_in_flight.
+// settlement), inboxkit_batch_size (deliveries per database transaction, for a
+// consumer with BatchSize above 1). Gauge inboxkit_deliveries_in_flight.
+//
+// In store-then-process mode every stored entry a worker processed counts as
+// a settled delivery too (outcome PROCESSED, REJECTED, RETRY or DEAD_LETTER),
+// beside the receive's STORED or DUPLICATE.
 //
 // Inbox gauges, refreshed by [Observer.RunInboxStats] from one GROUP BY:
 // inboxkit_inbox_rows{status}, inboxkit_inbox_oldest_nonterminal_age_seconds,

@@ -47,6 +47,7 @@ type metrics struct {
 	commit        prometheus.Histogram
 	delivery      prometheus.Histogram
 	inFlight      prometheus.Gauge
+	batchSize     prometheus.Histogram
 
 	rows        *prometheus.GaugeVec
 	oldestAge   prometheus.Gauge
@@ -83,6 +84,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		commit:        hist("inboxkit_commit_duration_seconds", "Time from the handler's return to the settlement: the inbox commit, then the acknowledgement or publish.", latency),
 		delivery:      hist("inboxkit_delivery_duration_seconds", "Time from receiving a delivery to its settlement.", latency),
 		inFlight:      gauge("inboxkit_deliveries_in_flight", "Deliveries received and not yet settled."),
+		batchSize:     hist("inboxkit_batch_size", "Deliveries per database transaction of a consumer with BatchSize above 1.", []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000}),
 		rows:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "inboxkit_inbox_rows", Help: "Inbox rows of this consumer per status (refreshed periodically).", ConstLabels: l}, []string{"status"}),
 		oldestAge:     gauge("inboxkit_inbox_oldest_nonterminal_age_seconds", "Age of the oldest RECEIVED, IN_PROGRESS or TECHNICAL_FAILURE row; 0 when there is none."),
 		atThreshold:   gauge("inboxkit_inbox_rows_at_threshold", "Non-terminal rows whose attempts reached the backout threshold (they should have been dead-lettered)."),
@@ -91,7 +93,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		purgeDuration: hist("inboxkit_purge_duration_seconds", "Duration of a retention purge.", []float64{.01, .1, 1, 10, 60, 300, 1800}),
 	}
 	for _, c := range []prometheus.Collector{m.deliveries, m.duplicates, m.deadLetters, m.rejections, m.runtimeErrors,
-		m.attempts, m.handler, m.commit, m.delivery, m.inFlight, m.rows, m.oldestAge, m.atThreshold, m.statsErrors,
+		m.attempts, m.handler, m.commit, m.delivery, m.inFlight, m.batchSize, m.rows, m.oldestAge, m.atThreshold, m.statsErrors,
 		m.purgeRows, m.purgeDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("observe: register metrics of consumer %s: %w", name, err)

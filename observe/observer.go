@@ -76,6 +76,10 @@ func (o *Observer) Delivery(ctx context.Context, m inboxkit.Message) (context.Co
 	}
 }
 
+// Batch implements consumer.BatchObserver: the histogram of deliveries per
+// database transaction of a batching consumer (Config.BatchSize above 1).
+func (o *Observer) Batch(n int) { o.m.batchSize.Observe(float64(n)) }
+
 // Handler implements consumer.Observer: it times the handler in a child span.
 func (o *Observer) Handler(h consumer.Handler) consumer.Handler {
 	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {

@@ -467,6 +467,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad publish line", "{\"headers\":{},\"body\":{}}\n\nnot json\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"stdin line 3", "nothing was published"}},
 		{"publish body number", `{"headers":{},"body":42}` + "\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"line 1", "body must be a JSON object or a string"}},
 		{"run mode", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "fast"}, []string{"--mode \"fast\" is unknown", "store-then-process"}},
+		{"run batch 0", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--batch", "0"}, []string{"--batch must be at least 1"}},
 		{"run max attempts 0", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--max-attempts", "0"}, []string{"--max-attempts must be at least 1"}},
 		{"check max attempts -1", "", []string{"check", "--db", sqlite, "--max-attempts", "-1"}, []string{"--max-attempts must be at least 1"}},
 		{"run no queue", "", []string{"run", "--db", sqlite, "--broker", "embedded"}, []string{"--queue NAME"}},

@@ -79,6 +79,8 @@ type runFlags struct {
 	dlq          string
 	rejectQueue  string
 	concurrency  int
+	batch        int
+	batchWait    time.Duration
 	mode         string
 	logFormat    string
 	letters      string
@@ -110,7 +112,9 @@ Every log line carries event_id and correlation_id.
 Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
 the contract the golden black-box recorder serves); without it a letter is "sent"
 by logging it. A technical failure is redelivered after --requeue-delay, doubling
-per attempt up to one minute. The tables must exist at this build's schema version: run 'inboxctl migrate' first
+per attempt up to one minute. With --batch N up to N messages share one database
+transaction (closed at N or --batch-wait after its first message), and are
+acknowledged after its commit; transactional mode only. The tables must exist at this build's schema version: run 'inboxctl migrate' first
 (run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
@@ -130,6 +134,9 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 			}
 			if f.concurrency < 1 {
 				return usageErr("--concurrency must be at least 1 (got %d)", f.concurrency)
+			}
+			if f.batch < 1 {
+				return usageErr("--batch must be at least 1 (got %d): 1 is one transaction per message", f.batch)
 			}
 			if f.dlq == "" {
 				f.dlq = "DLQ." + f.queue
@@ -186,13 +193,14 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 				return err
 			}
 			defer o.stop()
-			src, err := b.Source(ctx, f.queue, f.name, f.concurrency)
+			// Every goroutine fills batches of its own: the prefetch covers them all.
+			src, err := b.Source(ctx, f.queue, f.name, f.concurrency*f.batch)
 			if err != nil {
 				return err
 			}
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
-				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
+				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				EventIDFunc:     eventID,
 				Observer:        o.obs,
@@ -202,7 +210,7 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 				return usageErr("%v", err)
 			}
 			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display,
-				"broker", b.t.Display, "max_attempts", st.Config().Retry.MaxAttempts, "concurrency", f.concurrency, "mode", f.mode)
+				"broker", b.t.Display, "max_attempts", st.Config().Retry.MaxAttempts, "concurrency", f.concurrency, "batch", f.batch, "mode", f.mode)
 			err = cons.Run(ctx)
 			if errors.Is(err, consumer.ErrShutdownTimeout) {
 				logger.Error("consumer stopped: shutdown timeout", "consumer", f.name, "error", err.Error())
@@ -223,6 +231,8 @@ per attempt up to one minute. The tables must exist at this build's schema versi
 	c.Flags().StringVar(&f.dlq, "dlq", "", "dead-letter queue (default DLQ.<queue>)")
 	c.Flags().StringVar(&f.rejectQueue, "reject-queue", "", "queue for business rejections (default: none, rejections are only recorded)")
 	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
+	c.Flags().IntVar(&f.batch, "batch", 1, "messages per database transaction, acknowledged after its commit (transactional mode)")
+	c.Flags().DurationVar(&f.batchWait, "batch-wait", 5*time.Millisecond, "how long a batch waits for more messages after its first (with --batch N)")
 	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL to POST letters to (default $"+envLetterService+"; none: letters are logged)")

@@ -547,7 +547,13 @@ func testReplay(t *testing.T, e *env) {
 // testGracefulShutdown: cancel while slow handlers run; nothing is lost or
 // done twice.
 func testGracefulShutdown(t *testing.T, e *env) {
-	const n = 24
+	n := 24
+	if e.batch > 1 {
+		// 4 goroutines hold up to a batch each (and take more as batches
+		// are acknowledged), all finished in the drain:
+		// more must wait on the broker for the restart.
+		n += 8 * e.batch
+	}
 	for i := range n {
 		e.send(t, id("drain", i), "corr-drain", Event{Amount: i, SleepMS: 100}.Body())
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,12 @@ type Broker struct {
 	// Timeout bounds each wait for the consumer to reach a state.
 	// Defaults to 60s.
 	Timeout time.Duration
+	// BatchSizes are the consumer.Config.BatchSize values every body runs
+	// with (except the store-then-process body, whose workers do not
+	// batch: it runs once). Every size must pass the same bodies: batching changes no
+	// outcome. Sizes other than 1 run as subtests named batchN. Defaults
+	// to 1 only.
+	BatchSizes []int
 }
 
 // Features says what a broker tells through its adapter, so the bodies know
@@ -85,6 +92,9 @@ func (b *Broker) setDefaults() {
 	}
 	if b.Timeout == 0 {
 		b.Timeout = 60 * time.Second
+	}
+	if len(b.BatchSizes) == 0 {
+		b.BatchSizes = []int{1}
 	}
 	if b.BreakPublisher == nil {
 		b.BreakPublisher = func(t testing.TB, p dlq.Publisher) {
@@ -127,14 +137,40 @@ func Run(t *testing.T, b Broker) {
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
-			for _, body := range bodies {
-				t.Run(body.name, func(t *testing.T) {
-					t.Parallel()
-					body.fn(t, newEnv(t, b, backend))
-				})
+			for _, size := range b.BatchSizes {
+				run := func(t *testing.T) {
+					for _, body := range bodies {
+						if size != 1 && body.name == "StoreThenProcess" {
+							continue // its workers do not batch: the same run as with 1
+						}
+						t.Run(body.name, func(t *testing.T) {
+							t.Parallel()
+							e := newEnv(t, b, backend)
+							e.batch = size
+							body.fn(t, e)
+						})
+					}
+				}
+				if size == 1 {
+					run(t) // the names the suite always had
+					continue
+				}
+				t.Run(fmt.Sprintf("batch%d", size), run)
 			}
 		})
 	}
+}
+
+// Prefetch is the prefetch a Broker.NewSource should give the source of
+// test t: base, times N in the bodies of a batchN subtest (see
+// Broker.BatchSizes), so that a batch can fill.
+func Prefetch(t testing.TB, base int) int {
+	for _, part := range strings.Split(t.Name(), "/") {
+		if n, err := strconv.Atoi(strings.TrimPrefix(part, "batch")); err == nil && strings.HasPrefix(part, "batch") && n > 1 {
+			return base * n
+		}
+	}
+	return base
 }
 
 // maxAttempts is the backout threshold of every body.
@@ -157,6 +193,7 @@ type env struct {
 	rejects string
 	pub     dlq.Publisher
 	ctx     context.Context
+	batch   int // consumer.Config.BatchSize of the transactional runs
 }
 
 func newEnv(t *testing.T, b Broker, backend string) *env {
@@ -384,6 +421,8 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 	}
 	if o.mode == consumer.ModeStoreThenProcess {
 		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode
+	} else {
+		cfg.BatchSize = e.batch // store-then-process refuses a batch: its workers do not batch
 	}
 	c, err := consumer.New(cfg)
 	if err != nil {

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// `run --batch 16` settles a known mix as the single-message path does
+// (the same counts on /metrics as TestRunMetricsAndReadiness), every
+// delivery went through a batch (inboxkit_batch_size sums to the 5
+// deliveries), and it drains on SIGTERM.
+func TestRunBatch(t *testing.T) {
+	t.Parallel()
+	needActiveMQ(t)
+	db := dbtest.New(t, dbtest.Postgres)
+	broker := "stomp://" + stompAddr
+	queue := fmt.Sprintf("inboxctl.batch.%d", time.Now().UnixNano())
+	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--seed-customers"), 0, "migrated")
+	events := strings.Join([]string{
+		invoiceLine("b-1", "corr-b", "INV-B1", "K-100"),
+		invoiceLine("b-1", "corr-b", "INV-B1", "K-100"), // resend: a duplicate, maybe in the same batch
+		invoiceLine("b-2", "corr-b", "INV-B2", "K-100"),
+		invoiceLine("b-3", "corr-b", "INV-B3", "K-999"), // unknown customer: rejected
+		`{"headers":{"eventId":"b-4","correlationId":"corr-b"},"body":"{not json"}`,
+	}, "\n") + "\n"
+	wantCode(t, inboxctl(t, events, "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 5 message(s)")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run, logs := startRun(ctx, t, "--db", db.DSN, "--broker", broker, "--queue", queue, "--batch", "16", "--batch-wait", "200ms",
+		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
+	addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
+	var base string
+	waitFor(t, "the metrics address in the log", func() bool {
+		m := addrRe.FindStringSubmatch(logs.String())
+		if m != nil {
+			base = "http://" + m[1]
+		}
+		return m != nil
+	}, logs)
+	var metrics string
+	want := []string{
+		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="PROCESSED",status="PROCESSED"} 2`,
+		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="DUPLICATE",status="PROCESSED"} 1`,
+		`inboxkit_deliveries_total{action="reject",consumer="invoice-consumer",outcome="REJECTED",status="REJECTED"} 1`,
+		`inboxkit_deliveries_total{action="dead-letter",consumer="invoice-consumer",outcome="DEAD_LETTER",status="DEAD_LETTERED"} 1`,
+		`inboxkit_runtime_errors_total{consumer="invoice-consumer"} 0`,
+		`inboxkit_batch_size_sum{consumer="invoice-consumer"} 5`,
+	}
+	waitFor(t, "the mix on /metrics", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		for _, w := range want {
+			if !strings.Contains(metrics, w+"\n") {
+				return false
+			}
+		}
+		return true
+	}, dump(func() string {
+		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
+	}))
+	t.Logf("/metrics after the mix:\n%s", grepLines(metrics, "inboxkit_deliveries_total", "inboxkit_batch_size"))
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
+	}
+}

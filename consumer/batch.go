@@ -1,0 +1,105 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// BatchObserver is implemented by an Observer that also wants the size of
+// every batch of Config.BatchSize > 1 (the deliveries of one database
+// transaction; package observe keeps a histogram of them).
+type BatchObserver interface {
+	Batch(n int)
+}
+
+// receiveBatch adds to first the deliveries the source has within
+// Config.BatchWait, up to Config.BatchSize. A Receive error ends the batch;
+// the loop's next Receive reports it if it lasts.
+func (c *Consumer) receiveBatch(ctx context.Context, first Delivery) []Delivery {
+	batch := []Delivery{first}
+	wait, cancel := context.WithTimeout(ctx, c.cfg.BatchWait)
+	defer cancel()
+	for len(batch) < c.cfg.BatchSize {
+		d, err := c.cfg.Source.Receive(wait)
+		if err != nil {
+			break
+		}
+		batch = append(batch, d)
+	}
+	return batch
+}
+
+// batchItem is one delivery of a batch on its way through HandleBatch.
+type batchItem struct {
+	i     int // index in the deliveries
+	d     Delivery
+	m     inboxkit.Message
+	entry inbox.Entry
+	ctx   context.Context // the delivery's (observed) context
+	done  func(Settled)
+}
+
+// HandleBatch processes deliveries in one inbox transaction
+// (inbox.Store.ProcessBatch) and then settles each one exactly as Handle
+// settles a delivery with the same inbox result: acknowledgements only
+// after the commit (rule 3), a dead letter's publish confirmed before its
+// acknowledgement, in-process retries of a transient failure (the store's
+// Retry.InProcessRetries) one delivery at a time. When the batch's transaction does not commit,
+// every delivery of it is handed back. The same event twice in one batch is
+// processed once: the second is a duplicate. An oversize delivery is
+// settled on its own, as by Handle. In ModeStoreThenProcess it calls
+// Handle for each delivery. Settled[i] is the settlement of ds[i]. Run
+// calls it when Config.BatchSize is above 1.
+func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
+	out := make([]Settled, len(ds))
+	if c.cfg.Mode == ModeStoreThenProcess {
+		for i, d := range ds {
+			out[i] = c.Handle(ctx, d)
+		}
+		return out
+	}
+	items := make([]batchItem, 0, len(ds))
+	batch := make([]inbox.BatchItem, 0, len(ds))
+	for i, d := range ds {
+		it := batchItem{i: i, d: d, m: c.Message(d)}
+		it.ctx, it.done = c.observe(ctx, it.m)
+		it.entry = c.entry(it.m)
+		if o, ok := d.(OversizeDelivery); ok {
+			if size, _ := o.Oversize(); size > 0 {
+				out[i] = c.oversize(it.ctx, o, it.m, it.entry)
+				it.done(out[i])
+				continue
+			}
+		}
+		items = append(items, it)
+		batch = append(batch, inbox.BatchItem{Entry: it.entry, Handler: c.handler(it.ctx, it.m)})
+	}
+	if len(batch) == 0 {
+		return out
+	}
+	if o, ok := c.cfg.Observer.(BatchObserver); ok {
+		o.Batch(len(batch))
+	}
+	results, err := c.cfg.Store.ProcessBatch(ctx, batch)
+	for k, it := range items {
+		s := Settled{Message: it.m, Err: err} // not committed: all handed back
+		if err == nil {
+			s.Result = results[k]
+			if c.cfg.Store.Config().Retry.InProcessRetries != 0 {
+				s.Result, s.Err = c.retry(it.ctx, it.entry, batch[k].Handler, s.Result, nil)
+			}
+		}
+		out[it.i] = c.settle(it.ctx, it.d, it.entry, s)
+		it.done(out[it.i])
+	}
+	return out
+}
+
+// handler is the inbox handler of m: Config.Handler with the delivery's
+// context (which carries its observation) and m.
+func (c *Consumer) handler(ctx context.Context, m inboxkit.Message) inbox.Handler {
+	return func(_ context.Context, tx *sql.Tx) error { return c.cfg.Handler(ctx, tx, m) }
+}
