@@ -45,6 +45,9 @@ type Dialect struct {
 	// setting %[4]s on them, RETURNING %[3]s.
 	claim        string
 	claimUpdates bool
+	// markUpsert is the attempt marker in one statement on table %[1]s
+	// (see pgMarkUpsert); "" where mark uses three statements.
+	markUpsert string
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".

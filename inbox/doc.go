@@ -20,7 +20,7 @@
 //	PROCESSED      the handler committed with the row          acknowledge
 //	DUPLICATE      the key existed; the status found is given  acknowledge
 //	REJECTED       business rejection: handler writes rolled    acknowledge, never retry
-//	               back (savepoint), row committed REJECTED
+//	               back, REJECTED recorded by its own UPDATE
 //	RETRY          technical failure: rolled back, then         hand back to the broker
 //	               TECHNICAL_FAILURE recorded in its own tx
 //	DEAD_LETTER    poison, or Retry.MaxAttempts reached         publish to the DLQ,

@@ -225,6 +225,9 @@ type marked struct {
 // marker transaction) and decides, by the decision table, whether the
 // handler may run.
 func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
+	if s.q.markUpsert.text != "" {
+		return s.markUpsert(ctx, q, e)
+	}
 	now := s.now()
 	res, err := s.q.startAttempt.exec(ctx, q, e.key(args{"marker": markerError, "now": s.t(now), "max": s.cfg.Retry.MaxAttempts}))
 	if err != nil {
@@ -245,18 +248,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 		return marked{}, err
 	}
 	if ok {
-		v := decide(facts{Found: st, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
-		switch v.Outcome {
-		case inboxkit.OutcomeDuplicate:
-			return marked{res: Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}}, nil
-		case inboxkit.OutcomeDeadLetter:
-			r := v.result(st, attempts, nil)
-			if s.silentAttempt(ctx, q, e) {
-				r.Err = errors.New(markerError)
-			}
-			return marked{res: r}, nil
-		}
-		return marked{again: true}, nil // changed between our statements (MySQL reports changed rows only; never here)
+		return s.found(ctx, q, e, st, attempts), nil
 	}
 	_, err = s.q.insertStarted.exec(ctx, q, e.row(args{"now": s.t(now)}))
 	if err == nil {
@@ -266,6 +258,24 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	}
 	return marked{again: true}, nil
+}
+
+// found decides, by the decision table, about a row the marker did not
+// count: a duplicate, an exhausted row (dead letter), or a row that changed
+// between our statements (look again).
+func (s *Store) found(ctx context.Context, q execer, e Entry, st inboxkit.Status, attempts int) marked {
+	v := decide(facts{Found: st, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	switch v.Outcome {
+	case inboxkit.OutcomeDuplicate:
+		return marked{res: Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}}
+	case inboxkit.OutcomeDeadLetter:
+		r := v.result(st, attempts, nil)
+		if s.silentAttempt(ctx, q, e) {
+			r.Err = errors.New(markerError)
+		}
+		return marked{res: r}
+	}
+	return marked{again: true}
 }
 
 // silentAttempt reports whether the last attempt of e's row started its
@@ -347,9 +357,6 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result,
 	if err != nil || !claimed {
 		return Result{}, err == nil, err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
-		return Result{}, false, fmt.Errorf("inbox: savepoint: %w", err)
-	}
 	herr := h(ctx, tx.Tx)
 	v := decide(facts{Ran: true, Decision: s.classify(herr), Attempts: n, MaxAttempts: s.cfg.Retry.MaxAttempts})
 	switch v.Row {
@@ -361,13 +368,13 @@ func (s *Store) attempt(ctx context.Context, e Entry, h Handler, n int) (Result,
 			return res, false, err
 		}
 	case inboxkit.StatusRejected:
-		err := s.reject(ctx, tx, e, v.Reason, herr, now)
-		if err == nil {
-			err = tx.commit()
-		}
-		if err != nil {
+		// The handler's writes and the claim roll back; one UPDATE of its
+		// own records the rejection on the marked row. (No savepoint to
+		// roll back to: every processed message would pay its round trip
+		// for the rare rejection.)
+		tx.rollback()
+		if err := s.reject(ctx, e, v.Reason, herr, now); err != nil {
 			// Not recorded: a technical failure, so the redelivery decides again.
-			tx.rollback()
 			res, err := s.recordFailure(ctx, e, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
 			return res, false, err
 		}
@@ -410,14 +417,20 @@ func (s *Store) claim(ctx context.Context, tx *txn, e Entry, now time.Time) (boo
 	return err == nil && k == 1, nil
 }
 
-// reject rolls the handler's writes back to the savepoint and records the
-// business rejection on the claimed row, in tx.
-func (s *Store) reject(ctx context.Context, tx *txn, e Entry, reason string, herr error, now time.Time) error {
-	if _, err := tx.ExecContext(ctx, s.q.rollbackSavepont); err != nil {
+// reject records the business rejection of a marked row whose business
+// transaction was rolled back, in a statement of its own. The row must
+// still be the TECHNICAL_FAILURE our marker left: anything else means
+// another delivery finished the event meanwhile (an error here; the
+// failure record then reports the duplicate).
+func (s *Store) reject(ctx context.Context, e Entry, reason string, herr error, now time.Time) error {
+	res, err := s.q.rejectFromFail.exec(ctx, s.db, e.row(args{"reason": reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}))
+	if err != nil {
 		return err
 	}
-	_, err := s.q.reject.exec(ctx, tx, e.key(args{"reason": reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}))
-	return err
+	if k, _ := res.RowsAffected(); k != 1 {
+		return fmt.Errorf("event %q for %q is no longer TECHNICAL_FAILURE", e.EventID, e.ConsumerName)
+	}
+	return nil
 }
 
 // recordFailure records a technical failure in its own transaction (rule 4:

@@ -14,10 +14,10 @@ type queries struct {
 	updateFailure    stmt
 	insertStarted    stmt
 	startAttempt     stmt
+	markUpsert       stmt // empty text: the dialect marks in three statements
 	forgetAttempt    stmt
 	takeBackAttempt  stmt
 	processFromFail  stmt
-	reject           stmt
 	deadFromFailure  stmt
 	resetForReplay   stmt
 	reopenRejected   stmt
@@ -55,7 +55,12 @@ func buildQueries(d Dialect, table string) queries {
 	n := func(text string) stmt { return compile(d, strings.ReplaceAll(text, "{t}", table)) }
 	const key = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer`
 	_, lim := d.limit("?")
+	var markUpsert stmt
+	if d.markUpsert != "" {
+		markUpsert = compile(d, fmt.Sprintf(d.markUpsert, table))
+	}
 	return queries{
+		markUpsert:    markUpsert,
 		insertFailure: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
 		insertDead:    n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
 		updateFailure: n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
@@ -74,8 +79,9 @@ func buildQueries(d Dialect, table string) queries {
 		// the other (live) attempt.
 		takeBackAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = @marker THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
 		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		reject:          n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'PROCESSED'`),
-		// processFromFail and reject in one statement (ProcessBatch).
+		// A business rejection of a marked row whose business transaction
+		// rolled back (Process), or was rolled back to the item's savepoint
+		// (ProcessBatch): claim and reject in one statement.
 		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
