@@ -21,7 +21,7 @@ func TestSmoke(t *testing.T) {
 		dup:       0.2,
 		seed:      1,
 		handlers:  []int{2},
-		batch:     0,
+		batch:     4,
 		rounds:    1,
 		concs:     []int{2},
 		dur:       300 * time.Millisecond,
@@ -37,7 +37,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit duplicate", "rows in the inbox", "rows purged"} {
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit duplicate", "rows in the inbox", "rows purged"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
 		}

@@ -134,9 +134,7 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 		},
 	}
 	if r.Batch > 1 {
-		if err := setBatchSize(&cfg, r.Batch); err != nil {
-			return nil, 0, err
-		}
+		cfg.BatchSize = r.Batch
 	}
 	c, err := consumer.New(cfg)
 	if err != nil {
