@@ -11,8 +11,8 @@
 //	         (round(n*dup) producer resends) loaded for each consumer in turn,
 //	         one shipping_letters row per distinct event: a raw database/sql
 //	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
-//	         inboxkit single-message, inboxkit batch (-batch, when the library
-//	         has consumer.Config.BatchSize), and a Watermill router (AMQP
+//	         inboxkit single-message, inboxkit batch (consumer.Config.BatchSize
+//	         = -batch; 0 leaves the row out), and a Watermill router (AMQP
 //	         subscriber, Retry + PoisonQueue middleware, pgx). Every run
 //	         checks exactly one letter per distinct event.
 //	library  inbox.Store.Process beside the same SQL by raw database/sql, for
