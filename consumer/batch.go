@@ -51,8 +51,9 @@ type batchItem struct {
 // every delivery of it is handed back. The same event twice in one batch is
 // processed once: the second is a duplicate. An oversize delivery is
 // settled on its own, as by Handle. In ModeStoreThenProcess it calls
-// Handle for each delivery. Settled[i] is the settlement of ds[i]. Run
-// calls it when Config.BatchSize is above 1.
+// Handle for each delivery (there the workers batch). Settled[i] is the
+// settlement of ds[i]. Run calls it when Config.BatchSize is above 1 in
+// ModeTransactional.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
 	out := make([]Settled, len(ds))
 	if c.cfg.Mode == ModeStoreThenProcess {

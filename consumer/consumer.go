@@ -103,20 +103,22 @@ type Config struct {
 	// Defaults to 1. Set the broker's prefetch to at least this.
 	Concurrency int
 	// BatchSize is the number of deliveries handled in one database
-	// transaction (inbox.Store.ProcessBatch; ModeTransactional only): a
-	// batch closes at BatchSize deliveries or BatchWait after its first,
-	// commits once, and only then are its deliveries acknowledged, each
-	// settled as a single delivery with the same inbox result is (see
-	// HandleBatch); a batch that does not commit is handed back whole.
-	// Each of the Concurrency goroutines fills batches of its own, so set
-	// the broker's prefetch to at least BatchSize × Concurrency. Defaults
-	// to 1: one transaction per delivery. At most 1000. New refuses a
-	// BatchSize above 1 in ModeStoreThenProcess (its workers do not batch
-	// yet).
+	// transaction. In ModeTransactional (inbox.Store.ProcessBatch) a batch
+	// closes at BatchSize deliveries or BatchWait after its first, commits
+	// once, and only then are its deliveries acknowledged, each settled as
+	// a single delivery with the same inbox result is (see HandleBatch); a
+	// batch that does not commit is handed back whole. Each of the
+	// Concurrency goroutines fills batches of its own, so set the broker's
+	// prefetch to at least BatchSize × Concurrency. In
+	// ModeStoreThenProcess it is the workers' batch
+	// (inbox.WorkerConfig.BatchSize); the receivers store one message per
+	// transaction. Defaults to 1: one transaction per delivery. At most
+	// 1000.
 	BatchSize int
-	// BatchWait is how long a batch waits for more deliveries after its
-	// first before it is processed, so that low traffic keeps a low
-	// latency. Defaults to 5ms; used when BatchSize is above 1.
+	// BatchWait is how long a batch of ModeTransactional waits for more
+	// deliveries after its first before it is processed, so that low
+	// traffic keeps a low latency. Defaults to 5ms; used when BatchSize is
+	// above 1.
 	BatchWait time.Duration
 	// LeaseDuration is the workers' lease (see inbox.WorkerConfig). Only
 	// for ModeStoreThenProcess: New refuses it in ModeTransactional.
@@ -254,9 +256,6 @@ func (c *Config) validateMode() error {
 		return onlySTP("LeaseDuration", c.LeaseDuration)
 	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
 		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
-	case c.Mode == ModeStoreThenProcess && c.BatchSize > 1:
-		return fmt.Errorf("consumer: Config.BatchSize is %d, but Mode %q does not batch (its workers do not batch yet): leave BatchSize 0 or 1, or use Mode %q",
-			c.BatchSize, c.Mode, ModeTransactional)
 	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
 		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
 			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",
@@ -303,6 +302,7 @@ func New(cfg Config) (*Consumer, error) {
 				PollInterval:   cfg.WorkerPollInterval,
 				Logger:         cfg.Logger,
 				ObserveFunc:    c.observeStored(),
+				BatchSize:      cfg.BatchSize,
 			})
 			if err != nil {
 				return nil, fmt.Errorf("consumer: %w", err)
@@ -464,7 +464,7 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
 		}
 		// Deliveries in hand are finished even when ctx is cancelled now.
-		if c.cfg.BatchSize == 1 {
+		if c.cfg.BatchSize == 1 || c.cfg.Mode == ModeStoreThenProcess { // its workers batch
 			id := c.hold(c.Message(d))
 			c.Handle(work, d)
 			c.release(id)

@@ -114,7 +114,8 @@ the contract the golden black-box recorder serves); without it a letter is "sent
 by logging it. A technical failure is redelivered after --requeue-delay, doubling
 per attempt up to one minute. With --batch N up to N messages share one database
 transaction (closed at N or --batch-wait after its first message), and are
-acknowledged after its commit; transactional mode only. The tables must exist at this build's schema version: run 'inboxctl migrate' first
+acknowledged after its commit (in store-then-process mode: the workers process
+N stored entries per transaction). The tables must exist at this build's schema version: run 'inboxctl migrate' first
 (run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
@@ -231,7 +232,7 @@ acknowledged after its commit; transactional mode only. The tables must exist at
 	c.Flags().StringVar(&f.dlq, "dlq", "", "dead-letter queue (default DLQ.<queue>)")
 	c.Flags().StringVar(&f.rejectQueue, "reject-queue", "", "queue for business rejections (default: none, rejections are only recorded)")
 	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
-	c.Flags().IntVar(&f.batch, "batch", 1, "messages per database transaction, acknowledged after its commit (transactional mode)")
+	c.Flags().IntVar(&f.batch, "batch", 1, "messages per database transaction, acknowledged after its commit (store-then-process: the workers' batch)")
 	c.Flags().DurationVar(&f.batchWait, "batch-wait", 5*time.Millisecond, "how long a batch waits for more messages after its first (with --batch N)")
 	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")

@@ -62,8 +62,7 @@ type Broker struct {
 	// Defaults to 60s.
 	Timeout time.Duration
 	// BatchSizes are the consumer.Config.BatchSize values every body runs
-	// with (except the store-then-process body, whose workers do not
-	// batch: it runs once). Every size must pass the same bodies: batching changes no
+	// with (in the store-then-process body: the workers' batch). Every size must pass the same bodies: batching changes no
 	// outcome. Sizes other than 1 run as subtests named batchN. Defaults
 	// to 1 only.
 	BatchSizes []int
@@ -140,9 +139,6 @@ func Run(t *testing.T, b Broker) {
 			for _, size := range b.BatchSizes {
 				run := func(t *testing.T) {
 					for _, body := range bodies {
-						if size != 1 && body.name == "StoreThenProcess" {
-							continue // its workers do not batch: the same run as with 1
-						}
 						t.Run(body.name, func(t *testing.T) {
 							t.Parallel()
 							e := newEnv(t, b, backend)
@@ -193,7 +189,7 @@ type env struct {
 	rejects string
 	pub     dlq.Publisher
 	ctx     context.Context
-	batch   int // consumer.Config.BatchSize of the transactional runs
+	batch   int // consumer.Config.BatchSize of the runs
 }
 
 func newEnv(t *testing.T, b Broker, backend string) *env {
@@ -414,6 +410,7 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		Name: e.name, Source: src, Store: o.store, Handler: Handler(o.store.Dialect(), hook),
 		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
 		Concurrency:  o.concurrency,
+		BatchSize:    e.batch, // in store-then-process mode: the workers' batch
 		Mode:         o.mode,
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -421,8 +418,6 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 	}
 	if o.mode == consumer.ModeStoreThenProcess {
 		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode
-	} else {
-		cfg.BatchSize = e.batch // store-then-process refuses a batch: its workers do not batch
 	}
 	c, err := consumer.New(cfg)
 	if err != nil {
