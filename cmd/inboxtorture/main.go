@@ -52,6 +52,7 @@ type config struct {
 	poison      int
 	consumers   int
 	concurrency int
+	batch       int
 	mode        string
 	maxAttempts int
 	kills       int
@@ -122,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.poison, "poison", -1, "poison events (malformed JSON); default 1% of --messages")
 	fs.IntVar(&c.consumers, "consumers", 4, "competing inboxctl run processes")
 	fs.IntVar(&c.concurrency, "concurrency", 2, "inboxctl run --concurrency of each process")
+	fs.IntVar(&c.batch, "batch", 1, "inboxctl run --batch: messages per database transaction (store-then-process: the workers' batch)")
 	fs.StringVar(&c.mode, "mode", "transactional", "inboxctl run --mode: transactional or store-then-process")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "inboxctl run --max-attempts")
 	fs.IntVar(&c.kills, "kills", 10, "kill -9 of random consumers at random points of the run")
@@ -188,6 +190,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--consumers must be at least 1")
 	case c.mode != "transactional" && c.mode != "store-then-process":
 		return c, fmt.Errorf("--mode %q: use transactional or store-then-process", c.mode)
+	case c.batch < 1:
+		return c, errors.New("--batch must be at least 1")
 	case c.kills < 0:
 		return c, errors.New("--kills must not be negative")
 	}

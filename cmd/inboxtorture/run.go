@@ -116,7 +116,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 		}
 	}
 	args := []string{"run", "--db", r.dbURL, "--broker", cfg.brokerURL, "--queue", r.queue, "--dlq", r.dlq,
-		"--concurrency", fmt.Sprint(cfg.concurrency), "--mode", cfg.mode, "--max-attempts", fmt.Sprint(cfg.maxAttempts), "--log-format", "json"}
+		"--concurrency", fmt.Sprint(cfg.concurrency), "--batch", fmt.Sprint(cfg.batch), "--mode", cfg.mode, "--max-attempts", fmt.Sprint(cfg.maxAttempts), "--log-format", "json"}
 	r.sup = newSupervisor(r.inboxctl, args, []string{failpoint.EnvVar + "=" + cfg.failpoints}, logDir, r.log)
 	for i := 0; i < cfg.consumers; i++ {
 		if err := r.sup.start(i, 0); err != nil {
@@ -144,6 +144,9 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 		return nil, err
 	}
 	res.broker, res.mode, res.seed, res.runID = cfg.broker, cfg.mode, cfg.seed, runID
+	if cfg.batch > 1 {
+		res.mode += fmt.Sprintf(" batch %d", cfg.batch)
+	}
 	res.messages = cfg.messages
 	res.rejects, res.poison = r.plan.count(reject), r.plan.count(poison)
 	res.resends = len(r.plan.order) - cfg.messages + int(r.lateSent.Load())

@@ -18,7 +18,8 @@ import (
 // processes built with -tags failpoints, 3 kill -9 plus the failpoint
 // deaths, no service restarts; the ledger must balance. The broker is
 // ActiveMQ over STOMP (scripts/activemq start); INBOXKIT_TORTURE_BROKER and
-// INBOXKIT_TORTURE_MODE choose another (rabbitmq, nats; store-then-process).
+// INBOXKIT_TORTURE_MODE choose another (rabbitmq, nats; store-then-process),
+// INBOXKIT_TORTURE_BATCH a batch size (inboxctl run --batch).
 func TestTortureSmall(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "inboxctl")
 	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
@@ -27,7 +28,8 @@ func TestTortureSmall(t *testing.T) {
 		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
 	}
 	args := []string{"--inboxctl", bin, "--messages", "1000", "--kills", "3", "--timeout", "3m", "--seed", "17",
-		"--broker", envOr("INBOXKIT_TORTURE_BROKER", "stomp"), "--mode", envOr("INBOXKIT_TORTURE_MODE", "transactional")}
+		"--broker", envOr("INBOXKIT_TORTURE_BROKER", "stomp"), "--mode", envOr("INBOXKIT_TORTURE_MODE", "transactional"),
+		"--batch", envOr("INBOXKIT_TORTURE_BATCH", "1")}
 	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
