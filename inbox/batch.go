@@ -178,18 +178,10 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 	if err != nil {
 		return false, err
 	}
+	var fresh []*job
 	for _, j := range jobs {
 		if !present[j.key()] {
-			// No row yet (the common case): the marker is the primary-key
-			// INSERT; a row that appeared meanwhile fails it, and the round
-			// starts again.
-			if _, err := s.q.insertStarted.exec(ctx, tx, j.e.row(args{"now": s.t(s.now())})); err != nil {
-				if s.d.IsDuplicate(err) {
-					return true, nil
-				}
-				return false, fmt.Errorf("inbox: start attempt: %w", err)
-			}
-			j.started, j.res = 1, Result{}
+			fresh = append(fresh, j)
 			continue
 		}
 		m, err := s.mark(ctx, tx, j.e)
@@ -201,10 +193,48 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 		}
 		j.started, j.res = m.started, m.res
 	}
+	// No row yet (the common case): the marker is the primary-key INSERT; a
+	// row that appeared meanwhile fails it, and the round starts again.
+	if err := s.insertMarkers(ctx, tx, fresh); err != nil {
+		if s.d.IsDuplicate(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("inbox: start attempt: %w", err)
+	}
+	for _, j := range fresh {
+		j.started, j.res = 1, Result{}
+	}
 	if err := tx.commit(); err != nil {
 		return false, fmt.Errorf("inbox: start attempts: commit: %w", err)
 	}
 	return false, nil
+}
+
+// insertMarkers inserts the attempt markers of jobs that have no row: one
+// multi-row INSERT where the dialect has it, else one INSERT each.
+func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error {
+	now := s.t(s.now())
+	if !s.d.multiRowInsert {
+		for _, j := range jobs {
+			if _, err := s.q.insertStarted.exec(ctx, q, j.e.row(args{"now": now})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	values, a := make([]string, len(jobs)), args{"now": now}
+	for i, j := range jobs {
+		k := strconv.Itoa(i)
+		values[i] = startedRowN(k)
+		for name, v := range j.e.row(nil) {
+			a[name+k] = v
+		}
+	}
+	_, err := compile(s.d, s.q.insertStartedRows+strings.Join(values, ", ")).exec(ctx, q, a)
+	return err
 }
 
 // present reads which of the jobs' keys have a row, in one statement. It
@@ -244,12 +274,24 @@ func (s *Store) runBatch(ctx context.Context, jobs []*job) error {
 		return err
 	}
 	defer tx.rollback()
+	var last *job // its handler returned nil: on PostgreSQL the transaction may be aborted all the same
 	for _, j := range jobs {
 		if j.started == 0 {
 			continue
 		}
-		if err := s.runOne(ctx, tx, j); err != nil {
+		if err := s.runOne(ctx, tx, j, last); err != nil {
 			return err
+		}
+		last = nil
+		if j.v.Row == inboxkit.StatusProcessed {
+			last = j
+		}
+	}
+	if last != nil && s.q.releaseItem != "" {
+		if _, err := tx.ExecContext(ctx, s.q.releaseItem); err != nil {
+			if err := s.aborted(ctx, tx, last, err); err != nil {
+				return err
+			}
 		}
 	}
 	if err := tx.commit(); err != nil {
@@ -258,11 +300,32 @@ func (s *Store) runBatch(ctx context.Context, jobs []*job) error {
 	return nil
 }
 
+// aborted makes j, whose handler returned nil, a technical failure of its
+// own: a statement after it failed with err because the handler left the
+// transaction aborted (a failed statement it did not report; PostgreSQL).
+// The transaction is rolled back to j's savepoint, the latest one, so that
+// the commit does not fail the whole batch.
+func (s *Store) aborted(ctx context.Context, tx *txn, j *job, err error) error {
+	if _, rerr := tx.ExecContext(ctx, s.q.rollbackItem); rerr != nil {
+		return fmt.Errorf("inbox: roll back a batch item: %w (after: %v)", rerr, err)
+	}
+	j.failed(s, fmt.Errorf("inbox: the handler returned nil, but its transaction failed: %w", err))
+	return nil
+}
+
 // runOne runs one job in the batch's transaction behind the savepoint
 // inbox_item. Whatever the job's verdict, afterwards the transaction holds
 // exactly its row writes; an error means the transaction is unusable.
-func (s *Store) runOne(ctx context.Context, tx *txn, j *job) error {
+func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job) error {
 	undo, err := s.itemSavepoint(ctx, tx)
+	if err != nil && prev != nil && s.q.releaseItem != "" {
+		// The previous handler returned nil but left the transaction
+		// aborted: it is the one that failed.
+		if err := s.aborted(ctx, tx, prev, err); err != nil {
+			return err
+		}
+		undo, err = s.itemSavepoint(ctx, tx)
+	}
 	if err != nil {
 		return err
 	}
@@ -279,17 +342,7 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j *job) error {
 	j.v = decide(facts{Ran: true, Decision: s.classify(j.herr), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
 	switch j.v.Row {
 	case inboxkit.StatusProcessed:
-		if s.q.releaseItem == "" {
-			return nil
-		}
-		// A handler that returned nil after a failed statement left the
-		// transaction aborted (PostgreSQL): the commit would fail, and the
-		// whole batch with it. It is its own technical failure instead.
-		if _, err := tx.ExecContext(ctx, s.q.releaseItem); err != nil {
-			j.failed(s, fmt.Errorf("inbox: the handler returned nil, but its transaction failed: %w", err))
-			return undo()
-		}
-		return nil
+		return nil // an aborted transaction shows at the next statement (runBatch)
 	case inboxkit.StatusRejected:
 		// The handler's writes and the claim roll back; one UPDATE records
 		// the rejection as claim + reject do in Process.

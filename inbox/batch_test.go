@@ -232,6 +232,18 @@ func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 		if b.businessRows(t, "A") != 1 || b.businessRows(t, "C") != 1 {
 			t.Errorf("neighbours' business rows %d, %d; want 1, 1", b.businessRows(t, "A"), b.businessRows(t, "C"))
 		}
+		// Last in its batch: found before the commit.
+		res, err = s.ProcessBatch(context.Background(), []inbox.BatchItem{{entry("D"), insertBusiness(db, "D", "x")}, {entry("HIDES-LAST"), hides}})
+		dbtest.Must(t, err, "ProcessBatch")
+		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		if db.Backend == dbtest.Postgres {
+			wantOutcome(t, res[1], inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+		} else {
+			wantOutcome(t, res[1], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		}
+		if b.businessRows(t, "D") != 1 {
+			t.Errorf("business rows of D: %d, want 1", b.businessRows(t, "D"))
+		}
 	})
 }
 

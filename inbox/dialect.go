@@ -48,6 +48,8 @@ type Dialect struct {
 	// markUpsert is the attempt marker in one statement on table %[1]s
 	// (see pgMarkUpsert); "" where mark uses three statements.
 	markUpsert string
+	// multiRowInsert: INSERT ... VALUES (...), (...) inserts many rows.
+	multiRowInsert bool
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".

@@ -33,5 +33,6 @@ var MySQL = Dialect{
 
 	// No ORDER BY: InnoDB would lock every eligible row to sort them, and
 	// the other workers would find nothing to claim.
-	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s LIMIT @n FOR UPDATE SKIP LOCKED`,
+	claim:          `SELECT %[3]s FROM %[1]s WHERE %[2]s LIMIT @n FOR UPDATE SKIP LOCKED`,
+	multiRowInsert: true,
 }

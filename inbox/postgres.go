@@ -27,5 +27,6 @@ var Postgres = Dialect{
 
 	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n FOR UPDATE SKIP LOCKED`,
 
-	markUpsert: pgMarkUpsert,
+	markUpsert:     pgMarkUpsert,
+	multiRowInsert: true,
 }

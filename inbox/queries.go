@@ -9,33 +9,37 @@ import (
 
 // queries are the store's statements, built once per table and dialect.
 type queries struct {
-	insertFailure    stmt
-	insertDead       stmt
-	updateFailure    stmt
-	insertStarted    stmt
-	startAttempt     stmt
-	markUpsert       stmt // empty text: the dialect marks in three statements
-	forgetAttempt    stmt
-	takeBackAttempt  stmt
-	processFromFail  stmt
-	deadFromFailure  stmt
-	resetForReplay   stmt
-	reopenRejected   stmt
-	selectStatus     stmt
-	selectAttempts   stmt
-	selectMarker     stmt
-	presentPrefix    string // ProcessBatch: the IN list is appended per call
-	selectOne        stmt
-	selectByCorr     string
-	purgeBatch       string
-	countPurgeable   string
-	stuckFailures    string
-	hashCollisions   string
-	countByStatus    string
-	savepoint        string
-	rollbackSavepont string
-	// The batch's per-item savepoint (ProcessBatch); releaseItem is ""
-	// where a failed statement does not abort the transaction.
+	insertFailure   stmt
+	insertDead      stmt
+	updateFailure   stmt
+	insertStarted   stmt
+	startAttempt    stmt
+	markUpsert      stmt // empty text: the dialect marks in three statements
+	forgetAttempt   stmt
+	takeBackAttempt stmt
+	processFromFail stmt
+	deadFromFailure stmt
+	resetForReplay  stmt
+	reopenRejected  stmt
+	selectStatus    stmt
+	selectAttempts  stmt
+	selectMarker    stmt
+	presentPrefix   string // ProcessBatch: the IN list is appended per call
+	// insertStartedRows is insertStarted for many rows: the VALUES lists
+	// are appended per call (ProcessBatch).
+	insertStartedRows string
+	selectOne         stmt
+	selectByCorr      string
+	purgeBatch        string
+	countPurgeable    string
+	stuckFailures     string
+	hashCollisions    string
+	countByStatus     string
+	savepoint         string
+	rollbackSavepont  string
+	// The batch's per-item savepoint (ProcessBatch); releaseItem, which
+	// tells an aborted transaction, is "" where a failed statement does not
+	// abort the transaction.
 	rejectFromFail stmt
 	savepointItem  string
 	rollbackItem   string
@@ -46,6 +50,19 @@ const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_C
 
 func terminalList() string {
 	return "'" + string(inboxkit.StatusProcessed) + "', '" + string(inboxkit.StatusRejected) + "', '" + string(inboxkit.StatusDeadLettered) + "'"
+}
+
+// insertStartedRows + startedRow is the attempt marker of an event without
+// a row; ProcessBatch appends one startedRow per event (see startedRowN).
+const (
+	insertStartedRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES `
+	startedRow        = `(@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source)`
+)
+
+// startedRowN is startedRow with the parameters of the k-th event (@eventK,
+// ...; @now is shared).
+func startedRowN(k string) string {
+	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k).Replace(startedRow)
 }
 
 func buildQueries(d Dialect, table string) queries {
@@ -69,7 +86,7 @@ func buildQueries(d Dialect, table string) queries {
 		// attempt started and recorded no outcome"; the next marker then writes
 		// that into LAST_ERROR. The SET list reads ERROR_CLASS, ATTEMPTS and
 		// UPDATED_AT before it assigns them (MySQL assigns left to right).
-		insertStarted: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source)`),
+		insertStarted: n(insertStartedRows + startedRow),
 		startAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN @marker ELSE LAST_ERROR END, ` +
 			`FIRST_FAILED_AT = CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN COALESCE(FIRST_FAILED_AT, UPDATED_AT) ELSE FIRST_FAILED_AT END, ` +
 			`ERROR_CLASS = NULL, UPDATED_AT = @now, ATTEMPTS = ATTEMPTS + 1` + key + ` AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < @max`),
@@ -90,21 +107,22 @@ func buildQueries(d Dialect, table string) queries {
 		// (store-then-process: PAYLOAD set) is due for the workers at once.
 		reopenRejected: n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now, ` +
 			`LAST_ERROR = @error, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
-		selectStatus:     n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
-		selectAttempts:   n(`SELECT ATTEMPTS FROM {t}` + key),
-		selectMarker:     n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
-		presentPrefix:    strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
-		selectOne:        n(`SELECT ` + recordColumns + ` FROM {t}` + key),
-		selectByCorr:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
-		purgeBatch:       d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
-		countPurgeable:   r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND PROCESSED_AT < ?`),
-		stuckFailures:    r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
-		hashCollisions:   r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),
-		countByStatus:    r(`SELECT STATUS, COUNT(*) FROM {t} GROUP BY STATUS ORDER BY STATUS`),
-		savepoint:        `SAVEPOINT inbox_handler`,
-		rollbackSavepont: `ROLLBACK TO SAVEPOINT inbox_handler`,
-		savepointItem:    `SAVEPOINT inbox_item`,
-		rollbackItem:     `ROLLBACK TO SAVEPOINT inbox_item`,
-		releaseItem:      map[bool]string{true: `RELEASE SAVEPOINT inbox_item`}[d.abortsOnError],
+		selectStatus:      n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
+		selectAttempts:    n(`SELECT ATTEMPTS FROM {t}` + key),
+		selectMarker:      n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
+		presentPrefix:     strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
+		insertStartedRows: strings.ReplaceAll(insertStartedRows, "{t}", table),
+		selectOne:         n(`SELECT ` + recordColumns + ` FROM {t}` + key),
+		selectByCorr:      r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
+		purgeBatch:        d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
+		countPurgeable:    r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND PROCESSED_AT < ?`),
+		stuckFailures:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
+		hashCollisions:    r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),
+		countByStatus:     r(`SELECT STATUS, COUNT(*) FROM {t} GROUP BY STATUS ORDER BY STATUS`),
+		savepoint:         `SAVEPOINT inbox_handler`,
+		rollbackSavepont:  `ROLLBACK TO SAVEPOINT inbox_handler`,
+		savepointItem:     `SAVEPOINT inbox_item`,
+		rollbackItem:      `ROLLBACK TO SAVEPOINT inbox_item`,
+		releaseItem:       map[bool]string{true: `RELEASE SAVEPOINT inbox_item`}[d.abortsOnError],
 	}
 }

@@ -35,6 +35,7 @@ var SQLite = Dialect{
 	timeArg:     func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
 
 	// One UPDATE ... RETURNING claims: SQLite's writers are serialized.
-	claim:        `UPDATE %[1]s SET %[4]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n) RETURNING %[3]s`,
-	claimUpdates: true,
+	claim:          `UPDATE %[1]s SET %[4]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n) RETURNING %[3]s`,
+	claimUpdates:   true,
+	multiRowInsert: true,
 }
