@@ -42,8 +42,17 @@ type BatchItem struct {
 // OutcomeDeadLetter as from Process. An empty consumer name or a nil handler
 // is an error wrapping ErrInvalidEntry before anything is written.
 //
-// Handlers run in the order of items. Deliveries of one event in this
-// process take turns with Process and other batches, as in Process.
+// An event attempted before and not finished (its row is TECHNICAL_FAILURE:
+// an earlier handler failed, or the process died while a batch holding it
+// ran) is not run in the batch: it runs alone, through Process's path, after
+// the batch committed. A delivery that kills the process therefore charges
+// an attempt to its batch neighbours at most once, and then only to itself,
+// instead of sending valid events of every batch it lands in to the
+// dead-letter queue.
+//
+// Handlers run in the order of items, those of the events run alone last.
+// Deliveries of one event in this process take turns with Process and other
+// batches, as in Process.
 func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, error) {
 	results := make([]Result, len(items))
 	jobs, dupOf, err := s.batchJobs(items, results)
@@ -88,6 +97,10 @@ type job struct {
 	// again: another delivery claimed the row after our marker; nothing
 	// ran (Process's next round).
 	again bool
+	// solo: the event was attempted before and is not finished (its row
+	// is TECHNICAL_FAILURE): it gets no marker in the batch and runs on
+	// its own, through Process's path, after the batch committed.
+	solo bool
 }
 
 func (j *job) key() string { return j.e.EventID + "\x00" + j.e.ConsumerName }
@@ -180,8 +193,17 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 	}
 	var fresh []*job
 	for _, j := range jobs {
-		if !present[j.key()] {
+		j.started, j.res, j.solo = 0, Result{}, false
+		st, ok := present[j.key()]
+		if !ok {
 			fresh = append(fresh, j)
+			continue
+		}
+		if st == inboxkit.StatusTechnicalFailure {
+			// Attempted before and not finished: maybe the delivery that
+			// killed the process. It runs alone after the batch, so that
+			// it charges attempts to no neighbour again.
+			j.solo = true
 			continue
 		}
 		m, err := s.mark(ctx, tx, j.e)
@@ -237,9 +259,10 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	return err
 }
 
-// present reads which of the jobs' keys have a row, in one statement. It
-// only routes: the INSERT or the conditional UPDATE that follows decides.
-func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]bool, error) {
+// present reads which of the jobs' keys have a row, and its status, in one
+// statement. It only routes: the INSERT or the conditional UPDATE that
+// follows decides.
+func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]inboxkit.Status, error) {
 	ids, a := make([]string, len(jobs)), args{}
 	for i, j := range jobs {
 		ids[i] = "@id" + strconv.Itoa(i)
@@ -251,13 +274,14 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]
 		return nil, fmt.Errorf("inbox: start attempts: %w", err)
 	}
 	defer rows.Close()
-	present := map[string]bool{}
+	present := map[string]inboxkit.Status{}
 	for rows.Next() {
 		var e Entry
-		if err := rows.Scan(&e.EventID, &e.ConsumerName); err != nil {
+		var status string
+		if err := rows.Scan(&e.EventID, &e.ConsumerName, &status); err != nil {
 			return nil, fmt.Errorf("inbox: start attempts: %w", err)
 		}
-		present[(&job{e: e}).key()] = true
+		present[(&job{e: e}).key()] = inboxkit.Status(status)
 	}
 	return present, rows.Err()
 }
@@ -377,6 +401,12 @@ func (j *job) failed(s *Store, err error) {
 // runs the single-message path.
 func (s *Store) finish(ctx context.Context, j *job) Result {
 	switch {
+	case j.solo:
+		res, err := s.process(ctx, j.e, j.h)
+		if err != nil {
+			return notRecorded(err)
+		}
+		return res
 	case j.started == 0:
 		return j.res
 	case j.again:

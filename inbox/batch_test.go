@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -555,4 +556,56 @@ func TestWorkerBatchLeaseLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A delivery that kills the process while its batch runs charges its
+// neighbours one attempt, once: redelivered, the events attempted before run
+// alone after the batch, so the killer's next deaths charge only itself and
+// its neighbours are processed, not dead-lettered as MAX_ATTEMPTS_EXCEEDED.
+// The death is runtime.Goexit in the killer's handler: the markers stay
+// committed, the business transaction is rolled back by its deferred
+// rollback, and nothing else of ProcessBatch runs, as when the process dies.
+func TestProcessBatchCrashChargesNeighboursOnce(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, b := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		ids := []string{"KILLER", "N-1", "N-2", "N-3"}
+		kill := func(context.Context, *sql.Tx) error { runtime.Goexit(); return nil }
+		items := []inbox.BatchItem{{entry("KILLER"), kill}}
+		for _, id := range ids[1:] {
+			items = append(items, inbox.BatchItem{Entry: entry(id), Handler: insertBusiness(db, id, "x")})
+		}
+		var final []inbox.Result
+		for round := 1; round <= 10 && final == nil; round++ {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, err := s.ProcessBatch(ctx, items)
+				if err != nil {
+					t.Errorf("ProcessBatch round %d: %v", round, err)
+					res = []inbox.Result{}
+				}
+				final = res
+			}()
+			<-done
+		}
+		if len(final) == 0 {
+			t.Fatal("the killer still ran after 10 rounds; want it dead-lettered after its MaxAttempts")
+		}
+		if r := final[0]; r.Outcome != inboxkit.OutcomeDeadLetter || r.Reason != inboxkit.ReasonMaxAttemptsExceeded {
+			t.Errorf("killer: %s, want DEAD_LETTER %s", comparable(r), inboxkit.ReasonMaxAttemptsExceeded)
+		}
+		for i, id := range ids[1:] {
+			r := final[i+1]
+			if r.Outcome != inboxkit.OutcomeProcessed && r.Outcome != inboxkit.OutcomeDuplicate {
+				t.Errorf("%s: %s; want PROCESSED (a neighbour of the killer, charged for its first death only)", id, comparable(r))
+			}
+			if row := get(t, s, id); row.Status != inboxkit.StatusProcessed || row.Attempts != 2 {
+				t.Errorf("%s: row %s attempts %d, want PROCESSED attempts 2", id, row.Status, row.Attempts)
+			}
+			if n := b.businessRows(t, id); n != 1 {
+				t.Errorf("%s: %d business rows, want 1", id, n)
+			}
+		}
+	})
 }
