@@ -166,8 +166,12 @@ func (s *Store) takeBack(ctx context.Context, e Entry) error {
 }
 
 // turns serializes the deliveries of one event within the process
-// (striped by event id and consumer name).
-const turnStripes = 256
+// (striped by event id and consumer name). A batch holds the stripes of all
+// its events while it runs, so two batches sharing a stripe run one after
+// the other: with 16384 stripes, two batches of 16 share one about 1.5 % of
+// the time (with 256 it was most of the time, and batches at concurrency 4
+// ran slower than single messages).
+const turnStripes = 1 << 14
 
 var turns [turnStripes]sync.Mutex
 
