@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,15 +35,7 @@ func TestRunBatch(t *testing.T) {
 	defer cancel()
 	run, logs := startRun(ctx, t, "--db", db.DSN, "--broker", broker, "--queue", queue, "--batch", "16", "--batch-wait", "200ms",
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
-	addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
-	var base string
-	waitFor(t, "the metrics address in the log", func() bool {
-		m := addrRe.FindStringSubmatch(logs.String())
-		if m != nil {
-			base = "http://" + m[1]
-		}
-		return m != nil
-	}, logs)
+	base := metricsBase(t, logs)
 	var metrics string
 	want := []string{
 		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="PROCESSED",status="PROCESSED"} 2`,

@@ -95,6 +95,23 @@ func startRun(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lo
 	return run, logs
 }
 
+// metricsBase waits for the "serving metrics and health" line of an
+// inboxctl run started with --log-format json --metrics-addr 127.0.0.1:0
+// and returns the server's base URL.
+func metricsBase(t *testing.T, logs *lockedBuffer) string {
+	t.Helper()
+	addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
+	var base string
+	waitFor(t, "the metrics address in the log", func() bool {
+		m := addrRe.FindStringSubmatch(logs.String())
+		if m != nil {
+			base = "http://" + m[1]
+		}
+		return m != nil
+	}, logs)
+	return base
+}
+
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,15 +126,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 	defer cancel()
 	run, logs := startRun(ctx, t, "--db", dbURL, "--broker", broker, "--queue", queue,
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
-	addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
-	var base string
-	waitFor(t, "the metrics address in the log", func() bool {
-		m := addrRe.FindStringSubmatch(logs.String())
-		if m != nil {
-			base = "http://" + m[1]
-		}
-		return m != nil
-	}, logs)
+	base := metricsBase(t, logs)
 
 	var metrics string
 	want := []string{

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -37,15 +36,7 @@ func TestRunReadinessFollowsTheBroker(t *testing.T) {
 			defer cancel()
 			_, logs := startRun(ctx, t, "--db", db, "--broker", fmt.Sprintf(tc.url, px.Addr()),
 				"--queue", queue, "--log-format", "json", "--metrics-addr", "127.0.0.1:0")
-			addrRe := regexp.MustCompile(`"msg":"serving metrics and health".*?"addr":"([^"]+)"`)
-			var base string
-			waitFor(t, "the metrics address in the log", func() bool {
-				m := addrRe.FindStringSubmatch(logs.String())
-				if m != nil {
-					base = "http://" + m[1]
-				}
-				return m != nil
-			}, logs)
+			base := metricsBase(t, logs)
 
 			var code int
 			var body string
