@@ -50,6 +50,45 @@ type Dialect struct {
 	markUpsert string
 	// multiRowInsert: INSERT ... VALUES (...), (...) inserts many rows.
 	multiRowInsert bool
+	// schema is how the dialect spells the inbox's DDL, reads a schema
+	// back and takes the migration lock (migrate.go).
+	schema schemaSQL
+}
+
+// schemaSQL is a dialect's DDL and migration behaviour. Column specs
+// follow the column's name.
+type schemaSQL struct {
+	varchar  string // a sized string type; %d is the size
+	integer  string // a plain integer type
+	count    string // a counter column: type, DEFAULT 0, NOT NULL
+	time     string // a timestamp type
+	nullTime string // a nullable timestamp column's whole spec, where the type alone is not enough ("" otherwise)
+	created  string // a creation-time column's whole spec
+	blob     string
+	text     string
+	// ifNotExists follows CREATE TABLE and CREATE INDEX ("" where the
+	// database has no such clause).
+	ifNotExists string
+	// tableOptions follow CREATE TABLE's closing parenthesis.
+	tableOptions string
+	// inlineIndexes: the indexes are declared inside CREATE TABLE.
+	inlineIndexes bool
+	// namedPrimaryKey: the primary key is a CONSTRAINT named after the table.
+	namedPrimaryKey bool
+	// columnsQuery, indexesQuery and existsQuery read a table's columns,
+	// its indexes, and whether a table exists; each takes the table name.
+	columnsQuery, indexesQuery, existsQuery string
+	// lock and unlock take and release the migration lock on one
+	// connection; they take the table name, but for lockIsTx.
+	lock, unlock string
+	// lockIsTx: lock begins a transaction that holds the database's write
+	// lock; the migration runs inside it and commits.
+	lockIsTx bool
+	// lockReportsGrant: lock returns 1 when granted, anything else when it
+	// timed out.
+	lockReportsGrant bool
+	// transactionalDDL: a migration step commits as a whole.
+	transactionalDDL bool
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".

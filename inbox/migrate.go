@@ -103,39 +103,24 @@ var steps = []step{
 var SchemaVersion = steps[len(steps)-1].version
 
 func (d Dialect) columnDDL(c column) string {
+	sq := d.schema
 	var typ string
 	switch c.kind {
 	case kVarchar:
-		if d.name == "oracle" {
-			typ = fmt.Sprintf("VARCHAR2(%d)", c.size)
-		} else {
-			typ = fmt.Sprintf("VARCHAR(%d)", c.size)
-		}
+		typ = fmt.Sprintf(sq.varchar, c.size)
 	case kCount:
-		if d.name == "oracle" {
-			return c.name + " NUMBER(10) DEFAULT 0 NOT NULL"
-		}
-		return c.name + " INTEGER DEFAULT 0 NOT NULL"
+		return c.name + " " + sq.count
 	case kTime:
-		if d.name == "mysql" {
-			return c.name + " TIMESTAMP(6) NULL DEFAULT NULL"
+		if sq.nullTime != "" {
+			return c.name + " " + sq.nullTime
 		}
-		typ = "TIMESTAMP"
+		typ = sq.time
 	case kCreated:
-		switch d.name {
-		case "mysql":
-			return c.name + " TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6) NOT NULL"
-		case "oracle":
-			return c.name + " TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL"
-		}
-		return c.name + " TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL"
+		return c.name + " " + sq.created
 	case kBlob:
-		typ = map[string]string{"postgres": "BYTEA", "mysql": "LONGBLOB", "sqlite": "BLOB", "oracle": "BLOB"}[d.name]
+		typ = sq.blob
 	case kText:
-		typ = "TEXT"
-		if d.name == "oracle" {
-			typ = "CLOB"
-		}
+		typ = sq.text
 	}
 	if c.notNull {
 		return c.name + " " + typ + " NOT NULL"
@@ -223,16 +208,12 @@ func allColumns() []column {
 func versionTableDDL(d Dialect) string {
 	cols := []string{
 		d.columnDDL(column{"TABLE_NAME", kVarchar, 30, true}),
-		"VERSION " + map[bool]string{true: "NUMBER(10)", false: "INTEGER"}[d.name == "oracle"] + " NOT NULL",
+		"VERSION " + d.schema.integer + " NOT NULL",
 		d.columnDDL(column{"DESCRIPTION", kVarchar, 200, true}),
 		d.columnDDL(column{"APPLIED_AT", kCreated, 0, true}),
 		"CONSTRAINT " + VersionTable + "_PK PRIMARY KEY (TABLE_NAME, VERSION)",
 	}
-	ifNot := " IF NOT EXISTS"
-	if d.name == "oracle" {
-		ifNot = ""
-	}
-	return "CREATE TABLE" + ifNot + " " + VersionTable + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"
+	return "CREATE TABLE" + d.schema.ifNotExists + " " + VersionTable + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"
 }
 
 // plan computes the statements that bring a database in state st to the
@@ -289,6 +270,7 @@ func plan(d Dialect, table string, st schemaState) Plan {
 
 // createTable is the DDL of a new table at the latest version.
 func createTable(d Dialect, table string) []string {
+	sq := d.schema
 	var cols []string
 	for _, c := range allColumns() {
 		cols = append(cols, d.columnDDL(c))
@@ -297,27 +279,20 @@ func createTable(d Dialect, table string) []string {
 	for _, s := range steps {
 		ixs = append(ixs, s.indexes...)
 	}
-	pk := "CONSTRAINT " + table + "_PK PRIMARY KEY (EVENT_ID, CONSUMER_NAME)"
-	switch d.name {
-	case "mysql":
-		cols = append(cols, "PRIMARY KEY (EVENT_ID, CONSUMER_NAME)")
+	pk := "PRIMARY KEY (EVENT_ID, CONSUMER_NAME)"
+	if sq.namedPrimaryKey {
+		pk = "CONSTRAINT " + table + "_PK " + pk
+	}
+	cols = append(cols, pk)
+	if sq.inlineIndexes {
 		for _, ix := range ixs {
 			cols = append(cols, "INDEX "+table+"_"+ix.suffix+" ("+ix.cols+")")
 		}
-		return []string{"CREATE TABLE IF NOT EXISTS " + table + " (\n    " + strings.Join(cols, ",\n    ") +
-			"\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"}
-	case "oracle":
-		cols = append(cols, pk)
-	default:
-		cols = append(cols, "PRIMARY KEY (EVENT_ID, CONSUMER_NAME)")
+		ixs = nil
 	}
-	ifNot := " IF NOT EXISTS"
-	if d.name == "oracle" {
-		ifNot = ""
-	}
-	out := []string{"CREATE TABLE" + ifNot + " " + table + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"}
+	out := []string{"CREATE TABLE" + sq.ifNotExists + " " + table + " (\n    " + strings.Join(cols, ",\n    ") + "\n)" + sq.tableOptions}
 	for _, ix := range ixs {
-		out = append(out, "CREATE INDEX"+ifNot+" "+table+"_"+ix.suffix+" ON "+table+" ("+ix.cols+")")
+		out = append(out, "CREATE INDEX"+sq.ifNotExists+" "+table+"_"+ix.suffix+" ON "+table+" ("+ix.cols+")")
 	}
 	return out
 }
@@ -335,49 +310,6 @@ func CreateScript(d Dialect, table string) (string, error) {
 	return plan(d, table, schemaState{}).Text(), nil
 }
 
-// introspection queries per dialect: columns, indexes, whether a table
-// exists, each taking the table name as its one argument.
-func (d Dialect) introspection() (columns, indexes, exists string) {
-	switch d.name {
-	case "postgres":
-		return `SELECT upper(column_name) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = lower($1)`,
-			`SELECT upper(indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = lower($1)`,
-			`SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = lower($1)`
-	case "mysql":
-		return `SELECT UPPER(COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
-			`SELECT DISTINCT UPPER(INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
-			`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
-	case "sqlite":
-		return `SELECT upper(name) FROM pragma_table_info(?)`,
-			`SELECT upper(name) FROM pragma_index_list(?)`,
-			`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND upper(name) = upper(?)`
-	}
-	return `SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = UPPER(:1)`,
-		`SELECT INDEX_NAME FROM USER_INDEXES WHERE TABLE_NAME = UPPER(:1)`,
-		`SELECT COUNT(*) FROM USER_TABLES WHERE TABLE_NAME = UPPER(:1)`
-}
-
-// lockStatements returns the statements that take and release the
-// migration lock on one connection ("" release: the lock ends with the
-// transaction). PostgreSQL: a session advisory lock; MySQL/MariaDB:
-// GET_LOCK; SQLite: BEGIN IMMEDIATE (the database's write lock); Oracle:
-// DBMS_LOCK (needs EXECUTE on DBMS_LOCK).
-func (d Dialect) lockStatements() (lock, unlock string) {
-	switch d.name {
-	case "postgres":
-		key := `hashtext('inboxkit.migrate.' || current_schema() || '.' || upper($1))`
-		return `SELECT pg_advisory_lock(` + key + `)`, `SELECT pg_advisory_unlock(` + key + `)`
-	case "mysql":
-		key := `CONCAT('inboxkit.', LEFT(SHA1(CONCAT(DATABASE(), '.', UPPER(?))), 40))`
-		return `SELECT GET_LOCK(` + key + `, 600)`, `SELECT RELEASE_LOCK(` + key + `)`
-	case "sqlite":
-		return `BEGIN IMMEDIATE`, ``
-	}
-	const alloc = `DECLARE h VARCHAR2(128); r INTEGER; BEGIN DBMS_LOCK.ALLOCATE_UNIQUE('INBOXKIT_MIGRATE_' || UPPER(:1), h); `
-	return alloc + `r := DBMS_LOCK.REQUEST(h, DBMS_LOCK.X_MODE, 600, FALSE); IF r NOT IN (0, 4) THEN RAISE_APPLICATION_ERROR(-20001, 'inboxkit: migration lock not granted: ' || r); END IF; END;`,
-		alloc + `r := DBMS_LOCK.RELEASE(h); END;`
-}
-
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -385,7 +317,7 @@ type querier interface {
 
 func introspect(ctx context.Context, q querier, d Dialect, table string) (schemaState, error) {
 	st := schemaState{columns: map[string]bool{}, indexes: map[string]bool{}}
-	colQ, ixQ, existsQ := d.introspection()
+	colQ, ixQ, existsQ := d.schema.columnsQuery, d.schema.indexesQuery, d.schema.existsQuery
 	set := func(query string, into map[string]bool) error {
 		rows, err := q.QueryContext(ctx, query, table)
 		if err != nil {
@@ -589,8 +521,8 @@ func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, 
 		return Plan{}, fmt.Errorf("inbox: migrate: %w", err)
 	}
 	defer conn.Close()
-	lock, unlock := d.lockStatements()
-	if d.name == "sqlite" {
+	lock, unlock := d.schema.lock, d.schema.unlock
+	if d.schema.lockIsTx {
 		if _, err := conn.ExecContext(ctx, lock); err != nil {
 			return Plan{}, fmt.Errorf("inbox: migrate: take the write lock: %w", err)
 		}
@@ -604,13 +536,13 @@ func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, 
 		}
 		return p, nil
 	}
-	if d.name == "mysql" {
+	if d.schema.lockReportsGrant {
 		var got sql.NullInt64
 		if err := conn.QueryRowContext(ctx, lock, table).Scan(&got); err != nil {
-			return Plan{}, fmt.Errorf("inbox: migrate: GET_LOCK: %w", err)
+			return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
 		}
 		if got.Int64 != 1 {
-			return Plan{}, errors.New("inbox: migrate: GET_LOCK timed out after 600s: another instance is migrating")
+			return Plan{}, errors.New("inbox: migrate: the migration lock was not granted within 600 s: another instance is migrating")
 		}
 	} else if _, err := conn.ExecContext(ctx, lock, table); err != nil {
 		return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
@@ -641,7 +573,7 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string)
 		// version row) commits as a whole. MySQL and Oracle commit each DDL
 		// statement; a step cut short is completed by the next run, which
 		// finds the columns already there.
-		tx := d.name == "postgres"
+		tx := d.schema.transactionalDDL
 		if tx {
 			if err := exec("BEGIN"); err != nil {
 				return p, err

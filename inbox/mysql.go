@@ -35,4 +35,22 @@ var MySQL = Dialect{
 	// the other workers would find nothing to claim.
 	claim:          `SELECT %[3]s FROM %[1]s WHERE %[2]s LIMIT @n FOR UPDATE SKIP LOCKED`,
 	multiRowInsert: true,
+
+	schema: schemaSQL{
+		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		nullTime: "TIMESTAMP(6) NULL DEFAULT NULL", created: "TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6) NOT NULL",
+		blob: "LONGBLOB", text: "TEXT",
+		ifNotExists:   " IF NOT EXISTS",
+		tableOptions:  " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+		inlineIndexes: true,
+		columnsQuery:  `SELECT UPPER(COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+		indexesQuery:  `SELECT DISTINCT UPPER(INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+		existsQuery:   `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+		// GET_LOCK, waiting up to 600 s.
+		lock:             `SELECT GET_LOCK(` + mysqlMigrateLockKey + `, 600)`,
+		unlock:           `SELECT RELEASE_LOCK(` + mysqlMigrateLockKey + `)`,
+		lockReportsGrant: true,
+	},
 }
+
+const mysqlMigrateLockKey = `CONCAT('inboxkit.', LEFT(SHA1(CONCAT(DATABASE(), '.', UPPER(?))), 40))`

@@ -27,4 +27,18 @@ var Oracle = Dialect{
 	// skip, so a claim may return fewer rows than asked. Untested: there is
 	// no Oracle server in CI.
 	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s AND ROWNUM <= @n FOR UPDATE SKIP LOCKED`,
+
+	schema: schemaSQL{
+		varchar: "VARCHAR2(%d)", integer: "NUMBER(10)", count: "NUMBER(10) DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		created: "TIMESTAMP DEFAULT SYSTIMESTAMP NOT NULL", blob: "BLOB", text: "CLOB",
+		namedPrimaryKey: true,
+		columnsQuery:    `SELECT COLUMN_NAME FROM USER_TAB_COLUMNS WHERE TABLE_NAME = UPPER(:1)`,
+		indexesQuery:    `SELECT INDEX_NAME FROM USER_INDEXES WHERE TABLE_NAME = UPPER(:1)`,
+		existsQuery:     `SELECT COUNT(*) FROM USER_TABLES WHERE TABLE_NAME = UPPER(:1)`,
+		// DBMS_LOCK (needs EXECUTE on DBMS_LOCK).
+		lock:   oracleMigrateLockAlloc + `r := DBMS_LOCK.REQUEST(h, DBMS_LOCK.X_MODE, 600, FALSE); IF r NOT IN (0, 4) THEN RAISE_APPLICATION_ERROR(-20001, 'inboxkit: migration lock not granted: ' || r); END IF; END;`,
+		unlock: oracleMigrateLockAlloc + `r := DBMS_LOCK.RELEASE(h); END;`,
+	},
 }
+
+const oracleMigrateLockAlloc = `DECLARE h VARCHAR2(128); r INTEGER; BEGIN DBMS_LOCK.ALLOCATE_UNIQUE('INBOXKIT_MIGRATE_' || UPPER(:1), h); `

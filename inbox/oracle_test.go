@@ -33,13 +33,13 @@ func TestOracleUpgradeFromSeed(t *testing.T) {
 			t.Errorf("not an Oracle statement for the upgrade: %s", st)
 		}
 	}
-	cols, ixs, exists := Oracle.introspection()
+	cols, ixs, exists := Oracle.schema.columnsQuery, Oracle.schema.indexesQuery, Oracle.schema.existsQuery
 	for _, q := range []string{cols, ixs, exists} {
 		if !strings.Contains(q, "UPPER(:1)") || !strings.Contains(q, "FROM USER_") {
 			t.Errorf("Oracle introspection: %s", q)
 		}
 	}
-	lock, unlock := Oracle.lockStatements()
+	lock, unlock := Oracle.schema.lock, Oracle.schema.unlock
 	if !strings.Contains(lock, "DBMS_LOCK.REQUEST") || !strings.Contains(lock, "FALSE") || !strings.Contains(unlock, "DBMS_LOCK.RELEASE") {
 		t.Errorf("Oracle lock: %s / %s", lock, unlock)
 	}

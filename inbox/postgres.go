@@ -29,4 +29,19 @@ var Postgres = Dialect{
 
 	markUpsert:     pgMarkUpsert,
 	multiRowInsert: true,
+
+	schema: schemaSQL{
+		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		created: "TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL", blob: "BYTEA", text: "TEXT",
+		ifNotExists:  " IF NOT EXISTS",
+		columnsQuery: `SELECT upper(column_name) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = lower($1)`,
+		indexesQuery: `SELECT upper(indexname) FROM pg_indexes WHERE schemaname = current_schema() AND tablename = lower($1)`,
+		existsQuery:  `SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = lower($1)`,
+		// A session advisory lock.
+		lock:             `SELECT pg_advisory_lock(` + pgMigrateLockKey + `)`,
+		unlock:           `SELECT pg_advisory_unlock(` + pgMigrateLockKey + `)`,
+		transactionalDDL: true,
+	},
 }
+
+const pgMigrateLockKey = `hashtext('inboxkit.migrate.' || current_schema() || '.' || upper($1))`

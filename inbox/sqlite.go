@@ -38,4 +38,16 @@ var SQLite = Dialect{
 	claim:          `UPDATE %[1]s SET %[4]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n) RETURNING %[3]s`,
 	claimUpdates:   true,
 	multiRowInsert: true,
+
+	schema: schemaSQL{
+		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		created: "TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL", blob: "BLOB", text: "TEXT",
+		ifNotExists:  " IF NOT EXISTS",
+		columnsQuery: `SELECT upper(name) FROM pragma_table_info(?)`,
+		indexesQuery: `SELECT upper(name) FROM pragma_index_list(?)`,
+		existsQuery:  `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND upper(name) = upper(?)`,
+		// The database's write lock, held by the migration's transaction.
+		lock:     `BEGIN IMMEDIATE`,
+		lockIsTx: true,
+	},
 }
