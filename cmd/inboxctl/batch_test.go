@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,7 +35,6 @@ func TestRunBatch(t *testing.T) {
 	run, logs := startRun(ctx, t, "--db", db.DSN, "--broker", broker, "--queue", queue, "--batch", "16", "--batch-wait", "200ms",
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
 	base := metricsBase(t, logs)
-	var metrics string
 	want := []string{
 		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="PROCESSED",status="PROCESSED"} 2`,
 		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="DUPLICATE",status="PROCESSED"} 1`,
@@ -45,22 +43,7 @@ func TestRunBatch(t *testing.T) {
 		`inboxkit_runtime_errors_total{consumer="invoice-consumer"} 0`,
 		`inboxkit_batch_size_sum{consumer="invoice-consumer"} 5`,
 	}
-	waitFor(t, "the mix on /metrics", func() bool {
-		_, metrics = httpGet(t, base+"/metrics")
-		for _, w := range want {
-			if !strings.Contains(metrics, w+"\n") {
-				return false
-			}
-		}
-		return true
-	}, dump(func() string {
-		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
-	}))
+	metrics := waitForMetrics(t, base, logs, want)
 	t.Logf("/metrics after the mix:\n%s", grepLines(metrics, "inboxkit_deliveries_total", "inboxkit_batch_size"))
-	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := run.Wait(); err != nil {
-		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
-	}
+	stopRun(t, run, logs)
 }

@@ -112,6 +112,36 @@ func metricsBase(t *testing.T, logs *lockedBuffer) string {
 	return base
 }
 
+// waitForMetrics waits until base's /metrics has every line of want and
+// returns the body.
+func waitForMetrics(t *testing.T, base string, logs *lockedBuffer, want []string) string {
+	t.Helper()
+	var metrics string
+	waitFor(t, "the mix on /metrics", func() bool {
+		_, metrics = httpGet(t, base+"/metrics")
+		for _, w := range want {
+			if !strings.Contains(metrics, w+"\n") {
+				return false
+			}
+		}
+		return true
+	}, dump(func() string {
+		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
+	}))
+	return metrics
+}
+
+// stopRun sends SIGTERM to an inboxctl run and wants it to exit 0.
+func stopRun(t *testing.T, run *exec.Cmd, logs *lockedBuffer) {
+	t.Helper()
+	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(); err != nil {
+		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
+	}
+}
+
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -128,7 +127,6 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0")
 	base := metricsBase(t, logs)
 
-	var metrics string
 	want := []string{
 		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="PROCESSED",status="PROCESSED"} 2`,
 		`inboxkit_deliveries_total{action="ack",consumer="invoice-consumer",outcome="DUPLICATE",status="PROCESSED"} 1`,
@@ -140,17 +138,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 		`inboxkit_runtime_errors_total{consumer="invoice-consumer"} 0`,
 		`inboxkit_inbox_rows{consumer="invoice-consumer",status="PROCESSED"} 2`,
 	}
-	waitFor(t, "the mix on /metrics", func() bool {
-		_, metrics = httpGet(t, base+"/metrics")
-		for _, w := range want {
-			if !strings.Contains(metrics, w+"\n") {
-				return false
-			}
-		}
-		return true
-	}, dump(func() string {
-		return fmt.Sprintf("want:\n%s\n/metrics:\n%s\nlog:\n%s", strings.Join(want, "\n"), metrics, logs.String())
-	}))
+	metrics := waitForMetrics(t, base, logs, want)
 	t.Logf("/metrics after the mix:\n%s", grepLines(metrics, "inboxkit_deliveries_total", "inboxkit_duplicates", "inboxkit_dead_letters", "inboxkit_rejections", "inboxkit_runtime", "inboxkit_inbox_rows{"))
 
 	code, body := httpGet(t, base+"/readyz")
@@ -184,12 +172,7 @@ func TestRunMetricsAndReadiness(t *testing.T) {
 		t.Errorf("/healthz %d", code)
 	}
 
-	if err := run.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := run.Wait(); err != nil {
-		t.Fatalf("run did not exit 0 after SIGTERM: %v\n%s", err, logs.String())
-	}
+	stopRun(t, run, logs)
 }
 
 func grepLines(body string, prefixes ...string) string {
