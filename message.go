@@ -25,6 +25,11 @@ type Message struct {
 	BrokerMessageID string
 	// Redelivered is true when the broker says this delivery is not the first.
 	Redelivered bool
+	// FirstDelivery is true only when the broker vouches that this is the
+	// message's first delivery (not merely that it is not flagged
+	// redelivered): the inbox then runs it without an attempt marker
+	// (inbox.Entry.FirstDelivery). Adapters that cannot tell leave it false.
+	FirstDelivery bool
 	// DeliveryCount is the broker's delivery count (1 for the first delivery),
 	// or 0 when the broker does not tell.
 	DeliveryCount int

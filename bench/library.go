@@ -114,11 +114,20 @@ func letterHandler(id string) inbox.Handler {
 	}
 }
 
-// processNew is Store.Process of a new message writing one letter.
-func processNew(s *inbox.Store) op {
+// processNew is Store.Process of a new message writing one letter, as a
+// delivery the broker does not vouch is its first (the attempt marker is
+// committed before the handler).
+func processNew(s *inbox.Store) op { return processNewAs(s, false) }
+
+// processFirst is processNew for a broker's first delivery
+// (Entry.FirstDelivery, as the consumer runtime sets it from the adapters):
+// no marker.
+func processFirst(s *inbox.Store) op { return processNewAs(s, true) }
+
+func processNewAs(s *inbox.Store, first bool) op {
 	return func(ctx context.Context, _ int) error {
 		id := newID()
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id}, letterHandler(id))
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterHandler(id))
 		if err != nil {
 			return err
 		}
@@ -129,11 +138,12 @@ func processNew(s *inbox.Store) op {
 	}
 }
 
-// processDuplicate is Store.Process of a resend of a processed event.
+// processDuplicate is Store.Process of a resend of a processed event: a
+// producer's resend is a new broker message, so a first delivery.
 func processDuplicate(s *inbox.Store, ids []string) op {
 	return func(ctx context.Context, _ int) error {
 		id := ids[mrand.IntN(len(ids))]
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id}, letterHandler(id))
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, letterHandler(id))
 		if err != nil {
 			return err
 		}

@@ -35,6 +35,7 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	}{
 		{"raw new", rawNew(sc.DB)},
 		{"inboxkit new", processNew(s)},
+		{"inboxkit first", processFirst(s)},
 		{"raw duplicate", rawDuplicate(sc.DB, ids)},
 		{"inboxkit duplicate", processDuplicate(s, ids)},
 	}
@@ -54,11 +55,11 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	}
 	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (pgx stdlib), PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new\tinboxkit/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/new\t\n")
+	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new, marked\tmarked/raw\tinboxkit new, first delivery\tfirst/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/first\t\n")
 	for _, c := range o.concs {
 		m := func(k string) float64 { return median(rates[fmt.Sprintf("%s/%d", k, c)]) }
-		rn, in, rd, id := m("raw new"), m("inboxkit new"), m("raw duplicate"), m("inboxkit duplicate")
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%.0f\t%s\t\n", c, rn, in, ratio(in, rn), rd, id, ratio(id, in))
+		rn, in, fn, rd, id := m("raw new"), m("inboxkit new"), m("inboxkit first"), m("raw duplicate"), m("inboxkit duplicate")
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t\n", c, rn, in, ratio(in, rn), fn, ratio(fn, rn), rd, id, ratio(id, fn))
 	}
 	tw.Flush()
 	return nil

@@ -542,6 +542,7 @@ func (c *Consumer) entry(m inboxkit.Message) inbox.Entry {
 	return inbox.Entry{
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
+		FirstDelivery: m.FirstDelivery,
 		EventIDSource: m.EventIDSource,
 	}
 }
@@ -568,7 +569,7 @@ func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler
 		return res, err
 	}
 	// Further tries are not broker redeliveries: nothing to pre-count.
-	entry.Redelivered, entry.DeliveryCount = false, 0
+	entry.Redelivered, entry.DeliveryCount, entry.FirstDelivery = false, 0, false
 	tried := false // Do's first call reports the try already made
 	st := c.cfg.Store.Config()
 	_ = classify.Do(ctx, st.Retry, st.ClassifyFunc, func(ctx context.Context) error {

@@ -21,7 +21,16 @@ type BatchItem struct {
 // what Process would have returned for items[i] (the same row writes, the
 // same Result), decided by the same decision table.
 //
-// The attempt markers of the whole batch are committed in one transaction
+// A batch of first deliveries only (Entry.FirstDelivery; see Process) runs
+// without markers and without savepoints where the dialect inserts many
+// rows in one statement (PostgreSQL, MySQL, SQLite): one INSERT of
+// every row as PROCESSED, the handlers, one commit. When a handler does not
+// succeed or the commit fails, that transaction is rolled back, nothing of
+// it is recorded, and the batch runs again the marked way below, so each
+// outcome is recorded exactly as there (the handlers of such a batch run
+// twice).
+//
+// Otherwise the attempt markers of the whole batch are committed in one transaction
 // before the handlers run (rule 5). Then every handler runs in the batch's
 // business transaction behind its own savepoint: a business rejection, a
 // poison message or a technical failure rolls back only its own writes and
@@ -61,12 +70,20 @@ func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, 
 	}
 	defer lockTurns(jobs)()
 
-	if err := s.markBatch(ctx, jobs); err != nil {
-		return nil, err
+	first := false
+	if s.q.insertFirstRows != "" && len(jobs) > 0 && !slices.ContainsFunc(jobs, func(j *job) bool { return !j.e.FirstDelivery }) {
+		if first, err = s.firstBatch(ctx, jobs); err != nil {
+			return nil, err
+		}
 	}
-	if err := s.runBatch(ctx, jobs); err != nil {
-		s.handBack(ctx, jobs)
-		return nil, err
+	if !first {
+		if err := s.markBatch(ctx, jobs); err != nil {
+			return nil, err
+		}
+		if err := s.runBatch(ctx, jobs); err != nil {
+			s.handBack(ctx, jobs)
+			return nil, err
+		}
 	}
 	for _, j := range jobs {
 		results[j.i] = s.finish(ctx, j)
@@ -250,7 +267,7 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	values, a := make([]string, len(jobs)), args{"now": now}
 	for i, j := range jobs {
 		k := strconv.Itoa(i)
-		values[i] = startedRowN(k)
+		values[i] = rowN(startedRow, k)
 		for name, v := range j.e.row(nil) {
 			a[name+k] = v
 		}

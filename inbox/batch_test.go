@@ -80,7 +80,72 @@ func rowOf(t *testing.T, s *inbox.Store, id string) string {
 // rows Process gives for the same deliveries one by one, and the business
 // writes of rejected and failed items are rolled back while their
 // neighbours' commit.
+//
+// The same holds for first deliveries (Entry.FirstDelivery), one by one and
+// in a batch: without a marker, and in a batch without savepoints, they
+// leave the rows and results the marked path leaves. "first-batch-ok" is a
+// batch whose handlers all succeed, so it commits without the marked path
+// (events with a row already run after it); in "first-batch" a handler
+// fails and the batch runs again the marked way.
 func TestProcessBatchIsProcessOneByOne(t *testing.T) {
+	technical := errors.New("letter service timeout")
+	every := []scenarioItem{
+		{entry("NEW-1"), nil},
+		{entry("REJECT"), fmt.Errorf("customer 77 unknown: %w", reject("CUSTOMER_UNKNOWN"))},
+		{entry("REJECT-UNNAMED"), reject("")},
+		{entry("NEW-2"), nil},
+		{entry("POISON"), poison("MALFORMED_PAYLOAD")},
+		{entry("TECHNICAL"), technical},
+		{entry("DONE"), nil},
+		{entry("FAILED-ONCE"), technical},
+		{entry("EXHAUSTED"), nil},
+		{entry("FAILED-THEN-OK"), nil},
+		{entry("NO-ATTEMPT"), decided{inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: "CIRCUIT_OPEN", NoAttempt: true}, "breaker open"}},
+		{inbox.Entry{ConsumerName: consumerName}, nil},
+		{entry("NEW-1"), nil}, // the same event twice in one batch
+		{entry("NEW-3"), nil},
+	}
+	var succeeding []scenarioItem
+	for _, it := range every {
+		if it.err == nil {
+			succeeding = append(succeeding, it)
+		}
+	}
+	process := func(s *inbox.Store, items []inbox.BatchItem) ([]inbox.Result, error) {
+		var out []inbox.Result
+		for _, it := range items {
+			res, err := s.Process(context.Background(), it.Entry, it.Handler)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, res)
+		}
+		return out, nil
+	}
+	batch := func(s *inbox.Store, items []inbox.BatchItem) ([]inbox.Result, error) {
+		return s.ProcessBatch(context.Background(), items)
+	}
+	for _, v := range []struct {
+		name  string
+		items []scenarioItem
+		first bool
+		run   func(*inbox.Store, []inbox.BatchItem) ([]inbox.Result, error)
+	}{
+		{"batch", every, false, batch},
+		{"first", every, true, process},
+		{"first-batch", every, true, batch},
+		{"first-batch-ok", succeeding, true, batch},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			sameAsProcess(t, v.items, v.first, v.run)
+		})
+	}
+}
+
+// sameAsProcess runs items through Process (marked) on one store and
+// through run (with Entry.FirstDelivery = first) on another, and compares
+// results, rows and business writes.
+func sameAsProcess(t *testing.T, items []scenarioItem, first bool, run func(*inbox.Store, []inbox.BatchItem) ([]inbox.Result, error)) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		ctx := context.Background()
@@ -103,22 +168,6 @@ func TestProcessBatchIsProcessOneByOne(t *testing.T) {
 			}
 		}
 		tw.clock.Add(10)
-		items := []scenarioItem{
-			{entry("NEW-1"), nil},
-			{entry("REJECT"), fmt.Errorf("customer 77 unknown: %w", reject("CUSTOMER_UNKNOWN"))},
-			{entry("REJECT-UNNAMED"), reject("")},
-			{entry("NEW-2"), nil},
-			{entry("POISON"), poison("MALFORMED_PAYLOAD")},
-			{entry("TECHNICAL"), technical},
-			{entry("DONE"), nil},
-			{entry("FAILED-ONCE"), technical},
-			{entry("EXHAUSTED"), nil},
-			{entry("FAILED-THEN-OK"), nil},
-			{entry("NO-ATTEMPT"), decided{inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: "CIRCUIT_OPEN", NoAttempt: true}, "breaker open"}},
-			{inbox.Entry{ConsumerName: consumerName}, nil},
-			{entry("NEW-1"), nil}, // the same event twice in one batch
-			{entry("NEW-3"), nil},
-		}
 		var want []inbox.Result
 		for _, it := range items {
 			res, err := tw.single.Process(ctx, it.entry, it.handler(db, "INBOX_SINGLE"))
@@ -127,10 +176,12 @@ func TestProcessBatchIsProcessOneByOne(t *testing.T) {
 		}
 		batch := make([]inbox.BatchItem, len(items))
 		for i, it := range items {
-			batch[i] = inbox.BatchItem{Entry: it.entry, Handler: it.handler(db, "INBOX_BATCH")}
+			e := it.entry
+			e.FirstDelivery = first
+			batch[i] = inbox.BatchItem{Entry: e, Handler: it.handler(db, "INBOX_BATCH")}
 		}
-		got, err := tw.batch.ProcessBatch(ctx, batch)
-		dbtest.Must(t, err, "ProcessBatch")
+		got, err := run(tw.batch, batch)
+		dbtest.Must(t, err, "run")
 		if len(got) != len(items) {
 			t.Fatalf("%d results for %d items", len(got), len(items))
 		}

@@ -50,6 +50,12 @@ type Dialect struct {
 	markUpsert string
 	// multiRowInsert: INSERT ... VALUES (...), (...) inserts many rows.
 	multiRowInsert bool
+	// doNothing is the clause that makes an INSERT skip a row whose key
+	// exists instead of failing ("" where the INSERT fails with a
+	// duplicate-key error, which does not abort the transaction there).
+	// Where it is set, INSERT ... doNothing RETURNING reports the rows
+	// inserted (first.go).
+	doNothing string
 	// schema is how the dialect spells the inbox's DDL, reads a schema
 	// back and takes the migration lock (migrate.go).
 	schema schemaSQL

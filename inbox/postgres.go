@@ -29,6 +29,7 @@ var Postgres = Dialect{
 
 	markUpsert:     pgMarkUpsert,
 	multiRowInsert: true,
+	doNothing:      ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
 
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",

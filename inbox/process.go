@@ -35,7 +35,14 @@ type Entry struct {
 	// EventIDSource names where a derived event id came from (stored in
 	// EVENT_ID_SOURCE, at most 40 bytes); "" for the event id header.
 	EventIDSource string
-	// Redelivered is the broker's redelivery flag.
+	// FirstDelivery is true only when the broker vouches that this is the
+	// message's first delivery: no handler can have run for it before, so
+	// Process runs it without the attempt marker (see "The first
+	// delivery" on Process). Leave it false when in doubt. The consumer
+	// runtime sets it from inboxkit.Message.FirstDelivery, which the
+	// adapters of this module set.
+	FirstDelivery bool
+	// Redelivered is the broker's redelivery flag (for the record).
 	Redelivered bool
 	// DeliveryCount is the broker's delivery count, 0 when unknown.
 	DeliveryCount int
@@ -86,6 +93,17 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // over STOMP). The broker's redelivery flag and delivery count are not
 // used: they also count deliveries that never reached the handler.
 //
+// # The first delivery
+//
+// An entry with FirstDelivery set skips the marker: no handler can have run
+// for a message the broker never delivered before. Its transaction inserts
+// the row as PROCESSED at attempt 1, runs h and commits, the statements a
+// hand-written inbox sends; a rejection, a technical failure or poison is
+// recorded as above, at attempt 1. The price: a first delivery that kills
+// the process leaves no count, so such a message is dead-lettered after
+// Retry.MaxAttempts + 1 deaths (its redeliveries are counted). When the
+// event has a row already, the delivery takes the marked path.
+//
 // A delivery that cannot be handled because the database is unreachable
 // never counts: when Process returns an error after its marker was
 // committed, the marker is taken back (at once, or, when the database is
@@ -120,6 +138,11 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 	mu := &turns[turn(e)]
 	mu.Lock()
 	defer mu.Unlock()
+	if e.FirstDelivery {
+		if res, done, err := s.processFirst(ctx, e, h); done {
+			return res, err
+		}
+	}
 	return s.process(ctx, e, h)
 }
 

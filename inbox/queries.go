@@ -9,12 +9,18 @@ import (
 
 // queries are the store's statements, built once per table and dialect.
 type queries struct {
-	insertFailure   stmt
-	insertDead      stmt
-	updateFailure   stmt
-	insertStarted   stmt
-	startAttempt    stmt
-	markUpsert      stmt // empty text: the dialect marks in three statements
+	insertFailure stmt
+	insertDead    stmt
+	updateFailure stmt
+	insertStarted stmt
+	startAttempt  stmt
+	markUpsert    stmt // empty text: the dialect marks in three statements
+	// insertFirst, insertRejected: the rows a first delivery writes
+	// without a marker (first.go); insertFirstRows is insertFirst's
+	// multi-row prefix, "" where the dialect has no multi-row INSERT.
+	insertFirst     stmt
+	insertRejected  stmt
+	insertFirstRows string
 	forgetAttempt   stmt
 	takeBackAttempt stmt
 	processFromFail stmt
@@ -53,16 +59,24 @@ func terminalList() string {
 }
 
 // insertStartedRows + startedRow is the attempt marker of an event without
-// a row; ProcessBatch appends one startedRow per event (see startedRowN).
+// a row; ProcessBatch appends one startedRow per event (see rowN).
 const (
 	insertStartedRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES `
 	startedRow        = `(@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source)`
 )
 
-// startedRowN is startedRow with the parameters of the k-th event (@eventK,
-// ...; @now is shared).
-func startedRowN(k string) string {
-	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k).Replace(startedRow)
+// insertFirstRows + firstRow is the row of a first delivery that runs
+// without a marker (first.go): PROCESSED at attempt 1, the columns the
+// marker and the claim would have written.
+const (
+	insertFirstRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES `
+	firstRow        = `(@event, @consumer, 'PROCESSED', @corr, @now, @now, @now, 1, @hash, @source)`
+)
+
+// rowN is a row of VALUES (startedRow, firstRow) with the parameters of
+// the k-th event (@eventK, ...; @now is shared).
+func rowN(row, k string) string {
+	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k).Replace(row)
 }
 
 func buildQueries(d Dialect, table string) queries {
@@ -76,11 +90,18 @@ func buildQueries(d Dialect, table string) queries {
 	if d.markUpsert != "" {
 		markUpsert = compile(d, fmt.Sprintf(d.markUpsert, table))
 	}
+	firstRows := ""
+	if d.multiRowInsert {
+		firstRows = strings.ReplaceAll(insertFirstRows, "{t}", table)
+	}
 	return queries{
-		markUpsert:    markUpsert,
-		insertFailure: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
-		insertDead:    n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
-		updateFailure: n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		markUpsert:      markUpsert,
+		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
+		insertFirstRows: firstRows,
+		insertRejected:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source)`),
+		insertFailure:   n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
+		insertDead:      n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
+		updateFailure:   n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
 		// TECHNICAL_FAILURE row with attempts means "the handler of the last
 		// attempt started and recorded no outcome"; the next marker then writes

@@ -38,6 +38,7 @@ var SQLite = Dialect{
 	claim:          `UPDATE %[1]s SET %[4]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n) RETURNING %[3]s`,
 	claimUpdates:   true,
 	multiRowInsert: true,
+	doNothing:      ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
 
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",

@@ -60,6 +60,7 @@ func incoming(queue string, trustCount bool, m *amqp.Message) inboxkit.Message {
 	}
 	if h := m.Header; h != nil {
 		out.Redelivered = !h.FirstAcquirer || h.DeliveryCount > 0
+		out.FirstDelivery = !out.Redelivered
 		if trustCount {
 			out.DeliveryCount = int(h.DeliveryCount) + 1
 		}

@@ -39,6 +39,7 @@ func newDelivery(a *Adapter, msg jetstream.Msg) *delivery {
 		m.BrokerMessageID = strconv.FormatUint(md.Sequence.Stream, 10)
 		m.DeliveryCount = int(md.NumDelivered)
 		m.Redelivered = md.NumDelivered > 1
+		m.FirstDelivery = md.NumDelivered == 1
 	}
 	return &delivery{a: a, msg: msg, m: m}
 }

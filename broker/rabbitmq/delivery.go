@@ -53,6 +53,10 @@ func newDelivery(queue string, quorum bool, d amqp.Delivery) *delivery {
 			BrokerMessageID: d.MessageId,
 			Redelivered:     d.Redelivered || count > 1,
 			DeliveryCount:   count,
+			// The redelivered flag is set on every delivery of a message
+			// delivered before (requeued, or unacknowledged when a channel
+			// closed), by classic and quorum queues alike.
+			FirstDelivery: !d.Redelivered && count <= 1,
 		},
 	}
 }

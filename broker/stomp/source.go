@@ -327,5 +327,11 @@ func messageFromFrame(f *Frame) inboxkit.Message {
 	if n, _ := strconv.Atoi(f.Value(HeaderRequeued)); n > 0 {
 		m.Redelivered = true
 	}
+	// ActiveMQ flags every delivery of a message dispatched before
+	// (redelivered:true), and the adapter's requeue copies carry
+	// HeaderRequeued. A broker restart forgets the flag of messages
+	// dispatched before it unless the destination policy sets
+	// persistJMSRedelivered (README).
+	m.FirstDelivery = !m.Redelivered
 	return m
 }

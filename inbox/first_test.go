@@ -1,0 +1,121 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+func first(id string) inbox.Entry {
+	e := entry(id)
+	e.FirstDelivery = true
+	return e
+}
+
+// While the handler of a first delivery runs, no marker is committed: the
+// event has no row another connection can see. A delivery without
+// FirstDelivery (a redelivery) commits its marker first. Both through
+// Process and ProcessBatch.
+func TestFirstDeliveryCommitsNoMarker(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		if db.Backend == dbtest.SQLite {
+			t.Skip("SQLite: a second connection cannot read while the handler's write transaction holds the database")
+		}
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		seen := map[string]string{}
+		look := func(id string) inbox.Handler {
+			return func(ctx context.Context, tx *sql.Tx) error {
+				r, err := s.Get(ctx, id, consumerName) // the pool, not tx
+				switch {
+				case err == nil:
+					seen[id] = string(r.Status)
+				case errors.Is(err, inbox.ErrNotFound):
+					seen[id] = "no row"
+				default:
+					return err
+				}
+				return nil
+			}
+		}
+		for _, e := range []inbox.Entry{first("P-FIRST"), redelivered("P-AGAIN")} {
+			res, err := s.Process(ctx, e, look(e.EventID))
+			dbtest.Must(t, err, "Process %s", e.EventID)
+			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		}
+		for _, items := range [][]inbox.Entry{{first("B-FIRST-1"), first("B-FIRST-2")}, {first("B-MIXED"), redelivered("B-AGAIN")}} {
+			var batch []inbox.BatchItem
+			for _, e := range items {
+				batch = append(batch, inbox.BatchItem{Entry: e, Handler: look(e.EventID)})
+			}
+			res, err := s.ProcessBatch(ctx, batch)
+			dbtest.Must(t, err, "ProcessBatch")
+			for _, r := range res {
+				wantOutcome(t, r, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			}
+		}
+		want := map[string]string{
+			"P-FIRST": "no row", "P-AGAIN": "TECHNICAL_FAILURE",
+			"B-FIRST-1": "no row", "B-FIRST-2": "no row",
+			// A batch with one redelivery takes the marked path whole.
+			"B-MIXED": "TECHNICAL_FAILURE", "B-AGAIN": "TECHNICAL_FAILURE",
+		}
+		for id, w := range want {
+			if seen[id] != w {
+				t.Errorf("%s: another connection saw %q while its handler ran, want %q", id, seen[id], w)
+			}
+		}
+	})
+}
+
+// A first delivery that kills the process leaves no count; its
+// redeliveries (flagged by the broker, so without FirstDelivery) are
+// counted, and it is dead-lettered after Retry.MaxAttempts + 1 deaths. The
+// death is runtime.Goexit in the handler, as in
+// TestProcessBatchCrashChargesNeighboursOnce.
+func TestFirstDeliveryKillerIsCountedFromItsRedelivery(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
+		ctx := context.Background()
+		kill := func(context.Context, *sql.Tx) error { runtime.Goexit(); return nil }
+		deaths := 0
+		var final *inbox.Result
+		for delivery := 1; delivery <= 10 && final == nil; delivery++ {
+			e := redelivered("KILLER")
+			if delivery == 1 {
+				e = first("KILLER")
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				res, err := s.Process(ctx, e, kill)
+				dbtest.Must(t, err, "Process")
+				final = &res
+			}()
+			<-done
+			if final == nil {
+				deaths++
+			}
+			if delivery == 1 {
+				if _, err := s.Get(ctx, "KILLER", consumerName); !errors.Is(err, inbox.ErrNotFound) {
+					t.Errorf("after the first delivery's death: Get = %v, want ErrNotFound (no marker)", err)
+				}
+			}
+		}
+		if final == nil {
+			t.Fatal("the killer still ran after 10 deliveries")
+		}
+		if final.Outcome != inboxkit.OutcomeDeadLetter || final.Reason != inboxkit.ReasonMaxAttemptsExceeded || final.Attempts != 3 {
+			t.Errorf("killer: %s, want DEAD_LETTER %s at attempts 3", comparable(*final), inboxkit.ReasonMaxAttemptsExceeded)
+		}
+		if deaths != 4 {
+			t.Errorf("the killer died %d times, want MaxAttempts + 1 = 4", deaths)
+		}
+	})
+}
