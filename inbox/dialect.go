@@ -56,6 +56,10 @@ type Dialect struct {
 	// Where it is set, INSERT ... doNothing RETURNING reports the rows
 	// inserted (first.go).
 	doNothing string
+	// firstUpsert inserts a first delivery's row in one statement on table
+	// %[1]s and reads the row found instead, if any (see pgFirstInsert);
+	// "" where the plain INSERT is used.
+	firstUpsert string
 	// schema is how the dialect spells the inbox's DDL, reads a schema
 	// back and takes the migration lock (migrate.go).
 	schema schemaSQL

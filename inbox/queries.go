@@ -19,6 +19,7 @@ type queries struct {
 	// without a marker (first.go); insertFirstRows is insertFirst's
 	// multi-row prefix, "" where the dialect has no multi-row INSERT.
 	insertFirst     stmt
+	firstUpsert     stmt // empty text: the dialect uses insertFirst
 	insertRejected  stmt
 	insertFirstRows string
 	forgetAttempt   stmt
@@ -94,8 +95,13 @@ func buildQueries(d Dialect, table string) queries {
 	if d.multiRowInsert {
 		firstRows = strings.ReplaceAll(insertFirstRows, "{t}", table)
 	}
+	var firstUpsert stmt
+	if d.firstUpsert != "" {
+		firstUpsert = compile(d, fmt.Sprintf(d.firstUpsert, table))
+	}
 	return queries{
 		markUpsert:      markUpsert,
+		firstUpsert:     firstUpsert,
 		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
 		insertFirstRows: firstRows,
 		insertRejected:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source)`),
