@@ -47,7 +47,8 @@
 //	note free text                 # copied into the transcript
 //
 // The scripted broker redelivers every message that was handed back or never
-// acknowledged (Redelivered set, DeliveryCount counted) until it is settled
+// acknowledged (Redelivered set, DeliveryCount counted; the first delivery
+// vouched as first, as by the adapters: FirstDelivery) until it is settled
 // or reached broker-max-deliveries, then moves it to its own dead-letter
 // queue, as ActiveMQ does for a legacy consumer without a backout threshold.
 // Nothing sleeps: the scenario clock moves one second per delivery.

@@ -452,6 +452,7 @@ func (r *runner) newDelivery(p *pending) (*delivery, Delivery) {
 	msg := inboxkit.Message{
 		Headers: hdr, Body: []byte(p.msg.Body), Destination: r.sc.Queue,
 		BrokerMessageID: fmt.Sprintf("ID:golden-%s", p.msg.Name), Redelivered: p.deliveries > 1, DeliveryCount: p.deliveries,
+		FirstDelivery: p.deliveries == 1,
 	}
 	return &delivery{m: msg, w: r.w}, Delivery{Message: p.msg.Name, EventID: hdr["eventId"], N: p.deliveries}
 }

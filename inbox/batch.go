@@ -21,14 +21,12 @@ type BatchItem struct {
 // what Process would have returned for items[i] (the same row writes, the
 // same Result), decided by the same decision table.
 //
-// A batch of first deliveries only (Entry.FirstDelivery; see Process) runs
-// without markers and without savepoints where the dialect inserts many
-// rows in one statement (PostgreSQL, MySQL, SQLite): one INSERT of
-// every row as PROCESSED, the handlers, one commit. When a handler does not
-// succeed or the commit fails, that transaction is rolled back, nothing of
-// it is recorded, and the batch runs again the marked way below, so each
-// outcome is recorded exactly as there (the handlers of such a batch run
-// twice).
+// A batch of first deliveries only (Entry.FirstDelivery; see Process) has
+// no markers to commit where the dialect inserts many rows in one
+// statement (PostgreSQL, MySQL, SQLite): its business transaction starts
+// with one INSERT of every row as PROCESSED, and a handler that does not
+// succeed turns its row back into the marker it skipped, behind its
+// savepoint, so every outcome is recorded as below.
 //
 // Otherwise the attempt markers of the whole batch are committed in one transaction
 // before the handlers run (rule 5). Then every handler runs in the batch's
@@ -73,7 +71,7 @@ func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, 
 	first := false
 	if s.q.insertFirstRows != "" && len(jobs) > 0 && !slices.ContainsFunc(jobs, func(j *job) bool { return !j.e.FirstDelivery }) {
 		if first, err = s.firstBatch(ctx, jobs); err != nil {
-			return nil, err
+			return nil, err // handed back by firstBatch
 		}
 	}
 	if !first {
@@ -118,6 +116,9 @@ type job struct {
 	// is TECHNICAL_FAILURE): it gets no marker in the batch and runs on
 	// its own, through Process's path, after the batch committed.
 	solo bool
+	// first: a first delivery whose row the batch's transaction inserted
+	// as PROCESSED (firstBatch); it has no marker and no claim.
+	first bool
 }
 
 func (j *job) key() string { return j.e.EventID + "\x00" + j.e.ConsumerName }
@@ -315,6 +316,11 @@ func (s *Store) runBatch(ctx context.Context, jobs []*job) error {
 		return err
 	}
 	defer tx.rollback()
+	return s.runItems(ctx, tx, jobs)
+}
+
+// runItems is runBatch in tx.
+func (s *Store) runItems(ctx context.Context, tx *txn, jobs []*job) error {
 	var last *job // its handler returned nil: on PostgreSQL the transaction may be aborted all the same
 	for _, j := range jobs {
 		if j.started == 0 {
@@ -350,7 +356,24 @@ func (s *Store) aborted(ctx context.Context, tx *txn, j *job, err error) error {
 	if _, rerr := tx.ExecContext(ctx, s.q.rollbackItem); rerr != nil {
 		return fmt.Errorf("inbox: roll back a batch item: %w (after: %v)", rerr, err)
 	}
+	if err := s.unprocess(ctx, tx, j); err != nil {
+		return err
+	}
 	j.failed(s, fmt.Errorf("inbox: the handler returned nil, but its transaction failed: %w", err))
+	return nil
+}
+
+// unprocess turns the row of a first delivery (inserted as PROCESSED by
+// firstBatch) into the attempt marker the marked path would have committed,
+// after its handler's writes were rolled back to its savepoint. It does
+// nothing for other jobs (and nil, the worker's items).
+func (s *Store) unprocess(ctx context.Context, tx *txn, j *job) error {
+	if j == nil || !j.first {
+		return nil
+	}
+	if _, err := s.q.unprocess.exec(ctx, tx, j.e.key(nil)); err != nil {
+		return fmt.Errorf("inbox: roll back a batch item: %w", err)
+	}
 	return nil
 }
 
@@ -358,19 +381,22 @@ func (s *Store) aborted(ctx context.Context, tx *txn, j *job, err error) error {
 // inbox_item. Whatever the job's verdict, afterwards the transaction holds
 // exactly its row writes; an error means the transaction is unusable.
 func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job) error {
-	undo, err := s.itemSavepoint(ctx, tx)
+	undo, err := s.itemSavepoint(ctx, tx, j)
 	if err != nil && prev != nil && s.q.releaseItem != "" {
 		// The previous handler returned nil but left the transaction
 		// aborted: it is the one that failed.
 		if err := s.aborted(ctx, tx, prev, err); err != nil {
 			return err
 		}
-		undo, err = s.itemSavepoint(ctx, tx)
+		undo, err = s.itemSavepoint(ctx, tx, j)
 	}
 	if err != nil {
 		return err
 	}
-	claimed, err := s.claim(ctx, tx, j.e, s.now())
+	claimed := j.first // its row is PROCESSED already
+	if !j.first {
+		claimed, err = s.claim(ctx, tx, j.e, s.now())
+	}
 	if err != nil || !claimed {
 		j.again = err == nil
 		if uerr := undo(); uerr != nil {
@@ -482,11 +508,12 @@ func (s *Store) handBack(ctx context.Context, jobs []*job) {
 	}
 }
 
-// itemSavepoint sets the savepoint of one batch item in tx and returns
-// undo, which rolls the transaction back to it (undoing the item's writes;
-// on PostgreSQL it also ends an aborted state). The savepoint stays, so
-// undo may run again.
-func (s *Store) itemSavepoint(ctx context.Context, tx *txn) (undo func() error, err error) {
+// itemSavepoint sets the savepoint of job j in tx and returns undo, which
+// rolls the transaction back to it (undoing the item's writes; on
+// PostgreSQL it also ends an aborted state) and leaves j's row the marker
+// it was before the claim (unprocess). The savepoint stays, so undo may
+// run again.
+func (s *Store) itemSavepoint(ctx context.Context, tx *txn, j *job) (undo func() error, err error) {
 	if _, err := tx.ExecContext(ctx, s.q.savepointItem); err != nil {
 		return nil, fmt.Errorf("inbox: savepoint: %w", err)
 	}
@@ -494,6 +521,6 @@ func (s *Store) itemSavepoint(ctx context.Context, tx *txn) (undo func() error, 
 		if _, err := tx.ExecContext(ctx, s.q.rollbackItem); err != nil {
 			return fmt.Errorf("inbox: roll back a batch item: %w", err)
 		}
-		return nil
+		return s.unprocess(ctx, tx, j)
 	}, nil
 }

@@ -130,41 +130,35 @@ func (s *Store) recordFirst(ctx context.Context, e Entry, v verdict, herr error,
 	return Result{}, fmt.Errorf("inbox: record %s: %w (handler error: %v)", strings.ToLower(string(st)), err, herr)
 }
 
-// firstBatch runs a batch of first deliveries without markers and without
-// savepoints: one INSERT ... RETURNING of all their rows, the handlers, one
-// commit. It reports false, with nothing written, when the batch must take
-// the marked path instead (a handler did not succeed, or the commit
-// failed): a handler's failure cannot be undone alone without a savepoint,
-// so the whole batch runs again behind savepoints, and only then is
-// anything recorded. Jobs whose event had a row already are left solo (the
-// marked path after the batch).
+// firstBatch runs a batch of first deliveries without attempt markers: the
+// business transaction starts with one INSERT of all their rows as
+// PROCESSED at attempt 1, then runs each handler behind its savepoint as
+// runBatch does, and commits. A handler that does not succeed is rolled
+// back to its savepoint and its row turned into the marker the marked path
+// would have committed (unprocess), so that what follows (the rejection's
+// UPDATE, the failure recorded after the commit, a hand-back) is the marked
+// path's own. Jobs whose event has a row already run solo after the batch.
+// It reports false, with nothing run, when the dialect's INSERT cannot skip
+// existing rows and met one (MySQL): the batch takes the marked path.
 func (s *Store) firstBatch(ctx context.Context, jobs []*job) (bool, error) {
-	now := s.now()
 	tx, err := s.begin(ctx, "process batch", nil)
 	if err != nil {
 		return false, err
 	}
 	defer tx.rollback()
-	inserted, err := s.insertFirstBatch(ctx, tx, jobs, now)
+	inserted, err := s.insertFirstBatch(ctx, tx, jobs, s.now())
 	if err != nil || inserted == nil {
 		return false, err
 	}
 	for _, j := range jobs {
-		if !inserted[j.key()] {
-			continue
-		}
-		if herr := j.h(ctx, tx.Tx); herr != nil {
-			return false, nil
+		j.started, j.first, j.solo = 1, true, !inserted[j.key()]
+		if j.solo {
+			j.started, j.first = 0, false
 		}
 	}
-	if err := tx.commit(); err != nil {
-		return false, nil
-	}
-	for _, j := range jobs {
-		j.started, j.solo = 0, !inserted[j.key()]
-		if !j.solo {
-			j.res = Result{Outcome: inboxkit.OutcomeProcessed, Status: inboxkit.StatusProcessed, Attempts: 1}
-		}
+	if err := s.runItems(ctx, tx, jobs); err != nil {
+		s.handBack(ctx, jobs)
+		return true, err
 	}
 	return true, nil
 }

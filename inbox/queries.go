@@ -21,6 +21,7 @@ type queries struct {
 	insertFirst     stmt
 	firstUpsert     stmt // empty text: the dialect uses insertFirst
 	insertRejected  stmt
+	unprocess       stmt
 	insertFirstRows string
 	forgetAttempt   stmt
 	takeBackAttempt stmt
@@ -104,10 +105,13 @@ func buildQueries(d Dialect, table string) queries {
 		firstUpsert:     firstUpsert,
 		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
 		insertFirstRows: firstRows,
-		insertRejected:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source)`),
-		insertFailure:   n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
-		insertDead:      n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
-		updateFailure:   n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		// A first delivery's PROCESSED row (ProcessBatch) made the marker
+		// it skipped, after its handler did not succeed.
+		unprocess:      n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', PROCESSED_AT = NULL` + key + ` AND STATUS = 'PROCESSED'`),
+		insertRejected: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source)`),
+		insertFailure:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
+		insertDead:     n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
+		updateFailure:  n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
 		// TECHNICAL_FAILURE row with attempts means "the handler of the last
 		// attempt started and recorded no outcome"; the next marker then writes

@@ -100,7 +100,7 @@ func (w *Worker) runClaims(jobs []*claimJob) error {
 // error means the transaction is unusable.
 func (w *Worker) runClaim(tx *txn, j *claimJob) error {
 	s, ctx := w.s, j.ctx
-	undo, err := s.itemSavepoint(ctx, tx)
+	undo, err := s.itemSavepoint(ctx, tx, nil)
 	if err != nil {
 		return err
 	}

@@ -57,10 +57,12 @@ func TestRunRecordsDeadlock(t *testing.T) {
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO shipping_letters%'`).Scan(&n)
 		return err == nil && n == 1
 	}, logs)
-	// Closing the cycle: the test's transaction wants the inbox row. It waits
-	// until PostgreSQL aborted the consumer's transaction, then goes on.
-	_, err = other.ExecContext(ctx, `UPDATE INBOX_EVENT_PROCESSING SET UPDATED_AT = UPDATED_AT WHERE EVENT_ID = $1`, eventID)
-	dbtest.Must(t, err, "update the inbox row (the test's side of the deadlock)")
+	// Closing the cycle: the test's transaction wants the inbox row's key,
+	// which the consumer's transaction inserted (a first delivery runs
+	// without a marker: the row is not committed yet). It waits until
+	// PostgreSQL aborted the consumer's transaction, then goes on.
+	_, err = other.ExecContext(ctx, `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS) VALUES ($1, 'invoice-consumer', 'PROCESSED')`, eventID)
+	dbtest.Must(t, err, "insert the inbox row's key (the test's side of the deadlock)")
 	dbtest.Must(t, other.Rollback(), "roll back the test's transaction")
 
 	waitFor(t, "the event to be processed after the deadlock", func() bool {
