@@ -28,7 +28,8 @@
 //     (TextMessage) as its UTF-8 bytes; other amqp-values and
 //     amqp-sequences (MapMessage, StreamMessage) as JSON.
 //   - Redelivered: the header's first-acquirer is false, or its
-//     delivery-count is above 0.
+//     delivery-count is above 0. FirstDelivery: its negation, only when
+//     the message has a header.
 //   - DeliveryCount: 0 (unknown), unless Config.TrustDeliveryCount.
 //
 // # Settling

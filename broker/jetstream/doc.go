@@ -33,7 +33,7 @@
 //   - BrokerMessageID: the stream sequence, in decimal.
 //   - DeliveryCount: the consumer's NumDelivered (1 for the first delivery),
 //     known also after a consumer crash.
-//   - Redelivered: NumDelivered > 1.
+//   - Redelivered: NumDelivered > 1; FirstDelivery: NumDelivered is 1.
 //
 // # Settling
 //

@@ -19,6 +19,8 @@
 //   - BrokerMessageID: the message_id property.
 //   - Destination: the queue name.
 //   - Redelivered: the AMQP redelivered flag.
+//   - FirstDelivery: the redelivered flag is false and no x-delivery-count
+//     says otherwise.
 //   - DeliveryCount: on quorum queues x-delivery-count+1 (the header counts
 //     the earlier deliveries and is absent on the first, which counts 1);
 //     on classic queues 0, unknown.

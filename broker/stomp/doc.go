@@ -55,8 +55,9 @@
 // Every MESSAGE header goes into Message.Headers, unescaped (the first
 // occurrence when repeated). Destination is the destination header,
 // BrokerMessageID the message-id header (for logs only), Redelivered is
-// true for redelivered:true or a non-zero inboxkit-requeued header, and
-// DeliveryCount is always 0. The event id travels in an application header
+// true for redelivered:true or a non-zero inboxkit-requeued header,
+// FirstDelivery is its negation (ActiveMQ keeps the flag across a broker
+// restart only with persistJMSRedelivered), and DeliveryCount is always 0. The event id travels in an application header
 // of the producer's choice (e.g. eventId); JMS producers' JMSCorrelationID
 // arrives as correlation-id.
 //
