@@ -6,6 +6,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/failpoint"
 )
 
 // BatchObserver is implemented by an Observer that also wants the size of
@@ -47,13 +48,16 @@ type batchItem struct {
 // settles a delivery with the same inbox result: acknowledgements only
 // after the commit (rule 3), a dead letter's publish confirmed before its
 // acknowledgement, in-process retries of a transient failure (the store's
-// Retry.InProcessRetries) one delivery at a time. When the batch's transaction does not commit,
-// every delivery of it is handed back. The same event twice in one batch is
-// processed once: the second is a duplicate. An oversize delivery is
-// settled on its own, as by Handle. In ModeStoreThenProcess it calls
-// Handle for each delivery (there the workers batch). Settled[i] is the
-// settlement of ds[i]. Run calls it when Config.BatchSize is above 1 in
-// ModeTransactional.
+// Retry.InProcessRetries) one delivery at a time. The deliveries that need
+// nothing but an acknowledgement (processed, duplicate, rejected without a
+// RejectQueue) are acknowledged first, together: with one AckBatch when the
+// source is a BatchAcker (on RabbitMQ one frame where that is correct).
+// When the batch's transaction does not commit, every delivery of it is
+// handed back. The same event twice in one batch is processed once: the
+// second is a duplicate. An oversize delivery is settled on its own, as by
+// Handle. In ModeStoreThenProcess it calls Handle for each delivery (there
+// the workers batch). Settled[i] is the settlement of ds[i]. Run calls it
+// when Config.BatchSize is above 1 in ModeTransactional.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
 	out := make([]Settled, len(ds))
 	if c.cfg.Mode == ModeStoreThenProcess {
@@ -85,8 +89,29 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
 		o.Batch(len(batch))
 	}
 	results, err := c.cfg.Store.ProcessBatch(ctx, batch)
+	// The deliveries that need nothing but an acknowledgement are
+	// acknowledged first and together (ackAll); then the others are settled
+	// one by one, with their in-process retries, publishes and requeues.
+	plain := make([]bool, len(items))
+	var acks []int
 	for k, it := range items {
-		s := Settled{Message: it.m, Err: err} // not committed: all handed back
+		if err != nil {
+			break // not committed: all handed back
+		}
+		s := Settled{Message: it.m, Result: results[k]}
+		if a, ok := c.plainAck(s); ok {
+			s.Action = a
+			out[it.i] = s
+			plain[k] = true
+			acks = append(acks, k)
+		}
+	}
+	c.ackAll(ctx, items, acks, out)
+	for k, it := range items {
+		if plain[k] {
+			continue
+		}
+		s := Settled{Message: it.m, Err: err}
 		if err == nil {
 			s.Result = results[k]
 			if c.cfg.Store.Config().Retry.InProcessRetries != 0 {
@@ -97,6 +122,32 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
 		it.done(out[it.i])
 	}
 	return out
+}
+
+// ackAll acknowledges the items at idx, whose settlements in out carry
+// their action, and finishes them as ack does: with one AckBatch when the
+// source is a BatchAcker, else one Ack each.
+func (c *Consumer) ackAll(ctx context.Context, items []batchItem, idx []int, out []Settled) {
+	ba, ok := c.cfg.Source.(BatchAcker)
+	if !ok || len(idx) < 2 {
+		for _, k := range idx {
+			it := items[k]
+			out[it.i] = c.ack(it.ctx, it.d, out[it.i], out[it.i].Action)
+			it.done(out[it.i])
+		}
+		return
+	}
+	ds := make([]Delivery, len(idx))
+	for j, k := range idx {
+		failpoint.Hit(failpoint.AfterCommitBeforeAck) // once per delivery, as ack
+		ds[j] = items[k].d
+	}
+	errs := ba.AckBatch(ctx, ds)
+	for j, k := range idx {
+		it := items[k]
+		out[it.i] = c.acked(out[it.i], errs[j])
+		it.done(out[it.i])
+	}
 }
 
 // handler is the inbox handler of m: Config.Handler with the delivery's

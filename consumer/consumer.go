@@ -587,24 +587,16 @@ func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler
 // transactional path: s carries the inbox's Result, or in Err the error of
 // an inbox that could not record it (the delivery is then handed back).
 func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s Settled) Settled {
+	if a, ok := c.plainAck(s); ok {
+		return c.ack(ctx, d, s, a)
+	}
 	if s.Err != nil {
 		return c.requeue(ctx, d, s, c.requeueDelay(1))
 	}
-	res, m := s.Result, s.Message
+	res := s.Result
 	switch res.Outcome {
-	case inboxkit.OutcomeProcessed:
-		return c.ack(ctx, d, s, inboxkit.ActionAck)
-	case inboxkit.OutcomeDuplicate:
-		if res.Status == inboxkit.StatusRejected && m.Redelivered && c.cfg.RejectQueue != "" {
-			// The first delivery may have died between commit and publish.
-			return c.reject(ctx, d, s, entry)
-		}
-		return c.ack(ctx, d, s, inboxkit.ActionAck)
-	case inboxkit.OutcomeRejected:
-		if c.cfg.RejectQueue != "" {
-			return c.reject(ctx, d, s, entry)
-		}
-		return c.ack(ctx, d, s, inboxkit.ActionReject)
+	case inboxkit.OutcomeDuplicate, inboxkit.OutcomeRejected: // with a RejectQueue (see plainAck)
+		return c.reject(ctx, d, s, entry)
 	case inboxkit.OutcomeRetry:
 		delay := res.RetryAfter
 		if delay == 0 {
@@ -616,6 +608,32 @@ func (c *Consumer) settle(ctx context.Context, d Delivery, entry inbox.Entry, s 
 	}
 	s.Err = fmt.Errorf("consumer: unknown outcome %q", res.Outcome)
 	return c.requeue(ctx, d, s, c.requeueDelay(1))
+}
+
+// plainAck returns the action of a settlement that needs nothing but an
+// acknowledgement of the delivery (ok true): a processed message, a
+// duplicate, a business rejection without a RejectQueue. Every other one
+// publishes (a dead letter, a rejection to RejectQueue) or requeues first.
+func (c *Consumer) plainAck(s Settled) (a inboxkit.Action, ok bool) {
+	if s.Err != nil {
+		return "", false
+	}
+	switch s.Result.Outcome {
+	case inboxkit.OutcomeProcessed:
+		return inboxkit.ActionAck, true
+	case inboxkit.OutcomeDuplicate:
+		// The first delivery of a rejection may have died between its
+		// commit and its publish to RejectQueue: a redelivery publishes.
+		if s.Result.Status == inboxkit.StatusRejected && s.Message.Redelivered && c.cfg.RejectQueue != "" {
+			return "", false
+		}
+		return inboxkit.ActionAck, true
+	case inboxkit.OutcomeRejected:
+		if c.cfg.RejectQueue == "" {
+			return inboxkit.ActionReject, true
+		}
+	}
+	return "", false
 }
 
 func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox.Entry, res inbox.Result) dlq.Envelope {
@@ -712,7 +730,12 @@ func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbo
 func (c *Consumer) ack(ctx context.Context, d Delivery, s Settled, a inboxkit.Action) Settled {
 	s.Action = a
 	failpoint.Hit(failpoint.AfterCommitBeforeAck)
-	if err := d.Ack(ctx); err != nil {
+	return c.acked(s, d.Ack(ctx))
+}
+
+// acked finishes s, whose delivery's acknowledgement returned err.
+func (c *Consumer) acked(s Settled, err error) Settled {
+	if err != nil {
 		// The broker will deliver again; the inbox makes that a duplicate.
 		s.Err = fmt.Errorf("consumer: ack: %w", err)
 	}

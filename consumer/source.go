@@ -46,6 +46,19 @@ type Source interface {
 	Close() error
 }
 
+// BatchAcker is implemented by a Source that acknowledges several of its
+// deliveries with fewer frames than one each (broker/rabbitmq: one
+// basic.ack with the multiple flag, where that acknowledges nothing but
+// them). HandleBatch acknowledges the deliveries of a committed batch that
+// need nothing but an acknowledgement through it; a Source without it has
+// them acknowledged one by one.
+type BatchAcker interface {
+	// AckBatch acknowledges ds, deliveries received from this source and
+	// not settled, as Ack on each would: errs[i] is what ds[i].Ack would
+	// have returned. It must never settle a delivery not in ds.
+	AckBatch(ctx context.Context, ds []Delivery) (errs []error)
+}
+
 // Readier is implemented by a Source that knows the state of its broker
 // connection; every adapter in broker/ does. The runtime does not call it:
 // a readiness check (observe.SourceCheck, inboxctl's /readyz) does.

@@ -27,10 +27,11 @@ var ErrSettled = errors.New("rabbitmq: delivery already settled")
 type delivery struct {
 	d       amqp.Delivery
 	msg     inboxkit.Message
+	acks    *acks // of the channel d came from
 	settled atomic.Bool
 }
 
-func newDelivery(queue string, quorum bool, d amqp.Delivery) *delivery {
+func newDelivery(queue string, quorum bool, d amqp.Delivery, acks *acks) *delivery {
 	headers := make(map[string]string, len(d.Headers)+1)
 	for k, v := range d.Headers {
 		headers[k] = headerString(v)
@@ -45,7 +46,8 @@ func newDelivery(queue string, quorum bool, d amqp.Delivery) *delivery {
 		count = 1
 	}
 	return &delivery{
-		d: d,
+		d:    d,
+		acks: acks,
 		msg: inboxkit.Message{
 			Headers:         headers,
 			Body:            d.Body,
@@ -71,10 +73,7 @@ func (d *delivery) Ack(context.Context) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
-	if err := d.d.Ack(false); err != nil {
-		return fmt.Errorf("rabbitmq: ack delivery of %s: %w", d.msg.Destination, err)
-	}
-	return nil
+	return d.ackErr(d.acks.settle(d.d.DeliveryTag, func() error { return d.d.Ack(false) }))
 }
 
 // Requeue returns the delivery to its queue with basic.nack requeue=true,
@@ -88,11 +87,12 @@ func (d *delivery) Requeue(_ context.Context, delay time.Duration) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
+	nack := func() error { return d.acks.settle(d.d.DeliveryTag, func() error { return d.d.Nack(false, true) }) }
 	if delay > 0 {
-		time.AfterFunc(delay, func() { _ = d.d.Nack(false, true) })
+		time.AfterFunc(delay, func() { _ = nack() })
 		return nil
 	}
-	if err := d.d.Nack(false, true); err != nil {
+	if err := nack(); err != nil {
 		return fmt.Errorf("rabbitmq: requeue delivery of %s: %w", d.msg.Destination, err)
 	}
 	return nil

@@ -55,6 +55,7 @@ type session struct {
 	netConn net.Conn // the raw socket, so tests can break it
 
 	deliveries <-chan amqp.Delivery // nil without Config.Queue
+	acks       *acks                // settles the deliveries of the consuming channel
 
 	pubMu   sync.Mutex // one publish in flight, so a return matches its publish
 	pubCh   *amqp.Channel
@@ -135,7 +136,7 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 					return nil, consumer.ErrClosed
 				}
 			}
-			return newDelivery(a.cfg.Queue, a.cfg.Quorum, d), nil
+			return newDelivery(a.cfg.Queue, a.cfg.Quorum, d, s.acks), nil
 		case <-s.Dead():
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -278,7 +279,7 @@ func (a *Adapter) Depth(ctx context.Context, queue string) (int, error) {
 // connect opens a connection, the publishing channel in confirm mode and,
 // with Config.Queue, the consuming channel.
 func (a *Adapter) connect() (*session, error) {
-	s := &session{declared: make(map[string]bool)}
+	s := &session{declared: make(map[string]bool), acks: newAcks()}
 	dial := amqp.DefaultDial(a.cfg.DialTimeout)
 	conn, err := amqp.DialConfig(a.cfg.URL, amqp.Config{
 		Heartbeat:  a.cfg.Heartbeat,
