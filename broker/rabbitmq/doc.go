@@ -36,6 +36,14 @@
 // returns an error and the broker redelivers the message with the
 // redelivered flag set.
 //
+// AckBatch (consumer.BatchAcker; the consumer's batch mode calls it)
+// acknowledges several deliveries with one basic.ack carrying the multiple
+// flag, which acknowledges every unacknowledged delivery of the channel up
+// to its tag, so it is sent only up to the first delivery that is neither
+// in the batch nor settled (one another goroutine holds, or one waiting for
+// its delayed requeue); the batch's other deliveries are acknowledged one
+// by one.
+//
 // # Publishing
 //
 // Publish uses a separate channel in confirm mode and returns nil only after
