@@ -66,7 +66,7 @@ func conformanceBroker(name, url string) consumertest.Broker {
 	}
 	return consumertest.Broker{
 		Name:     name,
-		Features: consumertest.Features{DeliveryCount: true, RedeliveredFlag: true},
+		Features: consumertest.Features{DeliveryCount: true, RedeliveredFlag: true, FirstDelivery: true},
 		NewSource: func(t testing.TB, subject string) consumer.Source {
 			a := open(t, subject)
 			t.Cleanup(func() { a.Close() })

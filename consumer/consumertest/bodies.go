@@ -131,6 +131,15 @@ func testCrashAfterCommit(t *testing.T, e *env) {
 		if e.b.Features.RedeliveredFlag && !s.Message.Redelivered {
 			t.Errorf("redelivery of %s is not flagged redelivered", ev)
 		}
+		// A redelivery vouched for as first would run without an attempt
+		// marker (rule 5 would lose the deaths of a message that kills the
+		// process).
+		if s.Message.FirstDelivery {
+			t.Errorf("redelivery of %s is vouched for as the first delivery (Message.FirstDelivery)", ev)
+		}
+		if e.b.Features.FirstDelivery && !first.Message.FirstDelivery {
+			t.Errorf("first delivery of %s is not vouched for as first (Message.FirstDelivery)", ev)
+		}
 		if got := e.businessRowsOf(t, ev); got != 1 {
 			t.Errorf("event %s has %d business rows, want 1", ev, got)
 		}

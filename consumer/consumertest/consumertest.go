@@ -77,6 +77,9 @@ type Features struct {
 	DeliveryCount bool
 	// RedeliveredFlag: Message.Redelivered is set on redeliveries.
 	RedeliveredFlag bool
+	// FirstDelivery: Message.FirstDelivery is set on a message's first
+	// delivery (it must never be set on a redelivery, whatever this says).
+	FirstDelivery bool
 }
 
 func (b *Broker) setDefaults() {
