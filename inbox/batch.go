@@ -212,7 +212,8 @@ func (s *Store) markAll(ctx context.Context, jobs []*job) (again bool, err error
 	var fresh []*job
 	for _, j := range jobs {
 		j.started, j.res, j.solo = 0, Result{}, false
-		st, ok := present[j.key()]
+		row, ok := present[j.key()]
+		st := row.status
 		if !ok {
 			fresh = append(fresh, j)
 			continue
@@ -277,10 +278,17 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	return err
 }
 
-// present reads which of the jobs' keys have a row, and its status, in one
-// statement. It only routes: the INSERT or the conditional UPDATE that
-// follows decides.
-func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]inboxkit.Status, error) {
+// presentRow is the status and attempts of a row present reads.
+type presentRow struct {
+	status   inboxkit.Status
+	attempts int
+}
+
+// present reads which of the jobs' keys have a row, and its status and
+// attempts, in one statement. It only routes: the INSERT or the
+// conditional UPDATE that follows decides, or a terminal row reports a
+// duplicate.
+func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]presentRow, error) {
 	ids, a := make([]string, len(jobs)), args{}
 	for i, j := range jobs {
 		ids[i] = "@id" + strconv.Itoa(i)
@@ -292,14 +300,15 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]
 		return nil, fmt.Errorf("inbox: start attempts: %w", err)
 	}
 	defer rows.Close()
-	present := map[string]inboxkit.Status{}
+	present := map[string]presentRow{}
 	for rows.Next() {
 		var e Entry
 		var status string
-		if err := rows.Scan(&e.EventID, &e.ConsumerName, &status); err != nil {
+		var attempts int
+		if err := rows.Scan(&e.EventID, &e.ConsumerName, &status, &attempts); err != nil {
 			return nil, fmt.Errorf("inbox: start attempts: %w", err)
 		}
-		present[(&job{e: e}).key()] = inboxkit.Status(status)
+		present[(&job{e: e}).key()] = presentRow{inboxkit.Status(status), attempts}
 	}
 	return present, rows.Err()
 }

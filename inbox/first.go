@@ -150,17 +150,46 @@ func (s *Store) firstBatch(ctx context.Context, jobs []*job) (bool, error) {
 	if err != nil || inserted == nil {
 		return false, err
 	}
+	var found []*job
 	for _, j := range jobs {
-		j.started, j.first, j.solo = 1, true, !inserted[j.key()]
-		if j.solo {
-			j.started, j.first = 0, false
+		j.started, j.first = 1, true
+		if !inserted[j.key()] {
+			j.started, j.first, j.solo = 0, false, true
+			found = append(found, j)
 		}
+	}
+	if err := s.duplicatesOf(ctx, tx, found); err != nil {
+		return true, err
 	}
 	if err := s.runItems(ctx, tx, jobs); err != nil {
 		s.handBack(ctx, jobs)
 		return true, err
 	}
 	return true, nil
+}
+
+// duplicatesOf reads, in one statement, the rows the batch's INSERT found
+// for jobs, and settles a job whose row is a duplicate by the decision
+// table (a terminal row) as Process would report it; the others stay solo
+// (the marked path after the batch).
+func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	rows, err := s.present(ctx, tx, jobs)
+	if err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		r, ok := rows[j.key()]
+		if !ok {
+			continue
+		}
+		if v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}); v.Outcome == inboxkit.OutcomeDuplicate {
+			j.solo, j.res = false, Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}
+		}
+	}
+	return nil
 }
 
 // insertFirstBatch inserts the rows of jobs as PROCESSED at attempt 1 in one

@@ -141,7 +141,7 @@ func buildQueries(d Dialect, table string) queries {
 		selectStatus:      n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:    n(`SELECT ATTEMPTS FROM {t}` + key),
 		selectMarker:      n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
-		presentPrefix:     strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME, STATUS FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
+		presentPrefix:     strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
 		insertStartedRows: strings.ReplaceAll(insertStartedRows, "{t}", table),
 		selectOne:         n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:      r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
