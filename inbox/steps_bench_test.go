@@ -177,5 +177,26 @@ func BenchmarkProcessSteps(b *testing.B) {
 				}
 			})
 		}
+		// A broker's first delivery: no marker (first.go).
+		b.Run(backend+"/Process new/first delivery", func(b *testing.B) {
+			for b.Loop() {
+				e := entry(id())
+				e.FirstDelivery = true
+				res, err := upsert.Process(ctx, e, business(e.EventID))
+				if err != nil || res.Outcome != inboxkit.OutcomeProcessed {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+		})
+		b.Run(backend+"/Process duplicate/first delivery", func(b *testing.B) {
+			for b.Loop() {
+				e := entry(processed)
+				e.FirstDelivery = true
+				res, err := upsert.Process(ctx, e, business(processed))
+				if err != nil || res.Outcome != inboxkit.OutcomeDuplicate {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+		})
 	}
 }
