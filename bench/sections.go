@@ -121,7 +121,12 @@ func bigSection(ctx context.Context, admin *sql.DB, o options) error {
 	}
 	// Marked deliveries (attempt marker, then an UPDATE of the row) and
 	// first deliveries (one INSERT), each on both tables.
+	// The server's WAL per message (pg_stat_wal, the whole server: run it
+	// on a quiet one) says why a large inbox is slower: full-page images
+	// of the index pages a new key lands on.
 	var emptyRates, bigRates, emptyFirst, bigFirst []float64
+	walPer := map[string][]float64{}
+	fpiPer := map[string][]float64{}
 	for round := 1; round <= o.rounds; round++ {
 		for _, cell := range []struct {
 			s     *inbox.Store
@@ -129,21 +134,45 @@ func bigSection(ctx context.Context, admin *sql.DB, o options) error {
 			name  string
 			op    func(*inbox.Store) op
 		}{{es, &emptyRates, "empty", processNew}, {bs, &bigRates, "big", processNew}, {es, &emptyFirst, "empty first", processFirst}, {bs, &bigFirst, "big first", processFirst}} {
+			wal0, fpi0, err := walStats(ctx, admin)
+			if err != nil {
+				return err
+			}
+			began := time.Now()
 			r, err := rate(ctx, o.bigConc, o.dur, cell.op(cell.s))
 			if err != nil {
 				return fmt.Errorf("%s: %w", cell.name, err)
 			}
+			msgs := r * time.Since(began).Seconds()
+			wal1, fpi1, err := walStats(ctx, admin)
+			if err != nil {
+				return err
+			}
+			walPer[cell.name] = append(walPer[cell.name], float64(wal1-wal0)/msgs)
+			fpiPer[cell.name] = append(fpiPer[cell.name], float64(fpi1-fpi0)/msgs)
 			*cell.rates = append(*cell.rates, r)
-			fmt.Fprintf(o.log, "big round %d %-11s %8.0f msgs/s\n", round, cell.name, r)
+			fmt.Fprintf(o.log, "big round %d %-11s %8.0f msgs/s, %6.0f bytes of WAL and %.2f full-page images per message\n", round, cell.name, r, float64(wal1-wal0)/msgs, float64(fpi1-fpi0)/msgs)
 		}
 	}
 	fmt.Fprintf(o.out, "\nA full inbox: Store.Process of new messages at %d goroutines, %s per cell, median of %d round(s)\n\n", o.bigConc, o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "rows in the inbox\tmarked msgs/s\tvs empty\tfirst delivery msgs/s\tvs empty\t\n")
-	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%s\t\n", 0, median(emptyRates), "1.00×", median(emptyFirst), "1.00×")
-	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%s\t\n", have, median(bigRates), ratio(median(bigRates), median(emptyRates)), median(bigFirst), ratio(median(bigFirst), median(emptyFirst)))
+	fmt.Fprintf(tw, "rows in the inbox\tmarked msgs/s\tvs empty\tWAL bytes/msg\tfull-page images/msg\tfirst delivery msgs/s\tvs empty\tWAL bytes/msg\tfull-page images/msg\t\n")
+	m := func(v map[string][]float64, k string) float64 { return median(v[k]) }
+	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t\n", 0, median(emptyRates), "1.00×", m(walPer, "empty"), m(fpiPer, "empty"),
+		median(emptyFirst), "1.00×", m(walPer, "empty first"), m(fpiPer, "empty first"))
+	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t\n", have, median(bigRates), ratio(median(bigRates), median(emptyRates)), m(walPer, "big"), m(fpiPer, "big"),
+		median(bigFirst), ratio(median(bigFirst), median(emptyFirst)), m(walPer, "big first"), m(fpiPer, "big first"))
 	tw.Flush()
 	return nil
+}
+
+// walStats reads the server's WAL bytes and full-page images so far.
+func walStats(ctx context.Context, db *sql.DB) (bytes, fpi int64, err error) {
+	err = db.QueryRowContext(ctx, `SELECT wal_bytes::bigint, wal_fpi FROM pg_stat_wal`).Scan(&bytes, &fpi)
+	if err != nil {
+		err = fmt.Errorf("read pg_stat_wal (PostgreSQL 14 or later): %w", err)
+	}
+	return bytes, fpi, err
 }
 
 // countRows counts the inbox rows.
