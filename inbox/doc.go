@@ -77,7 +77,10 @@
 // [Store.Purge] deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED)
 // older than a window, in bounded batches of short transactions. It refuses
 // a window shorter than Config.RedeliveryHorizon (default 7 days), and never
-// deletes TECHNICAL_FAILURE rows: their message is still expected.
+// deletes TECHNICAL_FAILURE rows: their message is still expected. It runs
+// beside live consumers at no more than PurgeOptions.MaxRowsPerSecond
+// (default 150,000), pausing between batches, so that the write-ahead log it
+// writes leaves them their throughput.
 //
 // # Audit and replay
 //

@@ -19,7 +19,7 @@ var Postgres = Dialect{
 		return c.SQLState == sqlstateUniqueViolation
 	}),
 	placeholder: dollar,
-	purgeBatch:  `DELETE FROM %[1]s WHERE ctid IN (SELECT ctid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
+	purgeBatch:  pgPurgeBatch,
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
 

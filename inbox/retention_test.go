@@ -88,3 +88,84 @@ func TestRetention(t *testing.T) {
 		}
 	})
 }
+
+// The pause after a batch makes the batch and the pause together last as
+// long as its rows take at the cap: rows/MaxRowsPerSecond.
+func TestPurgePause(t *testing.T) {
+	for _, c := range []struct {
+		took    time.Duration
+		rows    int64
+		maxRate int
+		want    time.Duration
+	}{
+		{2 * time.Millisecond, 1000, 100_000, 8 * time.Millisecond},
+		{2 * time.Millisecond, 500, 100_000, 3 * time.Millisecond},
+		{2 * time.Millisecond, 1000, 1_000_000, 0}, // slower than the cap: no pause
+		{2 * time.Millisecond, 1000, 400_000, 500 * time.Microsecond},
+		{2 * time.Millisecond, 1000, -1, 0}, // no cap
+	} {
+		if got := inbox.PurgePause(c.took, c.rows, c.maxRate); got != c.want {
+			t.Errorf("pause after %d rows in %s at %d rows/s = %s, want %s", c.rows, c.took, c.maxRate, got, c.want)
+		}
+	}
+}
+
+// Purge pauses between batches (not after the last one) unless
+// MaxRowsPerSecond is negative, and stops in a pause when the context
+// ends. The pauses are recorded, not waited out.
+func TestPurgeRateCap(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		bulkInsert(t, db, "P", 3500, inboxkit.StatusProcessed, "2026-01-01 00:00:00.000000")
+		var pauses []time.Duration
+		inbox.SetPurgeWait(s, func(_ context.Context, d time.Duration) error {
+			pauses = append(pauses, d)
+			return nil
+		})
+		window := 30 * 24 * time.Hour
+
+		n, err := s.Purge(ctx, inbox.PurgeOptions{OlderThan: window, BatchSize: 1000, MaxBatches: 2, MaxRowsPerSecond: -1})
+		dbtest.Must(t, err, "purge without a cap")
+		if n != 2000 || len(pauses) != 0 {
+			t.Fatalf("no cap: deleted %d with %d pauses, want 2000 and none", n, len(pauses))
+		}
+
+		// A cap of 10 rows/s: a batch of 1000 rows takes 100 s with its
+		// pause, so the pause is the 100 s less the batch's own time.
+		n, err = s.Purge(ctx, inbox.PurgeOptions{OlderThan: window, BatchSize: 1000, MaxRowsPerSecond: 10})
+		dbtest.Must(t, err, "capped purge")
+		if n != 1500 || len(pauses) != 1 || pauses[0] <= 90*time.Second || pauses[0] >= 100*time.Second {
+			t.Fatalf("cap 10 rows/s: deleted %d with pauses %v, want 1500 and one pause of almost 100s (none after the last batch)", n, pauses)
+		}
+
+		bulkInsert(t, db, "Q", 3000, inboxkit.StatusProcessed, "2026-01-01 00:00:00.000000")
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		inbox.SetPurgeWait(s, func(ctx context.Context, d time.Duration) error {
+			cancel()
+			return ctx.Err()
+		})
+		n, err = s.Purge(cctx, inbox.PurgeOptions{OlderThan: window, BatchSize: 500, MaxRowsPerSecond: 10})
+		if !errors.Is(err, context.Canceled) || n != 500 {
+			t.Fatalf("cancelled in the first pause: deleted %d, err %v; want 500 and context.Canceled", n, err)
+		}
+	})
+}
+
+// PostgreSQL's purge batch commits with synchronous_commit off for its own
+// transaction only: what the pool's connection runs next commits
+// synchronously again.
+func TestPurgeLeavesSynchronousCommitOn(t *testing.T) {
+	db := dbtest.New(t, dbtest.Postgres)
+	db.DB.SetMaxOpenConns(1) // the purge and the check share one connection
+	s, _ := setup(t, db, inbox.Config{})
+	bulkInsert(t, db, "P", 1500, inboxkit.StatusProcessed, "2026-01-01 00:00:00.000000")
+	n, err := s.Purge(context.Background(), inbox.PurgeOptions{OlderThan: 30 * 24 * time.Hour, MaxRowsPerSecond: -1})
+	dbtest.Must(t, err, "purge")
+	var after string
+	dbtest.Must(t, db.DB.QueryRow(`SHOW synchronous_commit`).Scan(&after), "show")
+	if n != 1500 || after != "on" {
+		t.Fatalf("purge deleted %d and left synchronous_commit %q; want 1500 and on", n, after)
+	}
+}

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -92,6 +93,8 @@ type Store struct {
 
 	forgotMu sync.Mutex
 	forgot   map[[2]string]int // attempt markers to take back (see ForgetAttempt)
+
+	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 }
 
 // New returns a Store on db, which must be opened with the driver of d.

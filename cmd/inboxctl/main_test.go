@@ -487,7 +487,8 @@ func TestPurge(t *testing.T) {
 	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "24h"), 2, "refusing to purge", "redelivery horizon 168h0m0s", "--older-than 168h0m0s or more")
 	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "48h", "--horizon", "72h"), 2, "refusing to purge")
 	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h", "--dry-run"), 0, "dry run: 1 terminal row(s)")
-	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h"), 0, "deleted 1 terminal row(s)")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h", "--max-rows-per-second", "0"), 2, "--max-rows-per-second must not be 0")
+	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h", "--max-rows-per-second", "-1"), 0, "deleted 1 terminal row(s)")
 	wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "720h"), 0, "deleted 0 terminal row(s)")
 }
 

@@ -27,6 +27,7 @@ func newPurgeCmd() *cobra.Command {
 	var olderThan time.Duration
 	var dryRun bool
 	var batch int
+	var maxRate int
 	var o outputFlags
 	c := &cobra.Command{
 		Use:   "purge --db URL --older-than DURATION [--dry-run] [-o json]",
@@ -34,6 +35,11 @@ func newPurgeCmd() *cobra.Command {
 		Long: `purge deletes terminal inbox rows (PROCESSED, REJECTED, DEAD_LETTERED) whose terminal
 time is older than --older-than, in batches of --batch-size rows, each in its own
 short transaction. TECHNICAL_FAILURE rows are never deleted.
+
+Purge runs beside live consumers: it deletes at most --max-rows-per-second rows
+a second (pausing after each batch), so that the write-ahead log it writes
+leaves the consumers their throughput. --max-rows-per-second -1 deletes batch
+after batch without pauses, for a maintenance window.
 
 The redelivery horizon guard: a window shorter than --horizon (default 168h = 7 days,
 how long after an event the brokers and producers may still deliver it again) is
@@ -50,6 +56,9 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			if f.horizon <= 0 {
 				return usageErr("--horizon must be positive (got %s); it defaults to 168h", f.horizon)
 			}
+			if maxRate == 0 {
+				return usageErr("--max-rows-per-second must not be 0: a positive cap (default %d) or -1 for none", inbox.DefaultPurgeMaxRowsPerSecond)
+			}
 			j, err := o.json()
 			if err != nil {
 				return err
@@ -61,7 +70,7 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			}
 			defer st.DB().Close()
 			start := time.Now()
-			n, err := st.Purge(ctx, inbox.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
+			n, err := st.Purge(ctx, inbox.PurgeOptions{OlderThan: olderThan, BatchSize: batch, MaxRowsPerSecond: maxRate, DryRun: dryRun})
 			rep := purgeReport{Database: t.Display, Table: st.Config().Table, OlderThan: olderThan.String(), DryRun: dryRun,
 				Rows: n, DurationSeconds: time.Since(start).Seconds()}
 			if errors.Is(err, inbox.ErrWindowTooShort) {
@@ -95,6 +104,7 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 	c.Flags().Var(dayDuration{&f.horizon}, "horizon", "redelivery horizon: the shortest window allowed (e.g. 7d)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	c.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per transaction")
+	c.Flags().IntVar(&maxRate, "max-rows-per-second", inbox.DefaultPurgeMaxRowsPerSecond, "cap on the rows deleted per second, so consumers running meanwhile keep their throughput (-1: no cap)")
 	o.register(c)
 	return c
 }
