@@ -20,8 +20,9 @@
 //	big      Store.Process at -big-c goroutines on an empty inbox and on one
 //	         with -big rows (generate_series; kept in schema inboxbench_big
 //	         for the next run, -keep-big=false drops it).
-//	purge    Store.Purge of -purge rows while Store.Process ingests at
-//	         -big-c goroutines, beside the ingest rate without the purge.
+//	purge    Store.Purge of -purge rows (PurgeOptions.MaxRowsPerSecond =
+//	         -purge-rate) while Store.Process ingests at -big-c goroutines,
+//	         beside the ingest rate just before, for -rounds rounds.
 //
 // Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp).
 // Figures are ratios within one run: the machine's load moves the rest.
@@ -59,6 +60,7 @@ type options struct {
 	keepBig           bool
 	purge             int
 	purgeBatch        int
+	purgeRate         int
 	bigSchema         string
 	sections          map[string]bool
 	out, log          io.Writer // tables; progress lines
@@ -84,6 +86,7 @@ func main() {
 	flag.BoolVar(&o.keepBig, "keep-big", true, "big: keep the generated table (schema inboxbench_big) for the next run")
 	flag.IntVar(&o.purge, "purge", 1_000_000, "purge: rows to purge")
 	flag.IntVar(&o.purgeBatch, "purge-batch", 0, "purge: rows per purge transaction (0: PurgeOptions' default, 1000)")
+	flag.IntVar(&o.purgeRate, "purge-rate", 0, "purge: PurgeOptions.MaxRowsPerSecond (0: its default; -1: no cap)")
 	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
 	flag.StringVar(&sections, "sections", "e2e,library,big,purge", "comma-separated sections to run")
 	flag.Parse()

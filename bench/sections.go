@@ -183,25 +183,66 @@ func countRows(ctx context.Context, db *sql.DB) (int, error) {
 }
 
 // purgeSection: Store.Purge of o.purge old terminal rows while
-// Store.Process ingests new messages, beside ingest alone.
+// Store.Process ingests new messages, beside ingest alone just before, for
+// o.rounds rounds (the rows are generated again for each). The ratio column
+// is the median of the rounds' ratios: each pairs two measurements taken
+// seconds apart, which the load of a shared machine moves less than it
+// moves figures taken minutes apart.
 func purgeSection(ctx context.Context, admin *sql.DB, o options) error {
 	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_purge_"+suffix(), o.bigConc+6)
 	if err != nil {
 		return err
 	}
 	defer sc.drop(admin)
+	opt := inbox.PurgeOptions{OlderThan: 8 * 24 * time.Hour, BatchSize: o.purgeBatch, MaxRowsPerSecond: o.purgeRate}
+	var secs, purged, alone, during, ratios []float64
+	for round := 1; round <= o.rounds; round++ {
+		r, err := purgeRound(ctx, sc.DB, s, o, opt, fmt.Sprintf("old-%d-", round))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.log, "purge: round %d: %.0f rows/s, ingest %.0f alone, %.0f during (%.2f×)\n", round, r.purged/r.seconds, r.alone, r.during, r.during/r.alone)
+		secs, purged = append(secs, r.seconds), append(purged, r.purged/r.seconds)
+		alone, during, ratios = append(alone, r.alone), append(during, r.during), append(ratios, r.during/r.alone)
+	}
+	batch, pacing := o.purgeBatch, fmt.Sprintf("at most %d rows/s", o.purgeRate)
+	if batch == 0 {
+		batch = 1000 // PurgeOptions' default
+	}
+	switch {
+	case o.purgeRate == 0:
+		pacing = fmt.Sprintf("at most %d rows/s, the default", inbox.DefaultPurgeMaxRowsPerSecond)
+	case o.purgeRate < 0:
+		pacing = "no rate cap"
+	}
+	fmt.Fprintf(o.out, "\nRetention: Store.Purge (batches of %d, %s) of %d rows processed 30 days ago, while Store.Process ingests at %d goroutines; median of %d round(s)\n\n", batch, pacing, o.purge, o.bigConc, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "rows purged\tseconds\trows/s\tingest alone msgs/s\tingest during purge msgs/s\tduring/alone\t\n")
+	fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t%.0f\t%.2f×\t\n", o.purge, median(secs), median(purged), median(alone), median(during), median(ratios))
+	tw.Flush()
+	return nil
+}
+
+// purgeResult is one round of the purge section.
+type purgeResult struct {
+	seconds, purged, alone, during float64
+}
+
+// purgeRound generates o.purge rows processed 30 days ago, measures ingest
+// alone for o.dur, then purges them while ingest runs on.
+func purgeRound(ctx context.Context, db *sql.DB, s *inbox.Store, o options, opt inbox.PurgeOptions, prefix string) (purgeResult, error) {
+	var r purgeResult
 	fmt.Fprintf(o.log, "purge: generating %d rows processed 30 days ago\n", o.purge)
-	if err := generateRows(ctx, sc.DB, "old-", 1, o.purge, 30*24*time.Hour, nil); err != nil {
-		return err
+	if err := generateRows(ctx, db, prefix, 1, o.purge, 30*24*time.Hour, nil); err != nil {
+		return r, err
 	}
-	if _, err := sc.DB.ExecContext(ctx, `VACUUM ANALYZE INBOX_EVENT_PROCESSING`); err != nil {
-		return err
+	if _, err := db.ExecContext(ctx, `VACUUM ANALYZE INBOX_EVENT_PROCESSING`); err != nil {
+		return r, err
 	}
-	alone, err := rate(ctx, o.bigConc, o.dur, processNew(s))
-	if err != nil {
-		return err
+	var err error
+	if r.alone, err = rate(ctx, o.bigConc, o.dur, processNew(s)); err != nil {
+		return r, err
 	}
-	fmt.Fprintf(o.log, "purge: ingest alone %8.0f msgs/s\n", alone)
 
 	// Ingest runs until the purge is done; its rate is taken over the purge.
 	ictx, stopIngest := context.WithCancel(ctx)
@@ -218,27 +259,19 @@ func purgeSection(ctx context.Context, admin *sql.DB, o options) error {
 	}()
 	<-started
 	began := time.Now()
-	deleted, perr := s.Purge(ctx, inbox.PurgeOptions{OlderThan: 8 * 24 * time.Hour, BatchSize: o.purgeBatch})
-	took := time.Since(began)
+	deleted, perr := s.Purge(ctx, opt)
+	r.seconds = time.Since(began).Seconds()
 	stopIngest()
 	during := <-ingestDone
 	if perr != nil {
-		return perr
+		return r, perr
 	}
 	if during.err != nil {
-		return during.err
+		return r, during.err
 	}
-	batch := o.purgeBatch
-	if batch == 0 {
-		batch = 1000 // PurgeOptions' default
-	}
-	fmt.Fprintf(o.out, "\nRetention: Store.Purge (batches of %d) of %d rows processed 30 days ago, while Store.Process ingests at %d goroutines\n\n", batch, o.purge, o.bigConc)
-	tw := table(o.out)
-	fmt.Fprintf(tw, "rows purged\tseconds\trows/s\tingest alone msgs/s\tingest during purge msgs/s\tduring/alone\t\n")
-	fmt.Fprintf(tw, "%d\t%.2f\t%.0f\t%.0f\t%.0f\t%s\t\n", deleted, took.Seconds(), float64(deleted)/took.Seconds(), alone, during.rate, ratio(during.rate, alone))
-	tw.Flush()
 	if deleted != int64(o.purge) {
-		return fmt.Errorf("purged %d rows, want %d", deleted, o.purge)
+		return r, fmt.Errorf("purged %d rows, want %d", deleted, o.purge)
 	}
-	return nil
+	r.purged, r.during = float64(deleted), during.rate
+	return r, nil
 }

@@ -36,9 +36,9 @@ type PurgeOptions struct {
 // image to the write-ahead log (about 220 bytes a row on PostgreSQL), and
 // the consumers' commits wait for that log. Measured with the bench
 // module's purge section (PostgreSQL 15, 2 cores, ingest at 4 goroutines,
-// median of 5 rounds): ingest kept 0.84 of its rate beside a purge at this
-// cap (138,000 rows/s), 0.74 beside an uncapped one (243,000 rows/s). One
-// million rows take about 7 seconds.
+// medians of 3 to 5 rounds per run): ingest kept 0.78-0.84 of its rate beside a
+// purge at this cap (three runs, 131,000-138,000 rows/s), 0.61-0.74 beside an uncapped
+// one (243,000-297,000 rows/s). One million rows take about 7.5 seconds.
 const DefaultPurgeMaxRowsPerSecond = 150_000
 
 // Purge deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED) whose
