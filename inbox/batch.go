@@ -294,6 +294,12 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]
 		ids[i] = "@id" + strconv.Itoa(i)
 		a["id"+strconv.Itoa(i)] = j.e.EventID
 	}
+	if tx, ok := q.(*txn); ok && s.d.customPlans != "" && !tx.customPlans {
+		if _, err := tx.ExecContext(ctx, s.d.customPlans); err != nil {
+			return nil, fmt.Errorf("inbox: start attempts: %w", err)
+		}
+		tx.customPlans = true
+	}
 	st := compile(s.d, s.q.presentPrefix+strings.Join(ids, ", ")+")")
 	rows, err := q.QueryContext(ctx, st.text, st.bind(a)...)
 	if err != nil {

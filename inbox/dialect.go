@@ -56,6 +56,12 @@ type Dialect struct {
 	// Where it is set, INSERT ... doNothing RETURNING reports the rows
 	// inserted (first.go).
 	doNothing string
+	// customPlans, run in a transaction before a statement with an IN
+	// list of keys, makes the server plan it for its values: a cached
+	// generic plan made while the table was small scans the whole table
+	// once it has grown (seen: 9.5 ms instead of 0.07 ms at 16,000 rows,
+	// until the next ANALYZE). "" where not needed.
+	customPlans string
 	// firstUpsert inserts a first delivery's row in one statement on table
 	// %[1]s and reads the row found instead, if any (see pgFirstInsert);
 	// "" where the plain INSERT is used.

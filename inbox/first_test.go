@@ -119,3 +119,44 @@ func TestFirstDeliveryKillerIsCountedFromItsRedelivery(t *testing.T) {
 		}
 	})
 }
+
+// On PostgreSQL a batch that looks up the rows its INSERT found (an IN
+// list of keys) first makes the server plan for the values at hand
+// (plan_cache_mode force_custom_plan, for its own transaction): the cached
+// generic plan of such a lookup, made while the table was small, went on
+// scanning the whole table after it had grown. A batch without such rows
+// pays nothing for it.
+func TestFirstBatchLooksUpWithCustomPlans(t *testing.T) {
+	db := dbtest.New(t, dbtest.Postgres)
+	s, _ := setup(t, db, inbox.Config{})
+	ctx := context.Background()
+	mode := map[string]string{}
+	read := func(id string) inbox.Handler {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			var m string
+			err := tx.QueryRowContext(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&m)
+			mode[id] = m
+			return err
+		}
+	}
+	_, err := s.Process(ctx, first("DONE"), read("DONE"))
+	dbtest.Must(t, err, "Process")
+	for _, batch := range [][]string{{"NEW-1", "NEW-2"}, {"NEW-3", "DONE"}} {
+		var items []inbox.BatchItem
+		for _, id := range batch {
+			items = append(items, inbox.BatchItem{Entry: first(id), Handler: read(id)})
+		}
+		_, err := s.ProcessBatch(ctx, items)
+		dbtest.Must(t, err, "ProcessBatch")
+	}
+	for id, want := range map[string]string{"NEW-1": "auto", "NEW-2": "auto", "NEW-3": "force_custom_plan"} {
+		if mode[id] != want {
+			t.Errorf("%s: plan_cache_mode %q in its batch, want %q", id, mode[id], want)
+		}
+	}
+	var after string
+	dbtest.Must(t, db.QueryRowContext(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&after), "read after")
+	if after != "auto" {
+		t.Errorf("plan_cache_mode %q after the batch, want auto (local to the batch's transaction)", after)
+	}
+}

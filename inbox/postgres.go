@@ -29,6 +29,7 @@ var Postgres = Dialect{
 
 	markUpsert:     pgMarkUpsert,
 	firstUpsert:    pgFirstInsert,
+	customPlans:    `SET LOCAL plan_cache_mode = force_custom_plan`,
 	multiRowInsert: true,
 	doNothing:      ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
 

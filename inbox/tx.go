@@ -11,6 +11,8 @@ import (
 type txn struct {
 	*sql.Tx
 	ended bool
+	// customPlans: the dialect's customPlans ran in it.
+	customPlans bool
 }
 
 // begin starts a transaction; what names the step in the error
