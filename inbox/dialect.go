@@ -62,10 +62,6 @@ type Dialect struct {
 	// once it has grown (seen: 9.5 ms instead of 0.07 ms at 16,000 rows,
 	// until the next ANALYZE). "" where not needed.
 	customPlans string
-	// firstUpsert inserts a first delivery's row in one statement on table
-	// %[1]s and reads the row found instead, if any (see pgFirstInsert);
-	// "" where the plain INSERT is used.
-	firstUpsert string
 	// schema is how the dialect spells the inbox's DDL, reads a schema
 	// back and takes the migration lock (migrate.go).
 	schema schemaSQL

@@ -49,17 +49,6 @@ const pgMarkUpsert = `WITH sync AS (SELECT set_config('synchronous_commit', 'off
 	`SELECT STATUS, ATTEMPTS, true FROM m UNION ALL ` +
 	`SELECT STATUS, ATTEMPTS, false FROM %[1]s WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND NOT EXISTS (SELECT 1 FROM m)`
 
-// pgFirstInsert is the row of a first delivery (first.go) in one
-// statement: it inserts the row as PROCESSED, or, when the event has a row
-// already, returns that row's STATUS and ATTEMPTS as the statement's
-// snapshot saw it, so that a duplicate costs no second statement. It
-// returns (1, NULL, NULL) when it inserted, (0, status, attempts) for a row
-// it found, and (0, NULL, NULL) for a row committed after the snapshot.
-const pgFirstInsert = `WITH ins AS (INSERT INTO %[1]s (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) ` +
-	`VALUES (@event, @consumer, 'PROCESSED', @corr, @now, @now, @now, 1, @hash, @source) ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING RETURNING 1) ` +
-	`SELECT (SELECT count(*) FROM ins), t.STATUS, t.ATTEMPTS FROM (SELECT 1) AS one ` +
-	`LEFT JOIN %[1]s AS t ON t.EVENT_ID = @event AND t.CONSUMER_NAME = @consumer AND NOT EXISTS (SELECT 1 FROM ins)`
-
 // markUpsert is mark in one statement, where the dialect has one (see
 // pgMarkUpsert).
 func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, error) {

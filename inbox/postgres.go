@@ -28,7 +28,6 @@ var Postgres = Dialect{
 	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n FOR UPDATE SKIP LOCKED`,
 
 	markUpsert:     pgMarkUpsert,
-	firstUpsert:    pgFirstInsert,
 	customPlans:    `SET LOCAL plan_cache_mode = force_custom_plan`,
 	multiRowInsert: true,
 	doNothing:      ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,

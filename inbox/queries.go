@@ -19,7 +19,6 @@ type queries struct {
 	// without a marker (first.go); insertFirstRows is insertFirst's
 	// multi-row prefix, "" where the dialect has no multi-row INSERT.
 	insertFirst     stmt
-	firstUpsert     stmt // empty text: the dialect uses insertFirst
 	insertRejected  stmt
 	unprocess       stmt
 	insertFirstRows string
@@ -96,13 +95,8 @@ func buildQueries(d Dialect, table string) queries {
 	if d.multiRowInsert {
 		firstRows = strings.ReplaceAll(insertFirstRows, "{t}", table)
 	}
-	var firstUpsert stmt
-	if d.firstUpsert != "" {
-		firstUpsert = compile(d, fmt.Sprintf(d.firstUpsert, table))
-	}
 	return queries{
 		markUpsert:      markUpsert,
-		firstUpsert:     firstUpsert,
 		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
 		insertFirstRows: firstRows,
 		// A first delivery's PROCESSED row (ProcessBatch) made the marker
