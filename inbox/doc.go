@@ -14,8 +14,10 @@
 // payload hash, the broker's redelivery flag and count) and a [Handler]. It
 // first commits an attempt marker (the row as TECHNICAL_FAILURE with
 // ATTEMPTS raised by one), then in one transaction moves the row to
-// PROCESSED and runs the handler; both commit or neither does. What happened
-// comes back as a [Result]:
+// PROCESSED and runs the handler; both commit or neither does. A broker's
+// first delivery (Entry.FirstDelivery) skips the marker: its transaction
+// inserts the row as PROCESSED and runs the handler, the statements of a
+// hand-written inbox. What happened comes back as a [Result]:
 //
 //	PROCESSED      the handler committed with the row          acknowledge
 //	DUPLICATE      the key existed; the status found is given  acknowledge
@@ -46,7 +48,10 @@
 //     a crash): after Retry.MaxAttempts attempts the result is DEAD_LETTER without
 //     running the handler again. The broker's redelivery flag and delivery
 //     count are not attempt counts (they also count deliveries handed back
-//     while the database was down) and are not used.
+//     while the database was down) and are not used to count. A first
+//     delivery the broker vouches for runs without a marker (no handler
+//     can have run for it before); if it kills the process it leaves no
+//     count, so such a message is dead-lettered one death later.
 //   - A delivery handed back because the database, the inbox or the DLQ was
 //     unreachable never counts: Process takes its marker back when it
 //     returns an error ([Store.ForgetAttempt]; when the database is still
@@ -61,8 +66,10 @@
 //
 // [Store.ProcessBatch] processes up to N deliveries in one database
 // transaction, for throughput: the attempt markers of the batch commit
-// together, then every handler runs behind its own savepoint in one
-// business transaction, and one commit records them all. Each item's
+// together (a batch of first deliveries has none: its transaction starts
+// with one INSERT of all their rows), then every handler runs behind its
+// own savepoint in one business transaction, and one commit records them
+// all. Each item's
 // [Result] is what Process would have returned for it; a rejection, a
 // poison message or a technical failure rolls back only its own writes
 // and never fails its neighbours. When the commit fails the whole batch is
