@@ -266,16 +266,23 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	if len(jobs) == 0 {
 		return nil
 	}
+	values, a := rowsOf(startedRow, jobs, now)
+	_, err := compile(s.d, s.q.insertStartedRows+values).exec(ctx, q, a)
+	return err
+}
+
+// rowsOf is the VALUES list of row (startedRow, firstRow) for jobs, in
+// their order, and its arguments (@now is now).
+func rowsOf(row string, jobs []*job, now any) (string, args) {
 	values, a := make([]string, len(jobs)), args{"now": now}
 	for i, j := range jobs {
 		k := strconv.Itoa(i)
-		values[i] = rowN(startedRow, k)
+		values[i] = rowN(row, k)
 		for name, v := range j.e.row(nil) {
 			a[name+k] = v
 		}
 	}
-	_, err := compile(s.d, s.q.insertStartedRows+strings.Join(values, ", ")).exec(ctx, q, a)
-	return err
+	return strings.Join(values, ", "), a
 }
 
 // presentRow is the status and attempts of a row present reads.

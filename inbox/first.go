@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -180,16 +179,9 @@ func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now 
 	// in common wait for each other instead of deadlocking.
 	order := slices.Clone(jobs)
 	slices.SortFunc(order, func(a, b *job) int { return strings.Compare(a.key(), b.key()) })
-	values, a := make([]string, len(order)), args{"now": s.t(now)}
-	for i, j := range order {
-		k := strconv.Itoa(i)
-		values[i] = rowN(firstRow, k)
-		for name, v := range j.e.row(nil) {
-			a[name+k] = v
-		}
-	}
+	values, a := rowsOf(firstRow, order, s.t(now))
 	if s.d.doNothing == "" {
-		_, err := compile(s.d, s.q.insertFirstRows+strings.Join(values, ", ")).exec(ctx, tx, a)
+		_, err := compile(s.d, s.q.insertFirstRows+values).exec(ctx, tx, a)
 		switch {
 		case s.d.IsDuplicate(err):
 			return nil, nil
@@ -202,7 +194,7 @@ func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now 
 		}
 		return inserted, nil
 	}
-	st := compile(s.d, s.q.insertFirstRows+strings.Join(values, ", ")+s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME")
+	st := compile(s.d, s.q.insertFirstRows+values+s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME")
 	rows, err := tx.QueryContext(ctx, st.text, st.bind(a)...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: insert events: %w", err)
