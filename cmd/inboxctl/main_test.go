@@ -131,6 +131,44 @@ func waitForMetrics(t *testing.T, base string, logs *lockedBuffer, want []string
 	return metrics
 }
 
+// knownMix is the publish file of the tests' known mix, event ids p-1 to
+// p-4 in correlation corr-p: two new invoices, a resend of the first (a
+// duplicate), an unknown customer (rejected) and a body that is not JSON
+// (dead-lettered).
+func knownMix(p string) string {
+	corr, inv := "corr-"+p, "INV-"+strings.ToUpper(p)
+	return strings.Join([]string{
+		invoiceLine(p+"-1", corr, inv+"1", "K-100"),
+		invoiceLine(p+"-1", corr, inv+"1", "K-100"), // resend: a duplicate
+		invoiceLine(p+"-2", corr, inv+"2", "K-100"),
+		invoiceLine(p+"-3", corr, inv+"3", "K-999"), // unknown customer: rejected
+		`{"headers":{"eventId":"` + p + `-4","correlationId":"` + corr + `"},"body":"{not json"}`,
+	}, "\n") + "\n"
+}
+
+// readinessCheck is one check of a /readyz body.
+type readinessCheck struct {
+	Name  string
+	OK    bool
+	Error string
+}
+
+// wantOnlyFailing reads a /readyz body and wants exactly the check named
+// failing to fail; it returns the checks for further looks.
+func wantOnlyFailing(t *testing.T, body, failing string) []readinessCheck {
+	t.Helper()
+	var r struct{ Checks []readinessCheck }
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatalf("/readyz body %q: %v", body, err)
+	}
+	for _, c := range r.Checks {
+		if (c.Name == failing) == c.OK {
+			t.Errorf("during the %s outage check %s ok=%v (%s)", failing, c.Name, c.OK, c.Error)
+		}
+	}
+	return r.Checks
+}
+
 // stopRun sends SIGTERM to an inboxctl run and wants it to exit 0.
 func stopRun(t *testing.T, run *exec.Cmd, logs *lockedBuffer) {
 	t.Helper()
