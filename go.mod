@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/Azure/go-amqp v1.7.0
-	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/godror/godror v0.40.4
 	github.com/jackc/pgx/v5 v5.13.0
