@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/inboxkit/inboxkit"
 	"github.com/sony/gobreaker"
+
+	"github.com/inboxkit/inboxkit"
 )
 
 // ErrCircuitOpen is wrapped by the error a [Breaker] returns while it refuses

@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
 	_ "github.com/inboxkit/inboxkit/driver/mysql" // MySQL errors are read only with it (TestOfDriverCodes)
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var errCause = errors.New("customer 42 not found")

@@ -8,9 +8,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func ExampleReject() {

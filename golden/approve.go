@@ -14,9 +14,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/inboxkit/inboxkit/inbox"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+
+	"github.com/inboxkit/inboxkit/inbox"
 )
 
 // File names inside a case directory.

@@ -451,17 +451,14 @@ func (r *bbRun) waitReady(ctx context.Context) error {
 	}
 	deadline := time.After(r.bb.Timeout)
 	for _, p := range slices.Clone(r.procs) {
-		for {
-			select {
-			case <-p.ready:
-			case <-p.done:
-				return fmt.Errorf("golden: instance %d exited before it printed %q (%v); its output:\n%s", p.n, r.bb.Ready, p.err, r.tail())
-			case <-deadline:
-				return fmt.Errorf("golden: instance %d did not print %q within %s; output:\n%s", p.n, r.bb.Ready, r.bb.Timeout, r.tail())
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			break
+		select {
+		case <-p.ready:
+		case <-p.done:
+			return fmt.Errorf("golden: instance %d exited before it printed %q (%v); its output:\n%s", p.n, r.bb.Ready, p.err, r.tail())
+		case <-deadline:
+			return fmt.Errorf("golden: instance %d did not print %q within %s; output:\n%s", p.n, r.bb.Ready, r.bb.Timeout, r.tail())
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
@@ -787,6 +784,9 @@ func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {
 				b.WriteString(s + ",")
 			}
 			rows.Close()
+			if err := rows.Err(); err != nil {
+				return "", 0, fmt.Errorf("golden: read the inbox's statuses: %w", err)
+			}
 		}
 	}
 	b.WriteString("|queues|")

@@ -538,11 +538,12 @@ func TestTwoInstancesRace(t *testing.T) {
 							t.Error(err)
 							return
 						}
-						if res.Outcome == inboxkit.OutcomeProcessed {
+						switch res.Outcome {
+						case inboxkit.OutcomeProcessed:
 							processed.Add(1)
-						} else if res.Outcome == inboxkit.OutcomeDuplicate {
+						case inboxkit.OutcomeDuplicate:
 							duplicates.Add(1)
-						} else {
+						default:
 							t.Errorf("event %s: %+v", id, res)
 						}
 					}

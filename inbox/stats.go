@@ -109,5 +109,8 @@ func (s *Store) CheckReady(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: table %s: %v (run inboxctl migrate)", ErrSchema, s.cfg.Table, err)
 	}
-	return rows.Close()
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	return rows.Err()
 }

@@ -201,7 +201,7 @@ func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
 		deliveries++
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if attrs["event_id"] == "E-5" {
 			poisonSpan = s

@@ -144,9 +144,11 @@ func Connect(ctx context.Context, nc net.Conn, opts ConnOptions) (*Conn, error) 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	// A deadline fails to set only on a closed connection, and then the
+	// write or read it bounds fails too: its error is not needed.
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
 	defer stop()
-	nc.SetDeadline(deadline)
+	_ = nc.SetDeadline(deadline)
 	if err := WriteFrame(c.bw, f); err != nil {
 		return nil, err
 	}
@@ -168,7 +170,7 @@ func Connect(ctx context.Context, nc net.Conn, opts ConnOptions) (*Conn, error) 
 	if !stop() {
 		return nil, ctx.Err()
 	}
-	nc.SetDeadline(time.Time{})
+	_ = nc.SetDeadline(time.Time{})
 	c.version = reply.Value("version")
 	if c.version != "1.2" {
 		return nil, fmt.Errorf("stomp: broker does not speak STOMP 1.2 (version %q)", c.version)
@@ -223,7 +225,7 @@ type deadlineReader struct{ c *Conn }
 
 func (r *deadlineReader) Read(p []byte) (int, error) {
 	if hb := r.c.recvHB; hb > 0 {
-		r.c.nc.SetReadDeadline(time.Now().Add(3 * hb))
+		_ = r.c.nc.SetReadDeadline(time.Now().Add(3 * hb))
 	}
 	n, err := r.c.nc.Read(p)
 	if n > 0 {
@@ -338,7 +340,7 @@ func (c *Conn) heartBeatLoop() {
 			return
 		case <-t.C:
 			c.wmu.Lock()
-			c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 			_, err := c.bw.WriteString("\n")
 			if err == nil {
 				err = c.bw.Flush()
@@ -365,7 +367,7 @@ func (c *Conn) write(ctx context.Context, f *Frame) error {
 	defer c.wmu.Unlock()
 	// Only WriteTimeout bounds the write, not ctx: a frame cut short by one
 	// caller's deadline would break the connection shared by all callers.
-	c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
 	err := WriteFrame(c.bw, f)
 	if errors.Is(err, ErrMalformedFrame) {
 		return err // nothing was written

@@ -396,9 +396,9 @@ func WriteFrame(w io.Writer, f *Frame) error {
 			continue
 		}
 		if escaped {
-			headerEscaper.WriteString(&b, h.Key)
+			_, _ = headerEscaper.WriteString(&b, h.Key) // a bytes.Buffer does not fail
 			b.WriteByte(':')
-			headerEscaper.WriteString(&b, h.Value)
+			_, _ = headerEscaper.WriteString(&b, h.Value)
 		} else {
 			if strings.ContainsAny(h.Key, ":\r\n") || strings.ContainsAny(h.Value, "\r\n") {
 				return fmt.Errorf("%w: header %q cannot be encoded in a %s frame", ErrMalformedFrame, truncate(h.Key, 40), f.Command)

@@ -34,10 +34,7 @@ func TestFrameRoundTrip(t *testing.T) {
 			if got.Command != tt.in.Command || !bytes.Equal(got.Body, tt.in.Body) {
 				t.Fatalf("got %s %q, want %s %q", got.Command, got.Body, tt.in.Command, tt.in.Body)
 			}
-			var want []Header
-			for _, h := range tt.in.Headers {
-				want = append(want, h)
-			}
+			want := append([]Header(nil), tt.in.Headers...)
 			if len(tt.in.Body) > 0 {
 				want = append(want, Header{"content-length", itoa(len(tt.in.Body))})
 			}

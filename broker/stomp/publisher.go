@@ -99,7 +99,7 @@ func Browse(ctx context.Context, cfg Config, queue string, limit int) ([]inboxki
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c.Disconnect(dctx)
+		_ = c.Disconnect(dctx) // the browse is over; a failed goodbye loses nothing
 	}()
 	sub, err := c.Subscribe(ctx, QueueDestination(queue), SubscribeOptions{
 		Ack:      "auto",

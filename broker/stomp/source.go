@@ -191,7 +191,7 @@ func (s *source) Close() error {
 		s.mu.Unlock()
 		if c != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			c.Disconnect(ctx)
+			_ = c.Disconnect(ctx) // closing: the broker redelivers what was not acknowledged
 			cancel()
 		}
 	})

@@ -258,11 +258,15 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	case <-done:
 	case <-time.After(30 * time.Second):
 		stop()
-		<-runErr
+		if err := <-runErr; err != nil {
+			return fmt.Errorf("demo: the consumer did not settle every message within 30s: %w", err)
+		}
 		return errors.New("demo: the consumer did not settle every message within 30s")
 	case <-ctx.Done():
 		stop()
-		<-runErr
+		if err := <-runErr; err != nil {
+			return err
+		}
 		return ctx.Err()
 	}
 	stop()

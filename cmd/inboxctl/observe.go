@@ -30,7 +30,7 @@ func startOps(ctx context.Context, addr, name string, st *inbox.Store, b *broker
 	}
 	obs, err := observe.New(observe.Config{Consumer: name, Store: st, Logger: logger})
 	if err != nil {
-		shutdownTraces(context.Background())
+		_ = shutdownTraces(context.Background()) // nothing was traced yet
 		return nil, err
 	}
 	o := &ops{obs: obs, health: observe.NewHealth()}

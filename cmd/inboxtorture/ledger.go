@@ -66,6 +66,9 @@ func (r *rig) ledger(ctx context.Context) (*result, error) {
 		rows[id] = x
 	}
 	q.Close()
+	if err := q.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: read inbox: %w", err)
+	}
 	letters, err := r.countBy(ctx, `SELECT event_id, COUNT(*) FROM shipping_letters GROUP BY event_id`)
 	if err != nil {
 		return nil, err

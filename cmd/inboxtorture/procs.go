@@ -63,7 +63,7 @@ func (s *supervisor) start(slot, gen int) error {
 	if err != nil {
 		return err
 	}
-	var logw io.Writer = io.Discard
+	logw := io.Discard
 	var logFile *os.File
 	if s.logDir != "" {
 		logFile, err = os.Create(filepath.Join(s.logDir, fmt.Sprintf("consumer-%d.%d.log", slot, gen)))

@@ -267,7 +267,8 @@ func (r *rig) publishLines(ctx context.Context, lines [][]byte) {
 	}
 }
 
-// finalIDs returns the event ids with a final row.
+// finalIDs returns the event ids with a final row, or none when the
+// database cannot be read (the late duplicates then wait for a later round).
 func (r *rig) finalIDs(ctx context.Context) map[string]bool {
 	out := map[string]bool{}
 	rows, err := r.db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOX_EVENT_PROCESSING WHERE STATUS IN ('PROCESSED','REJECTED','DEAD_LETTERED')`)
@@ -280,6 +281,9 @@ func (r *rig) finalIDs(ctx context.Context) map[string]bool {
 		if rows.Scan(&id) == nil {
 			out[id] = true
 		}
+	}
+	if rows.Err() != nil {
+		return map[string]bool{} // as when the query fails: the late duplicates wait for the next round
 	}
 	return out
 }

@@ -56,12 +56,12 @@ func testDuplicates(t *testing.T, e *env) {
 	start := time.Now()
 	r := e.start(t, runOpts{concurrency: 4})
 	wg.Wait()
-	ss := e.waitSettled(t, r, total)
+	e.waitSettled(t, r, total)
 	took := time.Since(start)
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	ss = r.rec.list()
+	ss := r.rec.list()
 
 	var processed, duplicates int
 	for _, s := range ss {
@@ -358,11 +358,11 @@ func testPoisonAndReject(t *testing.T, e *env) {
 	e.send(t, "ok-1", "corr-ok", valid)
 	const total = 5
 	r := e.start(t, runOpts{rejectQueue: e.rejects})
-	ss := e.waitSettled(t, r, total)
+	e.waitSettled(t, r, total)
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	ss = r.rec.list()
+	ss := r.rec.list()
 	if len(ss) != total {
 		t.Errorf("want %d deliveries, each settled at once:\n%s", total, summary(ss))
 	}

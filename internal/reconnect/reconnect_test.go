@@ -15,15 +15,16 @@ import (
 
 func TestBackoffDoublesUpToMax(t *testing.T) {
 	next := Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: -1})
-	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	ms := time.Millisecond
+	want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1000 * ms, 1000 * ms}
 	for i, w := range want {
-		if got := next(); got != w*time.Millisecond {
-			t.Errorf("wait %d = %v, want %v", i+1, got, w*time.Millisecond)
+		if got := next(); got != w {
+			t.Errorf("wait %d = %v, want %v", i+1, got, w)
 		}
 	}
 	next = Waits(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 2, Jitter: 0.5})
 	for i, w := range want {
-		lo, hi := w*time.Millisecond/2, w*time.Millisecond*3/2+1
+		lo, hi := w/2, w*3/2+1
 		if got := next(); got < lo || got > hi {
 			t.Errorf("jittered wait %d = %v, want within [%v, %v]", i+1, got, lo, hi)
 		}
