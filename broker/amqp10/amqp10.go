@@ -86,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	a := &Adapter{cfg: cfg, ep: ep}
 	a.sv = reconnect.New(reconnect.Config[*session]{
 		Name: "amqp10", URL: ep.display, Queue: cfg.Queue, Logger: cfg.Logger,
-		Backoff: cfg.Reconnect,
+		Backoff: cfg.Reconnect, Closed: consumer.ErrClosed,
 		Connect: a.connect,
 	})
 	s, err := a.connect(ctx)

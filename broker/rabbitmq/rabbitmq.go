@@ -77,7 +77,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	a := &Adapter{cfg: cfg, url: redact(cfg.URL)}
 	a.sv = reconnect.New(reconnect.Config[*session]{
 		Name: "rabbitmq", URL: a.url, Queue: cfg.Queue, Logger: cfg.Logger,
-		Backoff: cfg.Reconnect,
+		Backoff: cfg.Reconnect, Closed: consumer.ErrClosed,
 		Connect: func(context.Context) (*session, error) { return a.connect() },
 	})
 	type result struct {

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/consumer"
 )
 
 // Life is embedded in a session: it says when the session died and why.
@@ -87,6 +86,10 @@ type Config[S Session] struct {
 	Backoff inboxkit.Backoff
 	// Connect opens a new session; ctx is cancelled by Close.
 	Connect func(ctx context.Context) (S, error)
+	// Closed is the error Current and Ready return after Close, and the
+	// reason the last session died: the adapters pass consumer.ErrClosed,
+	// the error their Source contract promises. Required.
+	Closed error
 }
 
 // Supervisor holds the live session and replaces it after it died, until
@@ -109,8 +112,11 @@ type Supervisor[S Session] struct {
 
 // New returns a Supervisor with no session yet: Current waits until Start.
 // An adapter creates it before its first connect, so that the session's
-// watchers can call Lost.
+// watchers can call Lost. It panics without cfg.Closed.
 func New[S Session](cfg Config[S]) *Supervisor[S] {
+	if cfg.Closed == nil {
+		panic("reconnect: Config.Closed is nil; pass consumer.ErrClosed")
+	}
 	return &Supervisor[S]{
 		cfg:    cfg,
 		ready:  make(chan struct{}),
@@ -127,13 +133,13 @@ func (sv *Supervisor[S]) Start(first S) {
 }
 
 // Current returns the live session, waiting while the connection is being
-// repaired. It fails with ctx.Err(), or consumer.ErrClosed after Close.
+// repaired. It fails with ctx.Err(), or Config.Closed after Close.
 func (sv *Supervisor[S]) Current(ctx context.Context) (S, error) {
 	var zero S
 	for {
 		select {
 		case <-sv.closed:
-			return zero, consumer.ErrClosed
+			return zero, sv.cfg.Closed
 		default:
 		}
 		sv.mu.Lock()
@@ -147,7 +153,7 @@ func (sv *Supervisor[S]) Current(ctx context.Context) (S, error) {
 		case <-ctx.Done():
 			return zero, ctx.Err()
 		case <-sv.closed:
-			return zero, consumer.ErrClosed
+			return zero, sv.cfg.Closed
 		}
 	}
 }
@@ -160,7 +166,7 @@ func (sv *Supervisor[S]) Closed() <-chan struct{} { return sv.closed }
 func (sv *Supervisor[S]) Ready() error {
 	select {
 	case <-sv.closed:
-		return fmt.Errorf("%s: %w", sv.cfg.Name, consumer.ErrClosed)
+		return fmt.Errorf("%s: %w", sv.cfg.Name, sv.cfg.Closed)
 	default:
 	}
 	sv.mu.Lock()
@@ -220,7 +226,7 @@ func (sv *Supervisor[S]) supervise(s S) {
 		select {
 		case <-s.life().Dead():
 		case <-sv.closed:
-			sv.Lost(s, consumer.ErrClosed)
+			sv.Lost(s, sv.cfg.Closed)
 			s.Close()
 			return
 		}

@@ -3,6 +3,7 @@ package reconnect
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/consumer"
 )
 
 func TestBackoffDoublesUpToMax(t *testing.T) {
@@ -52,9 +52,11 @@ func newSession() *session { return &session{closed: make(chan struct{})} }
 // reconnects (after a failed attempt), and Close ends everything.
 func TestSupervisor(t *testing.T) {
 	attempts := make(chan chan *session)
+	errClosed := errors.New("test: closed")
 	sv := New(Config[*session]{
 		Name: "test", URL: "test://host", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Backoff: inboxkit.Backoff{Initial: time.Millisecond, Max: time.Millisecond},
+		Closed:  errClosed,
 		Connect: func(ctx context.Context) (*session, error) {
 			reply := make(chan *session)
 			select {
@@ -112,10 +114,22 @@ func TestSupervisor(t *testing.T) {
 	sv.Close()
 	sv.Close() // idempotent
 	<-second.Dead()
-	if _, err := sv.Current(ctx); !errors.Is(err, consumer.ErrClosed) {
-		t.Errorf("Current after Close = %v, want ErrClosed", err)
+	if err := second.Err(); err != errClosed {
+		t.Errorf("Err of the session closed by Close = %v, want Config.Closed", err)
 	}
-	if err := sv.Ready(); !errors.Is(err, consumer.ErrClosed) {
-		t.Errorf("Ready after Close = %v, want ErrClosed", err)
+	if _, err := sv.Current(ctx); !errors.Is(err, errClosed) {
+		t.Errorf("Current after Close = %v, want Config.Closed", err)
 	}
+	if err := sv.Ready(); !errors.Is(err, errClosed) {
+		t.Errorf("Ready after Close = %v, want Config.Closed", err)
+	}
+}
+
+func TestNewWithoutClosedPanics(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Config.Closed") {
+			t.Errorf("New without Closed: recovered %v, want a panic naming Config.Closed", r)
+		}
+	}()
+	New(Config[*session]{Name: "test"})
 }
