@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
@@ -215,16 +216,17 @@ func (b *Broker) Source(ctx context.Context, queue, name string, prefetch int) (
 	if queue == "" {
 		return nil, errors.New("brokerurl: Source needs a queue")
 	}
-	return b.open(ctx, queue, name, prefetch)
+	return b.open(ctx, queue, name, prefetch, b.AckWait)
 }
 
 // Publisher opens a publisher-only adapter, which the broker confirms
 // every message to (see dlq.Publisher). Close closes it too.
 func (b *Broker) Publisher(ctx context.Context) (Adapter, error) {
-	return b.open(ctx, "", "", 0)
+	return b.open(ctx, "", "", 0, 0)
 }
 
-func (b *Broker) open(ctx context.Context, queue, name string, prefetch int) (Adapter, error) {
+// open opens an adapter; ackWait is JetStream's AckWait of a source.
+func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ackWait time.Duration) (Adapter, error) {
 	var a Adapter
 	var err error
 	log := b.opts.Logger
@@ -243,7 +245,7 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int) (Ad
 			// that let the deliveries of a killed process (unacknowledged
 			// until AckWait) stop all the others. A process holds at most
 			// prefetch deliveries anyway: its workers pull one at a time.
-			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, sharedDurablePrefetch), b.AckWait
+			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, sharedDurablePrefetch), ackWait
 		}
 		a, err = jetstream.Open(ctx, cfg)
 	}
@@ -278,6 +280,10 @@ func (b *Broker) track(c io.Closer) {
 // queue's depth without receiving its messages.
 var ErrDepthUnknown = errors.New("brokerurl: queue depth unknown")
 
+// ErrNoSuchQueue is returned by Depth for a queue that does not exist, on a
+// broker that can tell (RabbitMQ: rabbitmq.ErrNoSuchQueue).
+var ErrNoSuchQueue = rabbitmq.ErrNoSuchQueue
+
 // maxBrowse bounds the messages Depth browses on ActiveMQ.
 const maxBrowse = 10000
 
@@ -289,7 +295,7 @@ const maxBrowse = 10000
 //     the browse: ActiveMQ cannot tell over STOMP whether it existed.
 //   - RabbitMQ (amqp://): a passive declare's message count, which leaves
 //     out the messages delivered and not yet acknowledged; a missing queue
-//     is rabbitmq.ErrNoSuchQueue.
+//     is ErrNoSuchQueue.
 //   - JetStream (nats://, embedded): the messages on the subject in the
 //     stream that captures it (0 when none does).
 //   - AMQP 1.0 (amqp10://): ErrDepthUnknown. The protocol has no request
@@ -323,6 +329,55 @@ func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, 
 	}
 	n, err = d.Depth(ctx, queue)
 	return n, false, err
+}
+
+// browseWait is how long Browse waits for one more message on a broker
+// without a queue browser before it takes the queue as read.
+const browseWait = 1500 * time.Millisecond
+
+// browseDurable is the JetStream durable consumer Browse reads through:
+// the name inboxctl's dlq list has always used, so an existing one is
+// reused.
+const browseDurable = "inboxctl-dlq"
+
+// Browse returns up to limit messages of queue (0: all) without removing
+// them. On ActiveMQ it is a queue browser (stomp.Browse). Other brokers
+// have none: their messages are received, held unsettled (JetStream's
+// AckWait is a minute meanwhile) and handed back when Browse returns, so
+// they count as redelivered there; Browse stops when no message came for
+// 1.5 s or a message came round again. On an error it returns the messages
+// read so far with it.
+func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
+	if b.URL.Kind == STOMP {
+		return stomp.Browse(ctx, stomp.Config{URL: b.URL.URL}, queue, limit)
+	}
+	src, err := b.open(ctx, queue, browseDurable, 1000, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close() // hands every unsettled delivery back
+	var out []inboxkit.Message
+	seen := map[string]bool{}
+	for limit <= 0 || len(out) < limit {
+		rctx, cancel := context.WithTimeout(ctx, browseWait)
+		d, err := src.Receive(rctx)
+		cancel()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				break
+			}
+			return out, err
+		}
+		m := d.Message()
+		if id := m.BrokerMessageID; id != "" {
+			if seen[id] {
+				break // came round again
+			}
+			seen[id] = true
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // QueueExists tells whether queue exists, without creating it: a passive

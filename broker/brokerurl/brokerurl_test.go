@@ -167,32 +167,41 @@ func TestReadinessFollowsTheConnection(t *testing.T) {
 	}
 }
 
+// threeDeadLetters opens the broker at url and publishes three messages
+// (eventId e-0, e-1, e-2) to a new queue DLQ.<test name>, removed at test
+// end.
+func threeDeadLetters(t *testing.T, name, url, start string) (*brokerurl.Broker, context.Context, string) {
+	t.Helper()
+	b, err := brokerurl.Open(url, brokerurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := ctxFor(t, time.Minute)
+	queue := "DLQ." + queueName(t)
+	if b.URL.Kind == brokerurl.AMQP10 {
+		declare(t, queue)
+	}
+	pub, err := b.Publisher(ctx)
+	if err != nil {
+		t.Fatalf("%s not reachable (start it with %s): %v", name, start, err)
+	}
+	for i := range 3 {
+		if err := pub.Publish(ctx, queue, map[string]string{"eventId": fmt.Sprint("e-", i)}, []byte("dead")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { cleanup(b, queue) })
+	return b, ctx, queue
+}
+
 // TestDepth: the depth of a queue holding three messages, on every broker
 // that can tell without receiving them; AMQP 1.0 says it cannot.
 func TestDepth(t *testing.T) {
 	for _, bk := range brokers {
 		t.Run(bk.name, func(t *testing.T) {
 			t.Parallel()
-			b, err := brokerurl.Open(fmt.Sprintf(bk.url, bk.addr), brokerurl.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { b.Close() })
-			ctx := ctxFor(t, time.Minute)
-			queue := "DLQ." + queueName(t)
-			if b.URL.Kind == brokerurl.AMQP10 {
-				declare(t, queue)
-			}
-			pub, err := b.Publisher(ctx)
-			if err != nil {
-				t.Fatalf("%s not reachable (start it with %s): %v", bk.name, bk.start, err)
-			}
-			for i := range 3 {
-				if err := pub.Publish(ctx, queue, map[string]string{"eventId": fmt.Sprint("e-", i)}, []byte("dead")); err != nil {
-					t.Fatal(err)
-				}
-			}
-			t.Cleanup(func() { cleanup(b, queue) })
+			b, ctx, queue := threeDeadLetters(t, bk.name, fmt.Sprintf(bk.url, bk.addr), bk.start)
 			n, atLeast, err := b.Depth(ctx, queue)
 			if b.URL.Kind == brokerurl.AMQP10 {
 				if !errors.Is(err, brokerurl.ErrDepthUnknown) {
@@ -241,5 +250,49 @@ func cleanup(b *brokerurl.Broker, queue string) {
 			}
 			_ = d.Ack(ctx)
 		}
+	}
+}
+
+// TestBrowse: Browse lists a queue's messages and leaves them there, on
+// every broker: a queue browser on ActiveMQ, received and handed back on
+// the others.
+func TestBrowse(t *testing.T) {
+	for _, bk := range brokers {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			b, ctx, queue := threeDeadLetters(t, bk.name, fmt.Sprintf(bk.url, bk.addr), bk.start)
+			for _, limit := range []int{2, 0} {
+				ms, err := b.Browse(ctx, queue, limit)
+				var ids []string
+				for _, m := range ms {
+					ids = append(ids, m.Header("eventId"))
+				}
+				want := []string{"e-0", "e-1", "e-2"}
+				if limit > 0 {
+					want = want[:limit]
+				}
+				if err != nil || strings.Join(ids, " ") != strings.Join(want, " ") {
+					t.Errorf("Browse(limit %d) = %v, %v; want %v (the messages stay on the queue)", limit, ids, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDepthOfAMissingQueue: on RabbitMQ, which can tell, the depth of a
+// queue that does not exist is ErrNoSuchQueue, and the queue is not made.
+func TestDepthOfAMissingQueue(t *testing.T) {
+	b, err := brokerurl.Open("amqp://guest:guest@127.0.0.1:5672/", brokerurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := ctxFor(t, time.Minute)
+	queue := queueName(t)
+	if _, _, err := b.Depth(ctx, queue); !errors.Is(err, brokerurl.ErrNoSuchQueue) {
+		t.Fatalf("Depth of a missing queue = %v; want ErrNoSuchQueue (is RabbitMQ up? rabbitmq-server -detached)", err)
+	}
+	if exists, known, err := b.QueueExists(ctx, queue); err != nil || !known || exists {
+		t.Errorf("QueueExists after Depth = %v, %v, %v; want false, true, nil", exists, known, err)
 	}
 }

@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
-	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -119,45 +116,13 @@ func (b *broker) ready(ctx context.Context) error {
 	return src.Ready(ctx)
 }
 
-// Browse returns up to limit messages of queue without removing them. On
-// ActiveMQ it is a queue browser; on other brokers the messages are
-// received and handed back (so they count as redelivered there).
+// Browse returns up to limit messages of queue without removing them
+// (brokerurl.Broker.Browse: a queue browser on ActiveMQ; elsewhere the
+// messages are received and handed back, so they count as redelivered).
 func (b *broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
-	if b.t.Kind == target.STOMP {
-		ms, err := stomp.Browse(ctx, stomp.Config{URL: b.t.URL}, queue, limit)
-		if err != nil {
-			return nil, b.fail("browse "+queue, err)
-		}
-		return ms, nil
-	}
-	saved := b.AckWait
-	b.AckWait = time.Minute // held, unsettled, while browsing
-	src, err := b.Broker.Source(ctx, queue, "inboxctl-dlq", 1000)
-	b.AckWait = saved
+	ms, err := b.Broker.Browse(ctx, queue, limit)
 	if err != nil {
-		return nil, b.fail("consume "+queue, err)
+		return ms, b.fail("browse "+queue, err)
 	}
-	defer src.Close() // hands every unsettled delivery back
-	var out []inboxkit.Message
-	seen := map[string]bool{}
-	for limit <= 0 || len(out) < limit {
-		rctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-		d, err := src.Receive(rctx)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				break
-			}
-			return out, b.fail("browse "+queue, err)
-		}
-		m := d.Message()
-		if id := m.BrokerMessageID; id != "" {
-			if seen[id] {
-				break // came round again
-			}
-			seen[id] = true
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return ms, nil
 }

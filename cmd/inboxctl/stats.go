@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
-	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -150,7 +149,7 @@ func collectStats(ctx context.Context, st *inbox.Store, b *broker, dlqName strin
 		switch {
 		case errors.Is(err, brokerurl.ErrDepthUnknown):
 			d.Note = "not counted on " + b.t.Kind + ": the protocol has no request for a queue's depth ('inboxctl dlq list' receives the messages and hands them back)"
-		case errors.Is(err, rabbitmq.ErrNoSuchQueue):
+		case errors.Is(err, brokerurl.ErrNoSuchQueue):
 			d.Note = "the queue does not exist"
 		case err != nil:
 			return r, b.fail("depth of "+dlqName, err)
