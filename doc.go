@@ -25,7 +25,8 @@
 //     as the business change, with SQL dialects for PostgreSQL, MariaDB/MySQL,
 //     SQLite and Oracle.
 //   - classify: errors as decisions (Reject, Retry, Poison), transient driver
-//     error detection, the in-process retry loop and a circuit breaker.
+//     error detection and the in-process retry loop; classify/breaker: a
+//     circuit breaker.
 //   - dlq: the dead-letter envelope and replay.
 //   - consumer: the runtime that ties a broker Source to the inbox.
 //   - broker/stomp, broker/rabbitmq, broker/jetstream: broker adapters.

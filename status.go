@@ -82,7 +82,7 @@ const (
 	ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"
 
 	// ReasonCircuitOpen: a circuit breaker refused the call; technical,
-	// NoAttempt (see classify.Breaker).
+	// NoAttempt (see classify/breaker).
 	ReasonCircuitOpen = "CIRCUIT_OPEN"
 	// ReasonConstraintViolation: a constraint violation (PostgreSQL class 23,
 	// MySQL/MariaDB 1062 and friends, SQLite SQLITE_CONSTRAINT, ORA-00001).

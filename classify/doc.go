@@ -92,14 +92,10 @@
 //
 // # Circuit breaker
 //
-// A [Breaker] (github.com/sony/gobreaker) guards calls to a downstream
-// service. After MaxFailures consecutive failures it opens: calls fail fast
-// with reason CIRCUIT_OPEN and NoAttempt set, so the message is handed back
-// without raising ATTEMPTS, and an outage of the letter service does not
-// dead-letter the whole queue. After OpenTimeout it lets a trial call through
-// (half-open); a success closes it. Business rejections and poison do not
-// count as failures: the downstream answered. The consumer pauses its intake
-// while [Breaker.Open] is true.
+// The circuit breaker that guards calls to a downstream service, failing
+// fast with reason CIRCUIT_OPEN and NoAttempt while the downstream is down,
+// is package classify/breaker: apart, so that this package and the inbox
+// link no gobreaker.
 //
 // # Reason codes
 //

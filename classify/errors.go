@@ -23,7 +23,7 @@ var transientReasons = map[string]bool{
 func IsTransientReason(code string) bool { return transientReasons[code] }
 
 // Error is an error that carries a [inboxkit.Decision]. [Reject], [Poison],
-// [Retry], [RetryAfter] and an open [Breaker] return it. Read it with
+// [Retry], [RetryAfter] and an open classify/breaker.Breaker return it. Read it with
 // errors.As, or read the decision with [Of] or [inboxkit.DecisionOf].
 //
 // When errors are nested, the outermost decision wins:

@@ -94,29 +94,3 @@ func ExampleDo() {
 	// <nil> 3
 	// rejected CUSTOMER_UNKNOWN 1
 }
-
-func ExampleBreaker() {
-	b, err := classify.NewBreaker(classify.BreakerConfig{
-		Name:        "letters",
-		MaxFailures: 2,
-		OpenTimeout: 30 * time.Second,
-		OnStateChangeFunc: func(name string, from, to classify.BreakerState) {
-			fmt.Printf("%s: %s -> %s\n", name, from, to)
-		},
-	})
-	if err != nil {
-		panic(err)
-	}
-	sendLetter := func(ctx context.Context) error { return errors.New("letter service: 503") }
-
-	for range 3 {
-		err = b.Do(context.Background(), sendLetter)
-	}
-	d := inboxkit.DecisionOf(err)
-	fmt.Println(b.Open(), d.Reason, d.NoAttempt)
-	fmt.Println(err)
-	// Output:
-	// letters: closed -> open
-	// true CIRCUIT_OPEN true
-	// technical CIRCUIT_OPEN (retry after 30s): circuit breaker "letters" is open
-}

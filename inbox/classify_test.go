@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
@@ -87,7 +88,7 @@ func TestClassifyDecisionsInRow(t *testing.T) {
 func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
-		br, err := classify.NewBreaker(classify.BreakerConfig{Name: "letters", MaxFailures: 2, OpenTimeout: time.Hour})
+		br, err := breaker.New(breaker.Config{Name: "letters", MaxFailures: 2, OpenTimeout: time.Hour})
 		dbtest.Must(t, err, "breaker")
 		down := errors.New("letter service down")
 		send := func(ctx context.Context, tx *sql.Tx) error {

@@ -23,7 +23,7 @@
 // the business rules (CUSTOMER_UNKNOWN, INVALID_AMOUNT, CURRENCY_UNSUPPORTED:
 // rejections, recorded and never retried), writes the letter and the
 // document, and sends the letter through the [LetterService] behind a
-// classify.Breaker with the event id as idempotency key. Ids and timestamps
+// breaker.Breaker (classify/breaker) with the event id as idempotency key. Ids and timestamps
 // come from Config.IDFunc and Config.Clock, so approval transcripts are
 // deterministic.
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -51,10 +52,11 @@ type Config struct {
 	// Letters sends the shipping letters. Required.
 	Letters LetterService
 	// Breaker guards Letters. Defaults to a breaker named "letter-service"
-	// with classify's defaults (5 consecutive failures open it for 30s).
+	// with the breaker package's defaults (5 consecutive failures open it
+	// for 30s).
 	// Share it with consumer.Config.PausedFunc (Breaker.Open) to pause intake
 	// while the letter service is down.
-	Breaker *classify.Breaker
+	Breaker *breaker.Breaker
 	// Currencies are the supported ISO 4217 codes. Defaults to
 	// DefaultCurrencies.
 	Currencies []string
@@ -68,7 +70,7 @@ type Config struct {
 
 func (c *Config) setDefaults() error {
 	if c.Breaker == nil {
-		b, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service"})
+		b, err := breaker.New(breaker.Config{Name: "letter-service"})
 		if err != nil {
 			return err
 		}

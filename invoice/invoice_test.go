@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/invoice"
@@ -131,7 +132,7 @@ type bundle struct {
 	handler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
 }
 
-func setup(t *testing.T, db *dbtest.DB, breaker *classify.Breaker) *bundle {
+func setup(t *testing.T, db *dbtest.DB, br *breaker.Breaker) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	d, err := inbox.DialectByName(db.Backend)
@@ -146,7 +147,7 @@ func setup(t *testing.T, db *dbtest.DB, breaker *classify.Breaker) *bundle {
 	dbtest.Must(t, store.Migrate(ctx), "inbox migrate")
 	n := 0
 	l := &letters{}
-	h, err := invoice.NewHandler(invoice.Config{Dialect: d, Letters: l, Breaker: breaker, Clock: clock,
+	h, err := invoice.NewHandler(invoice.Config{Dialect: d, Letters: l, Breaker: br, Clock: clock,
 		IDFunc: func() string { n++; return fmt.Sprintf("id-%d", n) }})
 	dbtest.Must(t, err, "handler")
 	return &bundle{db: db, d: d, store: store, letters: l, handler: h}
@@ -220,7 +221,7 @@ func TestHandler(t *testing.T) {
 }
 
 func TestHandlerOpenBreakerIsNoAttempt(t *testing.T) {
-	br, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service", MaxFailures: 1, OpenTimeout: time.Hour})
+	br, err := breaker.New(breaker.Config{Name: "letter-service", MaxFailures: 1, OpenTimeout: time.Hour})
 	dbtest.Must(t, err, "breaker")
 	b := setup(t, dbtest.New(t, dbtest.SQLite), br)
 	body := `{"invoiceNo":"INV-9","customerNo":"K-100","amount":"1","currency":"EUR","issuedAt":"2026-01-05"}`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -205,11 +206,11 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 
 	step("running the refactored invoice consumer (inbox + classification + DLQ)")
 	letters := newDemoLetters()
-	breaker, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service"})
+	br, err := breaker.New(breaker.Config{Name: "letter-service"})
 	if err != nil {
 		return err
 	}
-	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Letters: letters, Breaker: breaker})
+	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Letters: letters, Breaker: br})
 	if err != nil {
 		return err
 	}
@@ -222,7 +223,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	done := make(chan struct{}, 1)
 	cons, err := consumer.New(consumer.Config{
 		Name: defaultConsumer, Source: &crashSource{Source: src, eventID: demoCrashEvent}, Store: st, Handler: h,
-		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: breaker.Open, Logger: logger,
+		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: br.Open, Logger: logger,
 		OnSettled: func(s consumer.Settled) {
 			what := string(s.Action)
 			if s.Err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 	"github.com/inboxkit/inboxkit/invoice"
@@ -173,7 +173,7 @@ N stored entries per transaction). The tables must exist at this build's schema 
 				return err
 			}
 			defer b.Close()
-			breaker, err := classify.NewBreaker(classify.BreakerConfig{Name: "letter-service"})
+			br, err := breaker.New(breaker.Config{Name: "letter-service"})
 			if err != nil {
 				return err
 			}
@@ -181,7 +181,7 @@ N stored entries per transaction). The tables must exist at this build's schema 
 			if u := orEnv(f.letters, envLetterService); u != "" {
 				letters = newHTTPLetters(u)
 			}
-			h, err := invoice.NewHandler(invoice.Config{Dialect: t.Dialect, Breaker: breaker, Letters: letters})
+			h, err := invoice.NewHandler(invoice.Config{Dialect: t.Dialect, Breaker: br, Letters: letters})
 			if err != nil {
 				return err
 			}
@@ -201,7 +201,7 @@ N stored entries per transaction). The tables must exist at this build's schema 
 			}
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
-				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, PausedFunc: breaker.Open, Logger: logger, Mode: mode,
+				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, PausedFunc: br.Open, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				EventIDFunc:     eventID,
 				Observer:        o.obs,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/invoice"
@@ -59,7 +59,7 @@ func setup(env *golden.Env) func(ctx context.Context) error {
 // configure, if not nil, adjusts the handler's configuration.
 func Refactored(configure func(*invoice.Config)) golden.Factory {
 	return func(env *golden.Env) (golden.Subject, error) {
-		br, err := classify.NewBreaker(classify.BreakerConfig{Name: LetterService, MaxFailures: 5, OpenTimeout: time.Hour})
+		br, err := breaker.New(breaker.Config{Name: LetterService, MaxFailures: 5, OpenTimeout: time.Hour})
 		if err != nil {
 			return golden.Subject{}, err
 		}

@@ -1,4 +1,4 @@
-package classify_test
+package breaker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/classify/breaker"
 )
 
 type transitions struct {
@@ -17,7 +18,7 @@ type transitions struct {
 	seen []string
 }
 
-func (tr *transitions) record(name string, from, to classify.BreakerState) {
+func (tr *transitions) record(name string, from, to breaker.State) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.seen = append(tr.seen, name+":"+string(from)+"->"+string(to))
@@ -29,13 +30,20 @@ func (tr *transitions) String() string {
 	return strings.Join(tr.seen, " ")
 }
 
-func newBreaker(t *testing.T, cfg classify.BreakerConfig) *classify.Breaker {
+func newBreaker(t *testing.T, cfg breaker.Config) *breaker.Breaker {
 	t.Helper()
-	b, err := classify.NewBreaker(cfg)
+	b, err := breaker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// fast retries in process quickly (classify.Do).
+var fast = inboxkit.RetryPolicy{
+	InProcessRetries: 1000,
+	InProcess:        inboxkit.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+	InProcessMaxTime: time.Minute,
 }
 
 func fail(err error) func(context.Context) error {
@@ -43,7 +51,7 @@ func fail(err error) func(context.Context) error {
 }
 
 // waitState polls until the breaker reports want, for at most 5s.
-func waitState(t *testing.T, b *classify.Breaker, want classify.BreakerState) {
+func waitState(t *testing.T, b *breaker.Breaker, want breaker.State) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for b.State() != want {
@@ -57,7 +65,7 @@ func waitState(t *testing.T, b *classify.Breaker, want classify.BreakerState) {
 func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 	t.Parallel()
 	tr := &transitions{}
-	b := newBreaker(t, classify.BreakerConfig{
+	b := newBreaker(t, breaker.Config{
 		Name: "letters", MaxFailures: 3, OpenTimeout: 50 * time.Millisecond, OnStateChangeFunc: tr.record,
 	})
 	ctx := context.Background()
@@ -71,7 +79,7 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 			t.Fatalf("Do = %v, want fn's error unchanged", err)
 		}
 	}
-	if !b.Open() || b.State() != classify.StateOpen {
+	if !b.Open() || b.State() != breaker.StateOpen {
 		t.Fatalf("state = %s after 3 failures, want open", b.State())
 	}
 
@@ -88,8 +96,8 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 	if got := inboxkit.DecisionOf(err); got != want {
 		t.Errorf("DecisionOf(open error) = %+v, want %+v", got, want)
 	}
-	if !errors.Is(err, classify.ErrCircuitOpen) {
-		t.Errorf("errors.Is(%v, ErrCircuitOpen) = false", err)
+	if !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("errors.Is(%v, ErrOpen) = false", err)
 	}
 	if classify.IsTransient(err) {
 		t.Error("IsTransient(open error) = true; it must not be retried in process")
@@ -99,20 +107,20 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 	}
 
 	// After OpenTimeout: half-open; a failed trial opens it again.
-	waitState(t, b, classify.StateHalfOpen)
+	waitState(t, b, breaker.StateHalfOpen)
 	if err := b.Do(ctx, fail(down)); err != down {
 		t.Fatalf("trial Do = %v", err)
 	}
-	if b.State() != classify.StateOpen {
+	if b.State() != breaker.StateOpen {
 		t.Fatalf("state = %s after failed trial, want open", b.State())
 	}
 
 	// Half-open again; a successful trial closes it.
-	waitState(t, b, classify.StateHalfOpen)
+	waitState(t, b, breaker.StateHalfOpen)
 	if err := b.Do(ctx, fail(nil)); err != nil {
 		t.Fatalf("trial Do = %v", err)
 	}
-	if b.State() != classify.StateClosed {
+	if b.State() != breaker.StateClosed {
 		t.Fatalf("state = %s after successful trial, want closed", b.State())
 	}
 	wantTr := "letters:closed->open letters:open->half-open letters:half-open->open letters:open->half-open letters:half-open->closed"
@@ -123,21 +131,21 @@ func TestBreakerOpensHalfOpensCloses(t *testing.T) {
 
 func TestBreakerIgnoresBusinessAndPoison(t *testing.T) {
 	t.Parallel()
-	b := newBreaker(t, classify.BreakerConfig{MaxFailures: 2, OpenTimeout: time.Hour})
+	b := newBreaker(t, breaker.Config{MaxFailures: 2, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	for range 10 {
 		_ = b.Do(ctx, fail(classify.Reject("CUSTOMER_UNKNOWN", nil)))
 		_ = b.Do(ctx, fail(classify.Poison(inboxkit.ReasonMalformedPayload, nil)))
 		_ = b.Do(ctx, fail(context.Canceled))
 	}
-	if b.State() != classify.StateClosed {
+	if b.State() != breaker.StateClosed {
 		t.Fatalf("state = %s after rejects, poison and cancels; want closed", b.State())
 	}
 	// A success in between resets the consecutive count.
 	_ = b.Do(ctx, fail(errors.New("x")))
 	_ = b.Do(ctx, fail(nil))
 	_ = b.Do(ctx, fail(errors.New("x")))
-	if b.State() != classify.StateClosed {
+	if b.State() != breaker.StateClosed {
 		t.Fatalf("state = %s; failures were not consecutive", b.State())
 	}
 	_ = b.Do(ctx, fail(errors.New("x")))
@@ -148,19 +156,19 @@ func TestBreakerIgnoresBusinessAndPoison(t *testing.T) {
 
 func TestBreakerIsFailureFunc(t *testing.T) {
 	t.Parallel()
-	b := newBreaker(t, classify.BreakerConfig{MaxFailures: 1, IsFailureFunc: func(error) bool { return false }})
+	b := newBreaker(t, breaker.Config{MaxFailures: 1, IsFailureFunc: func(error) bool { return false }})
 	_ = b.Do(context.Background(), fail(errors.New("x")))
-	if b.State() != classify.StateClosed {
+	if b.State() != breaker.StateClosed {
 		t.Fatalf("state = %s, want closed", b.State())
 	}
 }
 
 func TestBreakerConcurrentHalfOpen(t *testing.T) {
 	t.Parallel()
-	b := newBreaker(t, classify.BreakerConfig{MaxFailures: 1, OpenTimeout: 20 * time.Millisecond, HalfOpenMaxCalls: 2})
+	b := newBreaker(t, breaker.Config{MaxFailures: 1, OpenTimeout: 20 * time.Millisecond, HalfOpenMaxCalls: 2})
 	ctx := context.Background()
 	_ = b.Do(ctx, fail(errors.New("x")))
-	waitState(t, b, classify.StateHalfOpen)
+	waitState(t, b, breaker.StateHalfOpen)
 
 	release := make(chan struct{})
 	var wg sync.WaitGroup
@@ -194,27 +202,27 @@ func TestBreakerConcurrentHalfOpen(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	if b.State() != classify.StateClosed {
+	if b.State() != breaker.StateClosed {
 		t.Fatalf("state = %s after 2 successful trials, want closed", b.State())
 	}
 }
 
-func TestNewBreakerValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		cfg   classify.BreakerConfig
+		cfg   breaker.Config
 		field string
 	}{
-		{classify.BreakerConfig{MaxFailures: -1}, "MaxFailures"},
-		{classify.BreakerConfig{OpenTimeout: -1}, "OpenTimeout"},
-		{classify.BreakerConfig{HalfOpenMaxCalls: -1}, "HalfOpenMaxCalls"},
+		{breaker.Config{MaxFailures: -1}, "MaxFailures"},
+		{breaker.Config{OpenTimeout: -1}, "OpenTimeout"},
+		{breaker.Config{HalfOpenMaxCalls: -1}, "HalfOpenMaxCalls"},
 	} {
-		if _, err := classify.NewBreaker(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.field) {
-			t.Errorf("NewBreaker(%+v) = %v, want an error naming %s", tt.cfg, err, tt.field)
+		if _, err := breaker.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.field) {
+			t.Errorf("New(%+v) = %v, want an error naming %s", tt.cfg, err, tt.field)
 		}
 	}
-	b := newBreaker(t, classify.BreakerConfig{})
-	if b.Name() != "breaker" || b.State() != classify.StateClosed {
+	b := newBreaker(t, breaker.Config{})
+	if b.Name() != "breaker" || b.State() != breaker.StateClosed {
 		t.Errorf("zero config: name %q state %s", b.Name(), b.State())
 	}
 }
@@ -223,15 +231,15 @@ func TestNewBreakerValidates(t *testing.T) {
 // retried in process.
 func TestDoWithOpenBreaker(t *testing.T) {
 	t.Parallel()
-	b := newBreaker(t, classify.BreakerConfig{MaxFailures: 1, OpenTimeout: time.Hour})
+	b := newBreaker(t, breaker.Config{MaxFailures: 1, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	_ = b.Do(ctx, fail(classify.Retry(errors.New("down"))))
 	calls := 0
-	err := classify.Do(ctx, fast(), nil, func(ctx context.Context) error {
+	err := classify.Do(ctx, fast, nil, func(ctx context.Context) error {
 		calls++
 		return b.Do(ctx, fail(nil))
 	})
-	if calls != 1 || !errors.Is(err, classify.ErrCircuitOpen) || !classify.Of(err).NoAttempt {
+	if calls != 1 || !errors.Is(err, breaker.ErrOpen) || !classify.Of(err).NoAttempt {
 		t.Errorf("Do = %v after %d calls; want CIRCUIT_OPEN after 1", err, calls)
 	}
 }

@@ -1,4 +1,17 @@
-package classify
+// Package breaker is a circuit breaker for calls to a downstream service
+// (the letter service, a partner API), built on github.com/sony/gobreaker.
+// After Config.MaxFailures consecutive failures it opens: calls fail fast
+// with an error whose decision is technical, reason CIRCUIT_OPEN and
+// NoAttempt, so the message is handed back without raising ATTEMPTS, and an
+// outage of the downstream does not dead-letter the whole queue. After
+// Config.OpenTimeout it lets a trial call through (half-open); a success
+// closes it. Business rejections and poison do not count as failures: the
+// downstream answered. A consumer pauses its intake while [Breaker.Open] is
+// true (consumer.Config.PausedFunc).
+//
+// It is a package of its own, apart from classify, so that a program that
+// only classifies errors or runs an inbox does not link gobreaker.
+package breaker
 
 import (
 	"context"
@@ -9,37 +22,38 @@ import (
 	"github.com/sony/gobreaker"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
-// ErrCircuitOpen is wrapped by the error a [Breaker] returns while it refuses
-// calls: errors.Is(err, classify.ErrCircuitOpen).
-var ErrCircuitOpen = errors.New("classify: circuit breaker is open")
+// ErrOpen is wrapped by the error a [Breaker] returns while it refuses
+// calls: errors.Is(err, breaker.ErrOpen).
+var ErrOpen = errors.New("breaker: circuit breaker is open")
 
-// BreakerState is the state of a [Breaker].
-type BreakerState string
+// State is the state of a [Breaker].
+type State string
 
 // Breaker states.
 const (
 	// StateClosed: calls pass; consecutive failures are counted.
-	StateClosed BreakerState = "closed"
+	StateClosed State = "closed"
 	// StateHalfOpen: OpenTimeout has passed; up to HalfOpenMaxCalls trial
 	// calls pass. That many successes close the breaker; one failure opens it
 	// again.
-	StateHalfOpen BreakerState = "half-open"
+	StateHalfOpen State = "half-open"
 	// StateOpen: calls fail fast with CIRCUIT_OPEN, fn is not called.
-	StateOpen BreakerState = "open"
+	StateOpen State = "open"
 )
 
-// Default values of [BreakerConfig].
+// Default values of [Config].
 const (
-	DefaultBreakerName      = "breaker"
+	DefaultName             = "breaker"
 	DefaultMaxFailures      = 5
 	DefaultOpenTimeout      = 30 * time.Second
 	DefaultHalfOpenMaxCalls = 1
 )
 
-// BreakerConfig configures a [Breaker]. A zero field means its default.
-type BreakerConfig struct {
+// Config configures a [Breaker]. A zero field means its default.
+type Config struct {
 	// Name identifies the breaker in errors and in OnStateChangeFunc
 	// ("letter-service"). Defaults to "breaker".
 	Name string
@@ -62,31 +76,31 @@ type BreakerConfig struct {
 	// runs while the breaker holds its lock: it must return quickly and must
 	// not call the Breaker's methods. The change from open to half-open is
 	// seen by the first Do or State call after OpenTimeout. Defaults to nil.
-	OnStateChangeFunc func(name string, from, to BreakerState)
+	OnStateChangeFunc func(name string, from, to State)
 
 	// IsFailureFunc, when set, tells whether an error returned by fn counts
 	// as a failure of the downstream. Defaults to: an error counts unless its
-	// decision (see [Of]) is a business rejection or poison (the downstream
+	// decision (see classify.Of) is a business rejection or poison (the downstream
 	// answered; the message is at fault) or it is context.Canceled (the
 	// caller gave up).
 	IsFailureFunc func(error) bool
 }
 
-func (c BreakerConfig) validate() error {
+func (c Config) validate() error {
 	switch {
 	case c.MaxFailures < 0:
-		return fmt.Errorf("classify: BreakerConfig.MaxFailures is %d; must be at least 1 (zero means the default, %d)", c.MaxFailures, DefaultMaxFailures)
+		return fmt.Errorf("breaker: Config.MaxFailures is %d; must be at least 1 (zero means the default, %d)", c.MaxFailures, DefaultMaxFailures)
 	case c.OpenTimeout < 0:
-		return fmt.Errorf("classify: BreakerConfig.OpenTimeout is %s; must not be negative", c.OpenTimeout)
+		return fmt.Errorf("breaker: Config.OpenTimeout is %s; must not be negative", c.OpenTimeout)
 	case c.HalfOpenMaxCalls < 0:
-		return fmt.Errorf("classify: BreakerConfig.HalfOpenMaxCalls is %d; must be at least 1 (zero means the default, %d)", c.HalfOpenMaxCalls, DefaultHalfOpenMaxCalls)
+		return fmt.Errorf("breaker: Config.HalfOpenMaxCalls is %d; must be at least 1 (zero means the default, %d)", c.HalfOpenMaxCalls, DefaultHalfOpenMaxCalls)
 	}
 	return nil
 }
 
-func (c *BreakerConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Name == "" {
-		c.Name = DefaultBreakerName
+		c.Name = DefaultName
 	}
 	if c.MaxFailures == 0 {
 		c.MaxFailures = DefaultMaxFailures
@@ -106,27 +120,26 @@ func defaultIsFailure(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	c := Of(err).Class
+	c := classify.Of(err).Class
 	return c != inboxkit.ClassBusiness && c != inboxkit.ClassPoison
 }
 
-// Breaker is a circuit breaker for calls to a downstream service (the letter
-// service, a partner API), built on github.com/sony/gobreaker. While it is
-// open, [Breaker.Do] fails fast with an error whose decision is technical,
+// Breaker is a circuit breaker for calls to a downstream service. While it
+// is open, [Breaker.Do] fails fast with an error whose decision is technical,
 // reason CIRCUIT_OPEN, NoAttempt: the message is handed back without counting
 // towards the backout threshold, so an outage of the downstream does not
 // dead-letter the whole queue. Consumers should also pause their intake while
-// [Breaker.Open] is true (see BreakerConfig.OnStateChangeFunc).
+// [Breaker.Open] is true (see Config.OnStateChangeFunc).
 //
 // A Breaker is safe for concurrent use.
 type Breaker struct {
 	cb  *gobreaker.CircuitBreaker
-	cfg BreakerConfig
+	cfg Config
 }
 
-// NewBreaker returns a closed Breaker, or an error naming the invalid field
-// of cfg.
-func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
+// New returns a closed Breaker, or an error naming the invalid field of
+// cfg.
+func New(cfg Config) (*Breaker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -152,7 +165,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 
 // Do calls fn(ctx) through the breaker and returns its error unchanged. While
 // the breaker is open (or half-open with all trial calls taken), fn is not
-// called and Do returns an [*Error] wrapping [ErrCircuitOpen] with the
+// called and Do returns a [*classify.Error] wrapping [ErrOpen] with the
 // decision {Technical, CIRCUIT_OPEN, RetryAfter: OpenTimeout, NoAttempt}.
 // A panic in fn counts as a failure and is re-raised.
 func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
@@ -162,7 +175,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) er
 		return nil, fn(ctx)
 	})
 	if !called && err != nil {
-		return &Error{
+		return &classify.Error{
 			Decision: inboxkit.Decision{
 				Class:      inboxkit.ClassTechnical,
 				Reason:     inboxkit.ReasonCircuitOpen,
@@ -176,7 +189,7 @@ func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) er
 }
 
 // State returns the breaker's current state.
-func (b *Breaker) State() BreakerState { return stateOf(b.cb.State()) }
+func (b *Breaker) State() State { return stateOf(b.cb.State()) }
 
 // Open reports whether the breaker is open, that is, refusing every call.
 // A consumer pauses its intake while it is true.
@@ -185,7 +198,7 @@ func (b *Breaker) Open() bool { return b.State() == StateOpen }
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.cfg.Name }
 
-func stateOf(s gobreaker.State) BreakerState {
+func stateOf(s gobreaker.State) State {
 	switch s {
 	case gobreaker.StateOpen:
 		return StateOpen
@@ -196,11 +209,11 @@ func stateOf(s gobreaker.State) BreakerState {
 	}
 }
 
-// circuitOpenError is the cause of a refused call: it matches ErrCircuitOpen
+// circuitOpenError is the cause of a refused call: it matches ErrOpen
 // and unwraps to gobreaker's error.
 type circuitOpenError struct {
 	name  string
-	state BreakerState
+	state State
 	cause error
 }
 
@@ -208,6 +221,6 @@ func (e *circuitOpenError) Error() string {
 	return fmt.Sprintf("circuit breaker %q is %s", e.name, e.state)
 }
 
-func (e *circuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
+func (e *circuitOpenError) Is(target error) bool { return target == ErrOpen }
 
 func (e *circuitOpenError) Unwrap() error { return e.cause }
