@@ -13,6 +13,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -24,7 +25,7 @@ import (
 // retry policy p, with redeliveries after 10ms unless p says otherwise.
 func setup(t *testing.T, p ...inboxkit.RetryPolicy) (consumer.Config, *jetstream.Adapter, chan consumer.Settled) {
 	t.Helper()
-	srv, err := jetstream.StartEmbedded(t.TempDir())
+	srv, err := embedded.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

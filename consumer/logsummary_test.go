@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -60,7 +61,7 @@ func TestOutageLoggedOnceAtStartAndEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// A connection to a second server, closed: its Publish fails.
-	srv2, err := jetstream.StartEmbedded(t.TempDir())
+	srv2, err := embedded.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

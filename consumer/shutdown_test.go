@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -44,7 +45,7 @@ func (s *syncBuffer) String() string {
 // ShutdownTimeout, logs its event id, returns ErrShutdownTimeout, and the
 // delivery was not acknowledged: the broker delivers it again.
 func TestShutdownTimeoutAbandonsHungDelivery(t *testing.T) {
-	srv, err := jetstream.StartEmbedded(t.TempDir())
+	srv, err := embedded.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -62,7 +63,7 @@ const parentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 // a business rejection, E-5 poison (with a traceparent), one without event id.
 func sendMix(ctx context.Context, t *testing.T) (*jetstream.Adapter, *inbox.Store) {
 	t.Helper()
-	srv, err := jetstream.StartEmbedded(t.TempDir())
+	srv, err := embedded.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

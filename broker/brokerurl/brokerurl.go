@@ -35,6 +35,7 @@ import (
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/consumer"
@@ -159,7 +160,7 @@ type Broker struct {
 
 	opts     Options
 	natsURL  string
-	embedded *jetstream.Embedded
+	embedded *embedded.Server
 	tmpDir   string
 
 	mu      sync.Mutex
@@ -186,7 +187,7 @@ func Open(raw string, opts Options) (*Broker, error) {
 			}
 			b.tmpDir = dir
 		}
-		e, err := jetstream.StartEmbedded(dir)
+		e, err := embedded.Start(dir)
 		if err != nil {
 			if b.tmpDir != "" {
 				_ = os.RemoveAll(b.tmpDir)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/consumer/consumertest"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -34,7 +35,7 @@ func TestConformance(t *testing.T) {
 		consumertest.Run(t, conformanceBroker("jetstream", url))
 	})
 	t.Run("embedded", func(t *testing.T) {
-		e, err := jetstream.StartEmbedded(t.TempDir())
+		e, err := embedded.Start(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,9 @@
 // Package jetstream connects inboxkit to NATS JetStream
 // (github.com/nats-io/nats.go/jetstream). An [Adapter] is the
 // consumer.Source of one subject, read through a durable pull consumer, and
-// a dlq.Publisher. [StartEmbedded] runs a NATS server with JetStream inside
-// the process for the zero-setup demo and for tests.
+// a dlq.Publisher. Package broker/jetstream/embedded runs a NATS server
+// with JetStream inside the process, for the zero-setup demo and for tests;
+// this package does not link the server.
 //
 //	a, err := jetstream.Open(ctx, jetstream.Config{Subject: "invoice.events"})
 //	...

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
@@ -125,9 +125,9 @@ func servers(t *testing.T, body func(t *testing.T, url string)) {
 	})
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		e, err := StartEmbedded(t.TempDir())
+		e, err := embedded.Start(t.TempDir())
 		if err != nil {
-			t.Fatalf("StartEmbedded: %v", err)
+			t.Fatalf("embedded.Start: %v", err)
 		}
 		t.Cleanup(e.Shutdown)
 		body(t, e.URL())
@@ -298,12 +298,11 @@ func TestPublish(t *testing.T) {
 func TestReconnect(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	e, err := StartEmbedded(dir)
+	e, err := embedded.Start(dir)
 	if err != nil {
-		t.Fatalf("StartEmbedded: %v", err)
+		t.Fatalf("embedded.Start: %v", err)
 	}
-	port := e.s.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() { e.Shutdown() })
+	t.Cleanup(e.Shutdown)
 
 	n := names{stream: "RECONNECT", subject: "inboxkit.reconnect"}
 	a := open(t, Config{URL: e.URL(), Stream: n.stream, Subject: n.subject, AckWait: 2 * time.Second, Reconnect: inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: 100 * time.Millisecond}})
@@ -317,8 +316,8 @@ func TestReconnect(t *testing.T) {
 	if err := pending.Ack(context.Background()); err == nil {
 		t.Error("Ack while the server is down succeeded; want an error")
 	}
-	if e, err = startEmbedded(dir, port); err != nil {
-		t.Fatalf("restart embedded server on port %d: %v", port, err)
+	if err := e.Restart(); err != nil {
+		t.Fatal(err)
 	}
 
 	// "two" was never acknowledged: it comes again after AckWait; "three" is new.

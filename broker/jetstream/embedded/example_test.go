@@ -1,4 +1,4 @@
-package jetstream_test
+package embedded_test
 
 import (
 	"context"
@@ -8,16 +8,17 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/jetstream/embedded"
 )
 
 // An embedded server, a consumer of one subject, one message round trip.
-func ExampleStartEmbedded() {
+func Example() {
 	dir, err := os.MkdirTemp("", "inboxkit-example-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	srv, err := jetstream.StartEmbedded(dir)
+	srv, err := embedded.Start(dir)
 	if err != nil {
 		log.Fatal(err)
 	}
