@@ -85,8 +85,10 @@ const BlackBoxBackend = "black-box"
 // instances really overlap. "crash before-commit", "crash after-commit" and
 // "fail commit" need a hook inside the process and are refused.
 type BlackBox struct {
-	// Name describes the consumer in the transcript header ("java legacy
-	// LegacyInvoiceEventMdb"). Required.
+	// Name describes the consumer in the recorder's log and errors and in
+	// Transcript.Consumer ("java LegacyInvoiceEventMdb"). Required. The
+	// transcript is headed by the label (see Label), not by Name, so that a
+	// record and its verify agree whatever each caller calls the process.
 	Name string
 	// Command starts one consumer instance, run with sh -c. Required.
 	Command string
@@ -100,8 +102,13 @@ type BlackBox struct {
 	DB string
 	// Broker is the broker's STOMP URL. Defaults to stomp://127.0.0.1:61613.
 	Broker string
-	// OpenWire is handed to the process as EnvOpenWire. Defaults to
-	// tcp://<Broker's host>:61616.
+	// OpenWire is the same broker's OpenWire URL (tcp://host:port), handed
+	// to the process as EnvOpenWire for JMS clients. Defaults to
+	// tcp://<Broker's host>:61616 when Broker is at ActiveMQ's default
+	// STOMP port 61613 (its default OpenWire port beside it); for a broker
+	// on other ports there is no default and EnvOpenWire is not set: a
+	// STOMP consumer needs none, a JMS bean must be given it, or it would
+	// join whatever broker listens on 61616.
 	OpenWire string
 	// SetupFunc creates the business tables and seed data in the fresh
 	// schema before the first instance starts. Required.
@@ -126,8 +133,19 @@ type BlackBox struct {
 	// Timeout bounds each step and the start of the instances. Defaults to
 	// 120s.
 	Timeout time.Duration
+	// Stall is how long messages may wait on the queue, while every
+	// instance is up (printed Ready, or Quiet passed since its start), with
+	// no sign of life at all (no call, no row, no byte to the database, no
+	// line of output) before the recording fails as "not consumed", naming
+	// the broker, OpenWire address and queue the processes were told. It
+	// must exceed Quiet. Defaults to 10s or 2×Quiet, whichever is longer.
+	Stall time.Duration
 	// Output receives the processes' stdout and stderr. Defaults to none.
 	Output io.Writer
+	// Log receives one line per recording: what the processes are told
+	// (broker, OpenWire address and where it came from, queue). Defaults
+	// to none.
+	Log io.Writer
 	// Ready is a regular expression an instance prints (stdout or stderr)
 	// once it consumes from its queue; the recorder sends nothing before
 	// every instance printed it, so competing instances really compete.
@@ -160,8 +178,14 @@ func (b *BlackBox) setDefaults() {
 	if b.Timeout <= 0 {
 		b.Timeout = 120 * time.Second
 	}
+	if b.Stall <= 0 {
+		b.Stall = max(10*time.Second, 2*b.Quiet)
+	}
 	if b.Output == nil {
 		b.Output = io.Discard
+	}
+	if b.Log == nil {
+		b.Log = io.Discard
 	}
 }
 
@@ -204,14 +228,14 @@ func CheckBlackBoxCase(ctx context.Context, caseDir string, bb BlackBox, approve
 	}
 	o := buildOptions(opts)
 	o.backends = []string{BlackBoxBackend}
-	return verifyCase(ctx, caseDir, blackBoxPlay(bb), o, approve)
+	return verifyCase(ctx, caseDir, blackBoxPlay(bb, o.label), o, approve)
 }
 
 // VerifyBlackBox is Verify for a process (inboxctl golden verify --black-box).
 func VerifyBlackBox(ctx context.Context, dir string, bb BlackBox, opts ...Option) ([]Mismatch, error) {
 	o := buildOptions(opts)
 	o.backends = []string{BlackBoxBackend}
-	return verifyAll(ctx, dir, blackBoxPlay(bb), o, false)
+	return verifyAll(ctx, dir, blackBoxPlay(bb, o.label), o, false)
 }
 
 // RecordBlackBox is Approve for a process (inboxctl golden record
@@ -222,16 +246,16 @@ func RecordBlackBox(ctx context.Context, dir string, bb BlackBox, opts ...Option
 	}
 	o := buildOptions(opts)
 	o.backends = []string{BlackBoxBackend}
-	return verifyAll(ctx, dir, blackBoxPlay(bb), o, true)
+	return verifyAll(ctx, dir, blackBoxPlay(bb, o.label), o, true)
 }
 
-func blackBoxPlay(bb BlackBox) playFunc {
+func blackBoxPlay(bb BlackBox, label string) playFunc {
 	return func(ctx context.Context, caseDir, _ string) (*Transcript, error) {
 		sc, err := ReadScenario(caseDir)
 		if err != nil {
 			return nil, err
 		}
-		tr, err := PlayBlackBox(ctx, sc, bb)
+		tr, err := playBlackBox(ctx, sc, bb, label, caseDir)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", caseDir, err)
 		}
@@ -241,8 +265,13 @@ func blackBoxPlay(bb BlackBox) playFunc {
 
 // PlayBlackBox records one scenario against the process bb describes and
 // returns its transcript (Deliveries stay empty: a black box shows no
-// deliveries, only their effects).
-func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, error) {
+// deliveries, only their effects). The option Label heads the transcript.
+func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox, opts ...Option) (*Transcript, error) {
+	return playBlackBox(ctx, sc, bb, buildOptions(opts).label, "")
+}
+
+// playBlackBox is PlayBlackBox; what names the recording in bb.Log.
+func playBlackBox(ctx context.Context, sc *Scenario, bb BlackBox, label, what string) (*Transcript, error) {
 	bb.setDefaults()
 	if err := bb.validate(); err != nil {
 		return nil, err
@@ -264,16 +293,20 @@ func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, 
 		return nil, ctx.Err()
 	}
 	began := time.Now()
-	r := &bbRun{sc: sc, bb: bb, seen: map[string]bool{}}
+	r := &bbRun{sc: sc, bb: bb, label: label, what: what, seen: map[string]bool{}}
+	if r.what == "" {
+		r.what = bb.Name
+	}
 	if bb.Ready != "" {
 		r.ready = regexp.MustCompile(bb.Ready)
 	}
 	defer r.close()
-	if err := r.setup(ctx); err != nil {
-		return nil, err
+	err := r.setup(ctx)
+	if err == nil {
+		err = r.play(ctx)
 	}
-	if err := r.play(ctx); err != nil {
-		return nil, fmt.Errorf("%w\nlast output of the processes:\n%s", err, r.tail())
+	if err != nil {
+		return nil, r.explain(err)
 	}
 	r.tr.Elapsed = time.Since(began)
 	return r.tr, nil
@@ -281,8 +314,12 @@ func PlayBlackBox(ctx context.Context, sc *Scenario, bb BlackBox) (*Transcript, 
 
 // bbRun is one black-box recording.
 type bbRun struct {
-	sc *Scenario
-	bb BlackBox
+	sc    *Scenario
+	bb    BlackBox
+	label string // heads the transcript
+	what  string // names the recording in bb.Log
+
+	openWire, openWireFrom string // EnvOpenWire ("": not set) and why
 
 	schema, queue string
 	admin, db     *sql.DB
@@ -306,19 +343,22 @@ type bbRun struct {
 	events   []string // process events of the current step
 	changes  int      // process starts and kills
 	outBuf   []byte
+	outAt    time.Time // last output of any process
 	ready    *regexp.Regexp
 	closeFns []func()
 }
 
 type bbProc struct {
-	n     int
-	cmd   *exec.Cmd
-	done  chan struct{}
-	err   error
-	gone  bool // killed or stopped on purpose
-	ready chan struct{}
-	once  sync.Once
-	line  []byte // output since the last line break, for Ready
+	n       int
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{}
+	err     error
+	gone    bool // killed or stopped on purpose
+	ready   chan struct{}
+	readyAt time.Time // when it printed Ready (zero: not yet)
+	once    sync.Once
+	line    []byte // output since the last line break, for Ready
 }
 
 // procOutput is an instance's stdout and stderr.
@@ -337,7 +377,10 @@ func (o procOutput) Write(b []byte) (int, error) {
 				break
 			}
 			if re.Match(o.p.line[:i]) {
-				o.p.once.Do(func() { close(o.p.ready) })
+				o.p.once.Do(func() {
+					o.p.readyAt = time.Now()
+					close(o.p.ready)
+				})
 			}
 			o.p.line = o.p.line[i+1:]
 		}
@@ -410,9 +453,8 @@ func (r *bbRun) setup(ctx context.Context) error {
 		r.stompCfg.Login = bu.User.Username()
 		r.stompCfg.Passcode, _ = bu.User.Password()
 	}
-	if r.bb.OpenWire == "" {
-		r.bb.OpenWire = "tcp://" + net.JoinHostPort(bu.Hostname(), "61616")
-	}
+	r.openWire, r.openWireFrom = openWireURL(r.bb.OpenWire, bu)
+	fmt.Fprintf(r.bb.Log, "golden: recording %s: the processes are told %s\n", r.what, r.told())
 	if r.pub, err = stomp.Open(ctx, r.stompCfg); err != nil {
 		return fmt.Errorf("golden: broker %s: %w (is ActiveMQ running? scripts/activemq start)", bu.Host, err)
 	}
@@ -438,6 +480,40 @@ func (r *bbRun) setup(ctx context.Context) error {
 	return r.waitReady(ctx)
 }
 
+// openWireURL is the OpenWire URL the processes are told, given or
+// derived from the STOMP URL of the broker, and where it came from ("" and
+// why not, when it cannot be derived).
+func openWireURL(given string, broker *url.URL) (string, string) {
+	switch {
+	case given != "":
+		return given, "given"
+	case broker.Port() == "61613":
+		return "tcp://" + net.JoinHostPort(broker.Hostname(), "61616"), "derived: ActiveMQ's default OpenWire port beside STOMP 61613"
+	}
+	return "", fmt.Sprintf("not set: the broker's STOMP port %q is not ActiveMQ's default 61613, so its OpenWire port is unknown; a JMS bean needs it: give BlackBox.OpenWire (inboxctl golden --openwire tcp://host:port)", broker.Port())
+}
+
+// told is what the processes are told about where to consume.
+func (r *bbRun) told() string {
+	ow := EnvOpenWire + " " + r.openWireFrom
+	if r.openWire != "" {
+		ow = fmt.Sprintf("%s=%s (%s)", EnvOpenWire, r.openWire, r.openWireFrom)
+	}
+	return fmt.Sprintf("%s=%s, %s, %s=%s", EnvBroker, r.bb.Broker, ow, EnvQueue, r.queue)
+}
+
+// explain adds to a failed recording what the processes were told and
+// their last output.
+func (r *bbRun) explain(err error) error {
+	msg := "%w\nthe processes were told %s"
+	args := []any{err, r.told()}
+	if tail := r.tail(); tail != "" {
+		msg += "\nlast output of the processes:\n%s"
+		args = append(args, tail)
+	}
+	return fmt.Errorf(msg, args...)
+}
+
 // waitReady waits until every instance printed bb.Ready (or, without it,
 // for bb.Quiet).
 func (r *bbRun) waitReady(ctx context.Context) error {
@@ -454,9 +530,9 @@ func (r *bbRun) waitReady(ctx context.Context) error {
 		select {
 		case <-p.ready:
 		case <-p.done:
-			return fmt.Errorf("golden: instance %d exited before it printed %q (%v); its output:\n%s", p.n, r.bb.Ready, p.err, r.tail())
+			return fmt.Errorf("golden: instance %d exited before it printed %q (%v)", p.n, r.bb.Ready, p.err)
 		case <-deadline:
-			return fmt.Errorf("golden: instance %d did not print %q within %s; output:\n%s", p.n, r.bb.Ready, r.bb.Timeout, r.tail())
+			return fmt.Errorf("golden: instance %d did not print %q within %s", p.n, r.bb.Ready, r.bb.Timeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -481,11 +557,10 @@ func (r *bbRun) env(n int) []string {
 	}
 	jdbc := "jdbc:postgresql://" + r.proxy.Addr() + u.Path + "?" + jq.Encode()
 	env := append(os.Environ(), r.bb.Env...)
-	return append(env,
+	env = append(env,
 		EnvDB+"="+pu.String(),
 		EnvJDBCURL+"="+jdbc,
 		EnvBroker+"="+r.bb.Broker,
-		EnvOpenWire+"="+r.bb.OpenWire,
 		EnvQueue+"="+r.queue,
 		EnvDLQ+"=DLQ."+r.queue,
 		EnvRejectQueue+"="+r.queue+".REJECTED",
@@ -494,11 +569,16 @@ func (r *bbRun) env(n int) []string {
 		EnvInstance+"="+strconv.Itoa(n),
 		ServiceEnv(r.bb.Service)+"="+r.serviceURL+strconv.Itoa(n),
 	)
+	if r.openWire != "" {
+		env = append(env, EnvOpenWire+"="+r.openWire)
+	}
+	return env
 }
 
 // Write collects the processes' output (the last 8 KiB, for errors).
 func (r *bbRun) Write(p []byte) (int, error) {
 	r.mu.Lock()
+	r.outAt = time.Now()
 	r.outBuf = append(r.outBuf, p...)
 	if len(r.outBuf) > 8<<10 {
 		r.outBuf = append([]byte(nil), r.outBuf[len(r.outBuf)-8<<10:]...)
@@ -517,7 +597,7 @@ func (r *bbRun) start(n int) error {
 	cmd := exec.Command("sh", "-c", r.bb.Command)
 	cmd.Dir = r.bb.Dir
 	cmd.Env = r.env(n)
-	p := &bbProc{n: n, cmd: cmd, done: make(chan struct{}), ready: make(chan struct{})}
+	p := &bbProc{n: n, cmd: cmd, started: time.Now(), done: make(chan struct{}), ready: make(chan struct{})}
 	cmd.Stdout = procOutput{r, p}
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -655,7 +735,11 @@ func (r *bbRun) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *bbRun) play(ctx context.Context) error {
-	fmt.Fprintf(&r.out, "# golden black-box transcript: %s, queue %s\n", r.bb.Name, r.sc.Queue)
+	title := "golden black-box transcript"
+	if r.label != "" {
+		title += ": " + r.label
+	}
+	fmt.Fprintf(&r.out, "# %s, queue %s\n", title, r.sc.Queue)
 	fmt.Fprintf(&r.out, "# max-attempts %d, broker-max-deliveries %d, instances %d\n", r.sc.MaxAttempts, r.sc.BrokerMaxDeliveries, r.sc.Instances)
 	fmt.Fprintf(&r.out, "\n== steps\n")
 	for i, st := range r.sc.Steps {
@@ -725,12 +809,14 @@ func (r *bbRun) play(ctx context.Context) error {
 }
 
 // settle waits until the queue is empty and nothing observable changed for
-// bb.Quiet.
+// bb.Quiet. It fails when messages wait on the queue with no sign of life
+// for bb.Stall while every instance is up (see BlackBox.Stall).
 func (r *bbRun) settle(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.bb.Timeout)
 	defer cancel()
 	var last string
 	since := time.Now()
+	alive, sent := since, r.proxy.Forwarded()
 	for {
 		if err := r.exited(); err != nil {
 			return err
@@ -748,8 +834,18 @@ func (r *bbRun) settle(ctx context.Context) error {
 		}
 		if fp != last {
 			last, since = fp, time.Now()
+			alive = since
 		} else if queued == 0 && time.Since(since) >= r.bb.Quiet {
 			return nil
+		}
+		if n := r.proxy.Forwarded(); n != sent {
+			sent, alive = n, time.Now()
+		}
+		if queued > 0 {
+			if up, ok := r.upSince(); ok && time.Since(later(alive, up, r.lastOutput())) >= r.bb.Stall {
+				return fmt.Errorf("nothing consumed from queue %s for %s: %d message(s) wait there on the broker %s while every instance is up, with no call, no row, no byte to the database and no output; is the process consuming from another broker? Give the OpenWire address of this one (BlackBox.OpenWire, inboxctl golden --openwire)",
+					r.queue, r.bb.Stall, queued, r.bb.Broker)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -757,6 +853,44 @@ func (r *bbRun) settle(ctx context.Context) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// upSince reports whether every instance is up (printed bb.Ready since its
+// last start or, without Ready, was started bb.Quiet ago), and since when.
+func (r *bbRun) upSince() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var t time.Time
+	for _, p := range r.procs {
+		up := p.started.Add(r.bb.Quiet)
+		if r.ready != nil {
+			if p.readyAt.IsZero() {
+				return time.Time{}, false
+			}
+			up = p.readyAt
+		}
+		if time.Now().Before(up) {
+			return time.Time{}, false
+		}
+		t = later(t, up)
+	}
+	return t, true
+}
+
+func (r *bbRun) lastOutput() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outAt
+}
+
+func later(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {

@@ -96,8 +96,14 @@
 // during "send M parallel N" so that competing instances overlap, waits
 // until nothing changes, and snapshots the business tables, the inbox table
 // (if the process made one), the queue, DLQ.<queue> and <queue>.REJECTED.
-// Its transcripts show no deliveries (a black box has none to show) and
-// normalize ids and times to unnumbered <id> and <time>. Steps that need a
+// Its transcripts are headed by the label (not by BlackBox.Name, so that
+// `inboxctl golden record` and a test agree), show no deliveries (a black
+// box has none to show) and normalize ids and times to unnumbered <id> and
+// <time>. A JMS bean is told the broker's OpenWire address
+// (BlackBox.OpenWire; derived only for ActiveMQ's default ports) and every
+// recording logs what its processes were told (BlackBox.Log); messages
+// that wait on the queue with no sign of life from running instances fail
+// the recording after BlackBox.Stall, naming that address and the queue. Steps that need a
 // hook inside the process (crash before-commit, crash after-commit, fail
 // commit) are refused; "database down" / "database up" cut and restore the
 // recorder's TCP proxy between the process and PostgreSQL (the shared

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // tcpProxy forwards loopback connections to a target (the database), so a
@@ -18,6 +19,8 @@ type tcpProxy struct {
 	down  bool
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
+
+	forwarded atomic.Int64
 }
 
 func newTCPProxy(target string) (*tcpProxy, error) {
@@ -81,9 +84,23 @@ func (p *tcpProxy) accept() {
 	}
 }
 
+// Forwarded is the number of bytes forwarded so far, both ways.
+func (p *tcpProxy) Forwarded() int64 { return p.forwarded.Load() }
+
+type counter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c counter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
 func (p *tcpProxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	_, _ = io.Copy(counter{dst, &p.forwarded}, src)
 	dst.Close()
 	src.Close()
 	p.mu.Lock()

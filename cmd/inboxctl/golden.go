@@ -133,7 +133,7 @@ func (f *blackBoxFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.exec, "exec", "", "black box: shell command that starts one consumer instance")
 	c.Flags().StringVar(&f.db, "db", "", "black box: PostgreSQL server; each recording makes a fresh schema (default $"+envDB+", else postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
 	c.Flags().StringVar(&f.broker, "broker", "", "black box: the broker's STOMP URL (default $"+envBroker+", else stomp://127.0.0.1:61613)")
-	c.Flags().StringVar(&f.openwire, "openwire", "", "black box: OpenWire URL handed to the process (default tcp://<broker host>:61616)")
+	c.Flags().StringVar(&f.openwire, "openwire", "", "black box: the broker's OpenWire URL handed to the process (default tcp://<broker host>:61616 when --broker is at port 61613; else none: give it for a JMS bean)")
 	c.Flags().StringVar(&f.label, "label", "black-box", "black box: approved.<label>.txt")
 	c.Flags().StringVar(&f.ready, "ready", "", "black box: regular expression the process prints once it consumes (default: wait --quiet after the start)")
 	c.Flags().StringVar(&f.only, "case", "", "black box: comma-separated case names under DIR to play (default all)")
@@ -144,9 +144,9 @@ func (f *blackBoxFlags) config(cmd *cobra.Command) (golden.BlackBox, []golden.Op
 	if strings.TrimSpace(f.exec) == "" {
 		return golden.BlackBox{}, nil, usageErr("--black-box needs --exec COMMAND, the shell command that starts one consumer instance")
 	}
-	b := invoicegolden.BlackBox(f.label, f.exec) // the label heads the transcript: --exec holds paths of this machine
+	b := invoicegolden.BlackBox(f.label, f.exec) // named by the label: --exec holds paths of this machine
 	b.DB, b.Broker, b.OpenWire, b.Ready, b.Quiet = orEnv(f.db, envDB), orEnv(f.broker, envBroker), f.openwire, f.ready, f.quiet
-	b.Output = cmd.ErrOrStderr()
+	b.Output, b.Log = cmd.ErrOrStderr(), cmd.ErrOrStderr()
 	if b.Broker != "" && !strings.HasPrefix(b.Broker, "stomp://") {
 		return b, nil, usageErr("--broker %q: the black-box recorder speaks STOMP to ActiveMQ: use stomp://host:61613", b.Broker)
 	}

@@ -15,7 +15,6 @@
 package goldentest
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -43,22 +42,35 @@ func init() {
 // (CI=true) it never writes them and a missing one fails.
 func Run(t *testing.T, dir string, f golden.Factory, opts ...golden.Option) {
 	t.Helper()
-	run(t, dir, opts, func(ctx context.Context, caseDir string) (*golden.Mismatch, *golden.Transcript, error) {
-		return golden.CheckCase(ctx, caseDir, f, golden.Updating(), opts...)
+	run(t, dir, opts, func(t *testing.T, caseDir string) (*golden.Mismatch, *golden.Transcript, error) {
+		return golden.CheckCase(t.Context(), caseDir, f, golden.Updating(), opts...)
 	})
 }
 
 // RunBlackBox is Run for a process: every case under dir (or dir itself)
 // is recorded against bb as a parallel subtest and compared with its
 // approved file (label from the options; set one, e.g. "java-legacy").
+// Without bb.Log, the subtest logs what the processes are told.
 func RunBlackBox(t *testing.T, dir string, bb golden.BlackBox, opts ...golden.Option) {
 	t.Helper()
-	run(t, dir, opts, func(ctx context.Context, caseDir string) (*golden.Mismatch, *golden.Transcript, error) {
-		return golden.CheckBlackBoxCase(ctx, caseDir, bb, golden.Updating(), opts...)
+	run(t, dir, opts, func(t *testing.T, caseDir string) (*golden.Mismatch, *golden.Transcript, error) {
+		b := bb
+		if b.Log == nil {
+			b.Log = logWriter{t}
+		}
+		return golden.CheckBlackBoxCase(t.Context(), caseDir, b, golden.Updating(), opts...)
 	})
 }
 
-type checkFunc func(ctx context.Context, caseDir string) (*golden.Mismatch, *golden.Transcript, error)
+// logWriter writes to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+type checkFunc func(t *testing.T, caseDir string) (*golden.Mismatch, *golden.Transcript, error)
 
 func run(t *testing.T, dir string, opts []golden.Option, check checkFunc) {
 	t.Helper()
@@ -69,7 +81,7 @@ func run(t *testing.T, dir string, opts []golden.Option, check checkFunc) {
 	for _, c := range cases {
 		t.Run(filepath.Base(c), func(t *testing.T) {
 			t.Parallel()
-			m, tr, err := check(t.Context(), c)
+			m, tr, err := check(t, c)
 			if err != nil {
 				t.Fatal(err)
 			}
