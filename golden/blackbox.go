@@ -79,7 +79,8 @@ const BlackBoxBackend = "black-box"
 //
 // Faults: "fail SERVICE N" fails the next N calls; "crash during SERVICE"
 // kills the calling process (SIGKILL to its process group) from inside the
-// next call, records the call as sent, and starts the instance again;
+// next call, records what the service did with it (sent, or a duplicate
+// of a key it took before), and starts the instance again;
 // "send M parallel N" publishes N copies at once and holds the service's
 // calls until N have arrived (or HoldTimeout passed), so that competing
 // instances really overlap. "crash before-commit", "crash after-commit" and
@@ -293,7 +294,7 @@ func playBlackBox(ctx context.Context, sc *Scenario, bb BlackBox, label, what st
 		return nil, ctx.Err()
 	}
 	began := time.Now()
-	r := &bbRun{sc: sc, bb: bb, label: label, what: what, seen: map[string]bool{}}
+	r := &bbRun{sc: sc, bb: bb, label: label, what: what, svc: newServices("the caller was killed (kill -9) before the answer")}
 	if r.what == "" {
 		r.what = bb.Name
 	}
@@ -333,10 +334,7 @@ type bbRun struct {
 	tr            *Transcript
 
 	mu       sync.Mutex
-	calls    []call
-	seen     map[string]bool
-	fails    int
-	crash    int
+	svc      *services
 	hold     int // calls to hold until this many arrived (parallel send)
 	arrived  int // calls held so far
 	holdCh   chan struct{}
@@ -679,7 +677,7 @@ func (r *bbRun) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	key := req.Header.Get("Idempotency-Key")
-	c := call{service: r.bb.Service, key: key, summary: r.bb.SummaryFunc(body)}
+	summary := r.bb.SummaryFunc(body)
 
 	r.mu.Lock()
 	if r.hold > 0 {
@@ -697,14 +695,9 @@ func (r *bbRun) serve(w http.ResponseWriter, req *http.Request) {
 		}
 		r.mu.Lock()
 	}
-	if r.crash > 0 {
-		r.crash--
-		c.result = "sent, the caller was killed (kill -9) before the answer"
-		if key != "" {
-			r.seen[key] = true
-		}
-		r.calls = append(r.calls, c)
-		r.events = append(r.events, fmt.Sprintf("instance %d killed (kill -9) during call %d of %s, then started again", n, len(r.calls), r.bb.Service))
+	c := r.svc.call(r.bb.Service, key, summary)
+	if c.CallerDied {
+		r.events = append(r.events, fmt.Sprintf("instance %d killed (kill -9) during call %d of %s, then started again", n, len(r.svc.calls), r.bb.Service))
 		r.mu.Unlock()
 		r.kill(n)
 		if err := r.start(n); err != nil {
@@ -715,23 +708,9 @@ func (r *bbRun) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "caller killed", http.StatusServiceUnavailable)
 		return
 	}
-	status := http.StatusCreated
-	switch {
-	case r.fails > 0:
-		r.fails--
-		c.result, status = "failed (injected fault)", http.StatusServiceUnavailable
-	case key != "" && r.seen[key]:
-		c.result, status = "duplicate key, nothing sent", http.StatusOK
-	default:
-		c.result = "sent"
-		if key != "" {
-			r.seen[key] = true
-		}
-	}
-	r.calls = append(r.calls, c)
 	r.mu.Unlock()
-	w.WriteHeader(status)
-	fmt.Fprintln(w, c.result)
+	w.WriteHeader(map[CallEffect]int{CallSent: http.StatusCreated, CallDuplicate: http.StatusOK, CallFailed: http.StatusServiceUnavailable}[c.Effect])
+	fmt.Fprintln(w, c.Result)
 }
 
 func (r *bbRun) play(ctx context.Context) error {
@@ -749,12 +728,12 @@ func (r *bbRun) play(ctx context.Context) error {
 			fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
 		case StepFail:
 			r.mu.Lock()
-			r.fails += st.Count
+			r.svc.fails[st.Service] += st.Count
 			r.mu.Unlock()
 			fmt.Fprintf(&r.out, "%d. fault: the next %d call(s) of %s fail (HTTP 503)\n", n, st.Count, st.Service)
 		case StepCrash:
 			r.mu.Lock()
-			r.crash++
+			r.svc.during[st.Service]++
 			r.mu.Unlock()
 			fmt.Fprintf(&r.out, "%d. fault: the process is killed (kill -9) during the next call of %s\n", n, st.Service)
 		case StepDatabase:
@@ -768,7 +747,7 @@ func (r *bbRun) play(ctx context.Context) error {
 				return fmt.Errorf("golden: step %d (database up): %w", n, err)
 			}
 			r.mu.Lock()
-			ncalls := len(r.calls)
+			ncalls := len(r.svc.calls)
 			r.mu.Unlock()
 			fmt.Fprintf(&r.out, "   quiet; %d call(s) of %s so far\n", ncalls, r.bb.Service)
 		case StepSend:
@@ -796,7 +775,7 @@ func (r *bbRun) play(ctx context.Context) error {
 			r.mu.Lock()
 			events := r.events
 			r.events, r.hold = nil, 0
-			ncalls := len(r.calls)
+			ncalls := len(r.svc.calls)
 			r.mu.Unlock()
 			for _, e := range events {
 				fmt.Fprintf(&r.out, "   %s\n", e)
@@ -896,7 +875,7 @@ func later(ts ...time.Time) time.Time {
 func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {
 	var b strings.Builder
 	r.mu.Lock()
-	fmt.Fprintf(&b, "calls=%d changes=%d held=%d;", len(r.calls), r.changes, r.hold)
+	fmt.Fprintf(&b, "calls=%d changes=%d held=%d;", len(r.svc.calls), r.changes, r.hold)
 	r.mu.Unlock()
 	tables := append(slices.Clone(r.bb.Tables), Table{Name: "inbox_event_processing"})
 	for _, t := range tables {
@@ -970,26 +949,21 @@ func (r *bbRun) inboxColumns(ctx context.Context) ([]string, error) {
 // final writes the snapshot: calls, tables, inbox, queues.
 func (r *bbRun) final(ctx context.Context) error {
 	r.mu.Lock()
-	calls := slices.Clone(r.calls)
-	var unused []string
-	if r.fails > 0 {
-		unused = append(unused, fmt.Sprintf("fail %s: %d left", r.bb.Service, r.fails))
-	}
-	if r.crash > 0 {
-		unused = append(unused, fmt.Sprintf("crash %s %s: %d left", CrashDuring, r.bb.Service, r.crash))
-	}
+	calls := slices.Clone(r.svc.calls)
+	unused, during := r.svc.unused()
+	unused = append(unused, during...)
 	r.mu.Unlock()
 	fmt.Fprintf(&r.out, "\n== calls to external services\n")
 	if len(calls) == 0 {
 		r.out.WriteString("   (none)\n")
 	}
+	r.tr.Calls = calls
 	for i, c := range calls {
-		r.tr.Calls = append(r.tr.Calls, Call{Service: c.service, Key: c.key, Summary: c.summary, Result: c.result})
-		key := c.key
+		key := c.Key
 		if key == "" {
 			key = "(none)"
 		}
-		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.service, key, c.summary, c.result)
+		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.Service, key, c.Summary, c.Result)
 	}
 	for _, t := range r.bb.Tables {
 		if err := r.dumpSorted(ctx, "table "+t.Name, t.Name, t.Columns, fmt.Sprintf("SELECT %s FROM %s", strings.Join(t.Columns, ", "), t.Name)); err != nil {

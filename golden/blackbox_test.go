@@ -355,3 +355,30 @@ func TestDatabaseStepIsBlackBoxOnly(t *testing.T) {
 		t.Errorf("Play = %v, want the black-box-only refusal", err)
 	}
 }
+
+// TestBlackBoxCrashedCallsOfOneKey: inboxctl run, killed inside every
+// letter-service call of one event, has one letter sent: the recorder's
+// service records the later calls, which carry the key it took, as what it
+// did with them (duplicates), not as sent (issue 23 item 14).
+func TestBlackBoxCrashedCallsOfOneKey(t *testing.T) {
+	t.Parallel()
+	sc, err := golden.ReadScenario(filepath.Join(corpus, "crash-on-every-delivery"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := golden.PlayBlackBox(t.Context(), sc, blackBoxSubjects(t)[labelInboxctl])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	var results []string
+	for _, c := range tr.Calls {
+		results = append(results, c.Key+" -> "+c.Result)
+		if strings.HasPrefix(c.Result, "sent") {
+			sent++
+		}
+	}
+	if sent != 1 || len(tr.Calls) < 2 {
+		t.Errorf("calls of letter-service:\n%s\nwant several calls with one key, one of them sent", strings.Join(results, "\n"))
+	}
+}

@@ -88,28 +88,14 @@ func (e *Env) BeforeCommit(ctx context.Context) error { return e.w.beforeCommit(
 // service whose call it happened in ("" for a crash before the commit).
 type crashSignal struct{ during string }
 
-// crashKey is the key of world.crash for a crash step.
-func crashKey(st Step) string {
-	if st.Point == CrashDuring {
-		return CrashDuring + " " + st.Service
-	}
-	return st.Point
-}
-
 // world is the scripted state shared by all instances.
 type world struct {
 	mu        sync.Mutex
 	now       time.Time
 	ids       int
-	fails     map[string]int
-	crash     map[string]int
-	seen      map[string]map[string]bool
-	calls     []call
+	crash     map[string]int // "crash before-commit" and "crash after-commit" left
+	svc       *services
 	published []published
-}
-
-type call struct {
-	service, key, summary, result string
 }
 
 type published struct {
@@ -121,7 +107,7 @@ type published struct {
 var epoch = time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)
 
 func newWorld() *world {
-	return &world{now: epoch, fails: map[string]int{}, crash: map[string]int{}, seen: map[string]map[string]bool{}}
+	return &world{now: epoch, crash: map[string]int{}, svc: newServices("the caller died before the answer (injected crash)")}
 }
 
 // Now implements inboxkit.Clock.
@@ -146,37 +132,15 @@ func (w *world) newID() string {
 
 func (w *world) call(service, key, summary string) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	c := call{service: service, key: key, summary: summary}
-	defer func() { w.calls = append(w.calls, c) }()
-	if w.fails[service] > 0 {
-		w.fails[service]--
-		c.result = "failed (injected fault)"
+	c := w.svc.call(service, key, summary)
+	w.mu.Unlock()
+	switch {
+	case c.CallerDied:
+		// The service got the request; the caller dies before the answer.
+		panic(crashSignal{during: service})
+	case c.Effect == CallFailed:
 		return fmt.Errorf("%s unavailable (injected fault)", service)
 	}
-	if w.crash[CrashDuring+" "+service] > 0 {
-		// The service gets the request; the caller dies before the answer.
-		w.crash[CrashDuring+" "+service]--
-		c.result = "sent, the caller died before the answer (injected crash)"
-		if key != "" {
-			if w.seen[service] == nil {
-				w.seen[service] = map[string]bool{}
-			}
-			w.seen[service][key] = true
-		}
-		panic(crashSignal{during: service})
-	}
-	if key != "" {
-		if w.seen[service] == nil {
-			w.seen[service] = map[string]bool{}
-		}
-		if w.seen[service][key] {
-			c.result = "duplicate key, nothing sent"
-			return nil
-		}
-		w.seen[service][key] = true
-	}
-	c.result = "sent"
 	return nil
 }
 
@@ -187,8 +151,8 @@ func (w *world) beforeCommit() error {
 		w.crash[CrashBeforeCommit]--
 		panic(crashSignal{})
 	}
-	if w.fails[ServiceCommit] > 0 {
-		w.fails[ServiceCommit]--
+	if w.svc.fails[ServiceCommit] > 0 {
+		w.svc.fails[ServiceCommit]--
 		return fmt.Errorf("database error on commit (injected fault)")
 	}
 	return nil

@@ -86,7 +86,7 @@ func effectsOf(tr *golden.Transcript) effects {
 		e.docs[r[1]]++
 	}
 	for _, c := range tr.Calls {
-		if strings.HasPrefix(c.Result, "sent") { // "sent", or sent and the caller crashed
+		if c.Effect == golden.CallSent { // whether or not the caller died in the call
 			inv := strings.Fields(c.Summary)[3] // "letter <id> invoice <no> ..."
 			e.sent[inv]++
 		}

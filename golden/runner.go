@@ -55,11 +55,6 @@ type Delivery struct {
 	Error string
 }
 
-// Call is one call to an external service (see Env.Call).
-type Call struct {
-	Service, Key, Summary, Result string
-}
-
 // Published is one message published to a dead-letter or reject queue.
 type Published struct {
 	Destination string
@@ -240,7 +235,7 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 		fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
 	case StepFail:
 		r.w.mu.Lock()
-		r.w.fails[st.Service] += st.Count
+		r.w.svc.fails[st.Service] += st.Count
 		r.w.mu.Unlock()
 		what := "call(s) of " + st.Service
 		if st.Service == ServiceCommit {
@@ -249,7 +244,11 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 		fmt.Fprintf(&r.out, "%d. fault: the next %d %s fail\n", n, st.Count, what)
 	case StepCrash:
 		r.w.mu.Lock()
-		r.w.crash[crashKey(st)]++
+		if st.Point == CrashDuring {
+			r.w.svc.during[st.Service]++
+		} else {
+			r.w.crash[st.Point]++
+		}
 		r.w.mu.Unlock()
 		if st.Point == CrashDuring {
 			fmt.Fprintf(&r.out, "%d. fault: the process dies during the next call of %s\n", n, st.Service)
@@ -552,32 +551,28 @@ func (noSource) Close() error { return nil }
 
 func (r *runner) final(ctx context.Context) error {
 	r.w.mu.Lock()
-	calls := slices.Clone(r.w.calls)
+	calls := slices.Clone(r.w.svc.calls)
 	pubs := slices.Clone(r.w.published)
-	var unused []string
-	for _, k := range slices.Sorted(maps.Keys(r.w.fails)) {
-		if r.w.fails[k] > 0 {
-			unused = append(unused, fmt.Sprintf("fail %s: %d left", k, r.w.fails[k]))
-		}
-	}
+	unused, during := r.w.svc.unused()
 	for _, k := range slices.Sorted(maps.Keys(r.w.crash)) {
 		if r.w.crash[k] > 0 {
 			unused = append(unused, fmt.Sprintf("crash %s: %d left", k, r.w.crash[k]))
 		}
 	}
+	unused = append(unused, during...)
 	r.w.mu.Unlock()
 
 	r.section("calls to external services")
 	if len(calls) == 0 {
 		r.out.WriteString("   (none)\n")
 	}
+	r.tr.Calls = calls
 	for i, c := range calls {
-		r.tr.Calls = append(r.tr.Calls, Call{Service: c.service, Key: c.key, Summary: c.summary, Result: c.result})
-		key := c.key
+		key := c.Key
 		if key == "" {
 			key = "(none)"
 		}
-		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.service, key, c.summary, c.result)
+		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.Service, key, c.Summary, c.Result)
 	}
 
 	for _, t := range r.insts[0].subject.Tables {

@@ -79,7 +79,8 @@ const (
 	CrashAfterCommit = "after-commit"
 	// CrashDuring: the process dies inside the next call of Step.Service
 	// ("crash during letter-service"): the service got the request (it is
-	// recorded as sent) and the caller never sees the answer. The black-box
+	// recorded as what the service did: sent, or a duplicate of a key it
+	// took before) and the caller never sees the answer. The black-box
 	// recorder kills the process with SIGKILL from inside the call and
 	// starts it again.
 	CrashDuring = "during"
