@@ -19,7 +19,7 @@ import (
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
-	"github.com/inboxkit/inboxkit/internal/hangproxy"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.
@@ -65,7 +65,7 @@ func TestShutdownTimeoutAbandonsHungDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := hangproxy.Start(t, u.Host)
+	proxy := tcpproxy.Start(t, u.Host)
 	u.Host = proxy.Addr()
 	pool, err := sql.Open("pgx", u.String())
 	if err != nil {

@@ -8,21 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/inboxkit/inboxkit/broker/stomp"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
 // Environment variables the black-box recorder gives every process it
@@ -309,82 +306,48 @@ func playBlackBox(ctx context.Context, sc *Scenario, bb BlackBox, label, what st
 	if err != nil {
 		return nil, r.explain(err)
 	}
-	r.tr.Elapsed = time.Since(began)
-	return r.tr, nil
+	r.out.tr.Elapsed = time.Since(began)
+	return r.out.tr, nil
 }
 
 // bbRun is one black-box recording.
 type bbRun struct {
-	sc    *Scenario
-	bb    BlackBox
-	label string // heads the transcript
-	what  string // names the recording in bb.Log
-
-	openWire, openWireFrom string // EnvOpenWire ("": not set) and why
-
-	schema, queue string
-	admin, db     *sql.DB
-	proxy         *tcpProxy
-	srv           *http.Server
-	serviceURL    string
-	stompCfg      stomp.Config
-	pub           *stomp.Adapter
-	procs         []*bbProc
-	out           strings.Builder
-	tr            *Transcript
-
-	mu       sync.Mutex
-	svc      *services
-	hold     int // calls to hold until this many arrived (parallel send)
-	arrived  int // calls held so far
-	holdCh   chan struct{}
-	events   []string // process events of the current step
-	changes  int      // process starts and kills
-	outBuf   []byte
-	outAt    time.Time // last output of any process
-	ready    *regexp.Regexp
+	sc       *Scenario
+	bb       BlackBox
+	label    string // heads the transcript
+	what     string // names the recording in bb.Log
+	out      *writer
 	closeFns []func()
-}
 
-type bbProc struct {
-	n       int
-	cmd     *exec.Cmd
-	started time.Time
-	done    chan struct{}
-	err     error
-	gone    bool // killed or stopped on purpose
-	ready   chan struct{}
-	readyAt time.Time // when it printed Ready (zero: not yet)
-	once    sync.Once
-	line    []byte // output since the last line break, for Ready
-}
+	// Database and proxy (blackbox_db.go).
+	schema    string
+	admin, db *sql.DB
+	proxy     *tcpproxy.Proxy
 
-// procOutput is an instance's stdout and stderr.
-type procOutput struct {
-	r *bbRun
-	p *bbProc
-}
+	// Broker: what the processes are told, and the recorder's connection.
+	queue                  string
+	openWire, openWireFrom string // EnvOpenWire ("": not set) and why
+	stompCfg               stomp.Config
+	pub                    *stomp.Adapter
 
-func (o procOutput) Write(b []byte) (int, error) {
-	if re := o.r.ready; re != nil {
-		o.r.mu.Lock()
-		o.p.line = append(o.p.line, b...)
-		for {
-			i := slices.Index(o.p.line, '\n')
-			if i < 0 {
-				break
-			}
-			if re.Match(o.p.line[:i]) {
-				o.p.once.Do(func() {
-					o.p.readyAt = time.Now()
-					close(o.p.ready)
-				})
-			}
-			o.p.line = o.p.line[i+1:]
-		}
-		o.r.mu.Unlock()
-	}
-	return o.r.Write(b)
+	// The downstream service (blackbox_service.go).
+	srv        *http.Server
+	serviceURL string
+
+	// Process group (blackbox_proc.go).
+	procs []*bbProc
+	ready *regexp.Regexp
+
+	// mu guards what follows, procs and each bbProc's state.
+	mu      sync.Mutex
+	svc     *services
+	hold    int // calls to hold until this many arrived (parallel send)
+	arrived int // calls held so far
+	holdCh  chan struct{}
+	events  []string  // process events of the current step
+	changes int       // process starts and kills
+	outBuf  []byte    // the processes' last output
+	outAt   time.Time // last output of any process
 }
 
 func (r *bbRun) close() {
@@ -403,45 +366,32 @@ func randomSuffix() string {
 }
 
 func (r *bbRun) setup(ctx context.Context) error {
-	r.tr = &Transcript{Consumer: r.bb.Name, Rows: map[string][][]string{}}
+	r.out = newWriter(r.bb.Name)
 	suffix := randomSuffix()
 	r.schema = "golden_bb_" + suffix
 	r.queue = r.sc.Queue + ".bb" + suffix
-
-	// Database: a fresh schema, reached by the process through a proxy.
-	base, err := url.Parse(r.bb.DB)
-	if err != nil || base.Scheme != "postgres" && base.Scheme != "postgresql" {
-		return fmt.Errorf("golden: black-box DB %q: want a postgres:// URL", r.bb.DB)
-	}
-	if r.admin, err = sql.Open("pgx", r.bb.DB); err != nil {
-		return fmt.Errorf("golden: %w", err)
-	}
-	r.onClose(func() { r.admin.Close() })
-	if _, err := r.admin.ExecContext(ctx, "CREATE SCHEMA "+r.schema); err != nil {
-		return fmt.Errorf("golden: PostgreSQL at %s does not answer or refuses CREATE SCHEMA: %w", base.Redacted(), err)
-	}
-	r.onClose(func() { _, _ = r.admin.Exec("DROP SCHEMA " + r.schema + " CASCADE") })
-	own := *base
-	q := own.Query()
-	q.Set("search_path", r.schema)
-	own.RawQuery = q.Encode()
-	if r.db, err = sql.Open("pgx", own.String()); err != nil {
-		return fmt.Errorf("golden: %w", err)
-	}
-	r.onClose(func() { r.db.Close() })
-	if err := r.bb.SetupFunc(ctx, r.db); err != nil {
-		return fmt.Errorf("golden: black-box setup: %w", err)
-	}
-	port := base.Port()
-	if port == "" {
-		port = "5432"
-	}
-	if r.proxy, err = newTCPProxy(net.JoinHostPort(base.Hostname(), port)); err != nil {
+	if err := r.openDatabase(ctx); err != nil {
 		return err
 	}
-	r.onClose(r.proxy.Close)
+	if err := r.openBroker(ctx); err != nil {
+		return err
+	}
+	if err := r.serveService(); err != nil {
+		return err
+	}
+	// The instances, and a wait until each one consumes.
+	for i := 1; i <= r.sc.Instances; i++ {
+		if err := r.start(i); err != nil {
+			return err
+		}
+	}
+	return r.waitReady(ctx)
+}
 
-	// Broker.
+// openBroker connects the recorder to the broker (it publishes the
+// scenario's messages and browses the queues) and logs what the processes
+// are told.
+func (r *bbRun) openBroker(ctx context.Context) error {
 	bu, err := url.Parse(r.bb.Broker)
 	if err != nil || bu.Scheme != "stomp" || bu.Host == "" {
 		return fmt.Errorf("golden: black-box broker %q: want stomp://host:port", r.bb.Broker)
@@ -458,24 +408,7 @@ func (r *bbRun) setup(ctx context.Context) error {
 	}
 	r.onClose(func() { r.pub.Close() })
 	r.onClose(r.drainQueues)
-
-	// The downstream service.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("golden: %w", err)
-	}
-	r.serviceURL = "http://" + ln.Addr().String() + "/" + r.bb.Service + "/"
-	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second}
-	go r.srv.Serve(ln) //nolint:errcheck // ends with Close
-	r.onClose(func() { r.srv.Close() })
-
-	// The instances, and a wait until each one consumes.
-	for i := 1; i <= r.sc.Instances; i++ {
-		if err := r.start(i); err != nil {
-			return err
-		}
-	}
-	return r.waitReady(ctx)
+	return nil
 }
 
 // openWireURL is the OpenWire URL the processes are told, given or
@@ -512,244 +445,43 @@ func (r *bbRun) explain(err error) error {
 	return fmt.Errorf(msg, args...)
 }
 
-// waitReady waits until every instance printed bb.Ready (or, without it,
-// for bb.Quiet).
-func (r *bbRun) waitReady(ctx context.Context) error {
-	if r.ready == nil {
-		select {
-		case <-time.After(r.bb.Quiet):
-			return r.exited()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	deadline := time.After(r.bb.Timeout)
-	for _, p := range slices.Clone(r.procs) {
-		select {
-		case <-p.ready:
-		case <-p.done:
-			return fmt.Errorf("golden: instance %d exited before it printed %q (%v)", p.n, r.bb.Ready, p.err)
-		case <-deadline:
-			return fmt.Errorf("golden: instance %d did not print %q within %s", p.n, r.bb.Ready, r.bb.Timeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-func (r *bbRun) env(n int) []string {
-	u, _ := url.Parse(r.bb.DB)
-	pu := *u
-	pu.Host = r.proxy.Addr()
-	q := pu.Query()
-	q.Set("search_path", r.schema)
-	pu.RawQuery = q.Encode()
-	jq := url.Values{}
-	jq.Set("currentSchema", r.schema)
-	if u.User != nil {
-		jq.Set("user", u.User.Username())
-		if p, ok := u.User.Password(); ok {
-			jq.Set("password", p)
-		}
-	}
-	jdbc := "jdbc:postgresql://" + r.proxy.Addr() + u.Path + "?" + jq.Encode()
-	env := append(os.Environ(), r.bb.Env...)
-	env = append(env,
-		EnvDB+"="+pu.String(),
-		EnvJDBCURL+"="+jdbc,
-		EnvBroker+"="+r.bb.Broker,
-		EnvQueue+"="+r.queue,
-		EnvDLQ+"=DLQ."+r.queue,
-		EnvRejectQueue+"="+r.queue+".REJECTED",
-		EnvMaxAttempts+"="+strconv.Itoa(r.sc.MaxAttempts),
-		EnvMaxRedeliveries+"="+strconv.Itoa(r.sc.BrokerMaxDeliveries-1),
-		EnvInstance+"="+strconv.Itoa(n),
-		ServiceEnv(r.bb.Service)+"="+r.serviceURL+strconv.Itoa(n),
-	)
-	if r.openWire != "" {
-		env = append(env, EnvOpenWire+"="+r.openWire)
-	}
-	return env
-}
-
-// Write collects the processes' output (the last 8 KiB, for errors).
-func (r *bbRun) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	r.outAt = time.Now()
-	r.outBuf = append(r.outBuf, p...)
-	if len(r.outBuf) > 8<<10 {
-		r.outBuf = append([]byte(nil), r.outBuf[len(r.outBuf)-8<<10:]...)
-	}
-	r.mu.Unlock()
-	return r.bb.Output.Write(p)
-}
-
-func (r *bbRun) tail() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return string(r.outBuf)
-}
-
-func (r *bbRun) start(n int) error {
-	cmd := exec.Command("sh", "-c", r.bb.Command)
-	cmd.Dir = r.bb.Dir
-	cmd.Env = r.env(n)
-	p := &bbProc{n: n, cmd: cmd, started: time.Now(), done: make(chan struct{}), ready: make(chan struct{})}
-	cmd.Stdout = procOutput{r, p}
-	cmd.Stderr = cmd.Stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("golden: start instance %d (sh -c %q): %w", n, r.bb.Command, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	r.mu.Lock()
-	if n <= len(r.procs) {
-		r.procs[n-1] = p
-	} else {
-		r.procs = append(r.procs, p)
-	}
-	r.changes++
-	r.mu.Unlock()
-	return nil
-}
-
-// kill sends SIGKILL to the process group of instance n and waits for it.
-func (r *bbRun) kill(n int) {
-	r.mu.Lock()
-	p := r.procs[n-1]
-	p.gone = true
-	r.mu.Unlock()
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
-}
-
-// stopAll sends SIGTERM to every instance, then SIGKILL after 10s.
-func (r *bbRun) stopAll() {
-	r.mu.Lock()
-	procs := slices.Clone(r.procs)
-	for _, p := range procs {
-		p.gone = true
-	}
-	r.mu.Unlock()
-	for _, p := range procs {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.done
-		}
-	}
-}
-
-// exited reports an instance that ended without being killed by the recorder.
-func (r *bbRun) exited() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.procs {
-		select {
-		case <-p.done:
-			if !p.gone {
-				return fmt.Errorf("golden: instance %d exited on its own (%v)", p.n, p.err)
-			}
-		default:
-		}
-	}
-	return nil
-}
-
-// serve is the downstream service.
-func (r *bbRun) serve(w http.ResponseWriter, req *http.Request) {
-	n, err := strconv.Atoi(strings.TrimPrefix(req.URL.Path, "/"+r.bb.Service+"/"))
-	if req.Method != http.MethodPost || err != nil || n < 1 || n > r.sc.Instances {
-		http.Error(w, "POST to the URL in "+ServiceEnv(r.bb.Service), http.StatusNotFound)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	key := req.Header.Get("Idempotency-Key")
-	summary := r.bb.SummaryFunc(body)
-
-	r.mu.Lock()
-	if r.hold > 0 {
-		ch := r.holdCh
-		r.arrived++
-		if r.arrived >= r.hold {
-			r.hold = 0
-			close(ch)
-		}
-		r.mu.Unlock()
-		select {
-		case <-ch:
-		case <-time.After(r.bb.HoldTimeout):
-		case <-req.Context().Done():
-		}
-		r.mu.Lock()
-	}
-	c := r.svc.call(r.bb.Service, key, summary)
-	if c.CallerDied {
-		r.events = append(r.events, fmt.Sprintf("instance %d killed (kill -9) during call %d of %s, then started again", n, len(r.svc.calls), r.bb.Service))
-		r.mu.Unlock()
-		r.kill(n)
-		if err := r.start(n); err != nil {
-			r.mu.Lock()
-			r.events = append(r.events, err.Error())
-			r.mu.Unlock()
-		}
-		http.Error(w, "caller killed", http.StatusServiceUnavailable)
-		return
-	}
-	r.mu.Unlock()
-	w.WriteHeader(map[CallEffect]int{CallSent: http.StatusCreated, CallDuplicate: http.StatusOK, CallFailed: http.StatusServiceUnavailable}[c.Effect])
-	fmt.Fprintln(w, c.Result)
-}
-
 func (r *bbRun) play(ctx context.Context) error {
 	title := "golden black-box transcript"
 	if r.label != "" {
 		title += ": " + r.label
 	}
-	fmt.Fprintf(&r.out, "# %s, queue %s\n", title, r.sc.Queue)
-	fmt.Fprintf(&r.out, "# max-attempts %d, broker-max-deliveries %d, instances %d\n", r.sc.MaxAttempts, r.sc.BrokerMaxDeliveries, r.sc.Instances)
-	fmt.Fprintf(&r.out, "\n== steps\n")
+	r.out.header(title, r.sc)
+	r.out.section("steps")
 	for i, st := range r.sc.Steps {
 		n := i + 1
 		switch st.Kind {
 		case StepNote:
-			fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
+			r.out.step(n, "note: %s", st.Text)
 		case StepFail:
 			r.mu.Lock()
 			r.svc.fails[st.Service] += st.Count
 			r.mu.Unlock()
-			fmt.Fprintf(&r.out, "%d. fault: the next %d call(s) of %s fail (HTTP 503)\n", n, st.Count, st.Service)
+			r.out.step(n, "fault: the next %d call(s) of %s fail (HTTP 503)", st.Count, st.Service)
 		case StepCrash:
 			r.mu.Lock()
 			r.svc.during[st.Service]++
 			r.mu.Unlock()
-			fmt.Fprintf(&r.out, "%d. fault: the process is killed (kill -9) during the next call of %s\n", n, st.Service)
+			r.out.step(n, "fault: the process is killed (kill -9) during the next call of %s", st.Service)
 		case StepDatabase:
-			r.proxy.SetDown(st.Point == "down")
 			if st.Point == "down" {
-				fmt.Fprintf(&r.out, "%d. fault: the database is unreachable (the recorder's proxy drops and refuses connections)\n", n)
+				r.proxy.Cut()
+				r.out.step(n, "fault: the database is unreachable (the recorder's proxy drops and refuses connections)")
 				break
 			}
-			fmt.Fprintf(&r.out, "%d. the database is reachable again\n", n)
+			r.proxy.Restore()
+			r.out.step(n, "the database is reachable again")
 			if err := r.settle(ctx); err != nil {
 				return fmt.Errorf("golden: step %d (database up): %w", n, err)
 			}
 			r.mu.Lock()
 			ncalls := len(r.svc.calls)
 			r.mu.Unlock()
-			fmt.Fprintf(&r.out, "   quiet; %d call(s) of %s so far\n", ncalls, r.bb.Service)
+			r.out.item("quiet; %d call(s) of %s so far", ncalls, r.bb.Service)
 		case StepSend:
 			m := r.sc.Message(st.Message)
 			hdr := map[string]string{"amq-msg-type": "text"}
@@ -760,9 +492,9 @@ func (r *bbRun) play(ctx context.Context) error {
 				r.mu.Lock()
 				r.hold, r.arrived, r.holdCh = st.Parallel, 0, make(chan struct{})
 				r.mu.Unlock()
-				fmt.Fprintf(&r.out, "%d. send %s parallel %d (%d copies at once; calls of %s held until %d arrived)\n", n, m.Name, st.Parallel, st.Parallel, r.bb.Service, st.Parallel)
+				r.out.step(n, "send %s parallel %d (%d copies at once; calls of %s held until %d arrived)", m.Name, st.Parallel, st.Parallel, r.bb.Service, st.Parallel)
 			} else {
-				fmt.Fprintf(&r.out, "%d. send %s\n", n, m.Name)
+				r.out.step(n, "send %s", m.Name)
 			}
 			for range st.Parallel {
 				if err := r.pub.Publish(ctx, r.queue, hdr, []byte(m.Body)); err != nil {
@@ -778,352 +510,11 @@ func (r *bbRun) play(ctx context.Context) error {
 			ncalls := len(r.svc.calls)
 			r.mu.Unlock()
 			for _, e := range events {
-				fmt.Fprintf(&r.out, "   %s\n", e)
+				r.out.item("%s", e)
 			}
-			fmt.Fprintf(&r.out, "   quiet; %d call(s) of %s so far\n", ncalls, r.bb.Service)
+			r.out.item("quiet; %d call(s) of %s so far", ncalls, r.bb.Service)
 		}
 	}
 	r.stopAll()
 	return r.final(ctx)
-}
-
-// settle waits until the queue is empty and nothing observable changed for
-// bb.Quiet. It fails when messages wait on the queue with no sign of life
-// for bb.Stall while every instance is up (see BlackBox.Stall).
-func (r *bbRun) settle(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, r.bb.Timeout)
-	defer cancel()
-	var last string
-	since := time.Now()
-	alive, sent := since, r.proxy.Forwarded()
-	for {
-		if err := r.exited(); err != nil {
-			return err
-		}
-		fp, queued, err := r.fingerprint(ctx)
-		if err != nil {
-			return err
-		}
-		if r.proxy.Down() {
-			// A consumer that hands messages back while the database is
-			// unreachable keeps them moving between the queue and the
-			// broker's scheduler: only calls, processes and rows count.
-			fp, _, _ = strings.Cut(fp, "|queues|")
-			queued = 0
-		}
-		if fp != last {
-			last, since = fp, time.Now()
-			alive = since
-		} else if queued == 0 && time.Since(since) >= r.bb.Quiet {
-			return nil
-		}
-		if n := r.proxy.Forwarded(); n != sent {
-			sent, alive = n, time.Now()
-		}
-		if queued > 0 {
-			if up, ok := r.upSince(); ok && time.Since(later(alive, up, r.lastOutput())) >= r.bb.Stall {
-				return fmt.Errorf("nothing consumed from queue %s for %s: %d message(s) wait there on the broker %s while every instance is up, with no call, no row, no byte to the database and no output; is the process consuming from another broker? Give the OpenWire address of this one (BlackBox.OpenWire, inboxctl golden --openwire)",
-					r.queue, r.bb.Stall, queued, r.bb.Broker)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("not quiet after %s (last state: %s)", r.bb.Timeout, last)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// upSince reports whether every instance is up (printed bb.Ready since its
-// last start or, without Ready, was started bb.Quiet ago), and since when.
-func (r *bbRun) upSince() (time.Time, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var t time.Time
-	for _, p := range r.procs {
-		up := p.started.Add(r.bb.Quiet)
-		if r.ready != nil {
-			if p.readyAt.IsZero() {
-				return time.Time{}, false
-			}
-			up = p.readyAt
-		}
-		if time.Now().Before(up) {
-			return time.Time{}, false
-		}
-		t = later(t, up)
-	}
-	return t, true
-}
-
-func (r *bbRun) lastOutput() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.outAt
-}
-
-func later(ts ...time.Time) time.Time {
-	var l time.Time
-	for _, t := range ts {
-		if t.After(l) {
-			l = t
-		}
-	}
-	return l
-}
-
-func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {
-	var b strings.Builder
-	r.mu.Lock()
-	fmt.Fprintf(&b, "calls=%d changes=%d held=%d;", len(r.svc.calls), r.changes, r.hold)
-	r.mu.Unlock()
-	tables := append(slices.Clone(r.bb.Tables), Table{Name: "inbox_event_processing"})
-	for _, t := range tables {
-		var n int
-		if err := r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+t.Name).Scan(&n); err != nil {
-			if t.Name == "inbox_event_processing" {
-				continue // no inbox (yet)
-			}
-			return "", 0, fmt.Errorf("golden: count %s: %w", t.Name, err)
-		}
-		fmt.Fprintf(&b, "%s=%d;", t.Name, n)
-	}
-	if cols, _ := r.inboxColumns(ctx); slices.Contains(cols, "STATUS") {
-		rows, err := r.db.QueryContext(ctx, "SELECT STATUS FROM INBOX_EVENT_PROCESSING ORDER BY 1")
-		if err == nil {
-			for rows.Next() {
-				var s string
-				_ = rows.Scan(&s)
-				b.WriteString(s + ",")
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return "", 0, fmt.Errorf("golden: read the inbox's statuses: %w", err)
-			}
-		}
-	}
-	b.WriteString("|queues|")
-	queued := 0
-	for i, q := range r.queues() {
-		msgs, err := stomp.Browse(ctx, r.stompCfg, q, 0)
-		if err != nil {
-			return "", 0, fmt.Errorf("golden: browse %s: %w", q, err)
-		}
-		if i == 0 {
-			queued = len(msgs)
-		}
-		fmt.Fprintf(&b, "%s=%d;", q, len(msgs))
-	}
-	return b.String(), queued, nil
-}
-
-func (r *bbRun) queues() []string {
-	return []string{r.queue, "DLQ." + r.queue, r.queue + ".REJECTED"}
-}
-
-// inboxColumns lists the inbox columns the transcript shows that exist in
-// the schema's INBOX_EVENT_PROCESSING (none when there is no such table).
-func (r *bbRun) inboxColumns(ctx context.Context) ([]string, error) {
-	rows, err := r.db.QueryContext(ctx, `SELECT upper(column_name) FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'inbox_event_processing'`, r.schema)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	have := map[string]bool{}
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		have[c] = true
-	}
-	var out []string
-	for _, c := range []string{"EVENT_ID", "CONSUMER_NAME", "STATUS", "CORRELATION_ID", "REASON_CODE", "ERROR_CLASS", "ATTEMPTS", "LAST_ERROR", "CREATED_AT", "PROCESSED_AT"} {
-		if have[c] {
-			out = append(out, c)
-		}
-	}
-	return out, rows.Err()
-}
-
-// final writes the snapshot: calls, tables, inbox, queues.
-func (r *bbRun) final(ctx context.Context) error {
-	r.mu.Lock()
-	calls := slices.Clone(r.svc.calls)
-	unused, during := r.svc.unused()
-	unused = append(unused, during...)
-	r.mu.Unlock()
-	fmt.Fprintf(&r.out, "\n== calls to external services\n")
-	if len(calls) == 0 {
-		r.out.WriteString("   (none)\n")
-	}
-	r.tr.Calls = calls
-	for i, c := range calls {
-		key := c.Key
-		if key == "" {
-			key = "(none)"
-		}
-		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.Service, key, c.Summary, c.Result)
-	}
-	for _, t := range r.bb.Tables {
-		if err := r.dumpSorted(ctx, "table "+t.Name, t.Name, t.Columns, fmt.Sprintf("SELECT %s FROM %s", strings.Join(t.Columns, ", "), t.Name)); err != nil {
-			return err
-		}
-	}
-	cols, err := r.inboxColumns(ctx)
-	if err != nil {
-		return fmt.Errorf("golden: inbox columns: %w", err)
-	}
-	if len(cols) > 0 {
-		if err := r.dumpSorted(ctx, "inbox INBOX_EVENT_PROCESSING", "inbox", cols, fmt.Sprintf("SELECT %s FROM INBOX_EVENT_PROCESSING", strings.Join(cols, ", "))); err != nil {
-			return err
-		}
-	} else {
-		r.out.WriteString("\n== inbox\n   (none: the consumer created no INBOX_EVENT_PROCESSING table)\n")
-	}
-	for i, q := range r.queues() {
-		name := strings.ReplaceAll(q, r.queue, r.sc.Queue)
-		title := "queue " + name
-		if i == 0 {
-			title += " (left on the broker)"
-		}
-		fmt.Fprintf(&r.out, "\n== %s\n", title)
-		msgs, err := stomp.Browse(ctx, r.stompCfg, q, 0)
-		if err != nil {
-			return fmt.Errorf("golden: browse %s: %w", q, err)
-		}
-		if len(msgs) == 0 {
-			r.out.WriteString("   (nothing)\n")
-		}
-		for j, m := range msgs {
-			hdr := map[string]string{}
-			for k, v := range m.Headers {
-				if keepHeader(k) {
-					hdr[k] = r.normalizeHeader(k, v)
-				}
-			}
-			if i > 0 {
-				r.tr.Published = append(r.tr.Published, Published{Destination: name, Headers: hdr, Body: string(m.Body)})
-				if i == 1 && hdr["inboxkit-dlq-reason"] == "" {
-					r.tr.BrokerDeadLetters = append(r.tr.BrokerDeadLetters, r.messageName(hdr["eventId"], string(m.Body)))
-				}
-			}
-			fmt.Fprintf(&r.out, "   %d. body %s\n", j+1, strconv.Quote(string(m.Body)))
-			for _, k := range slices.Sorted(maps.Keys(hdr)) {
-				fmt.Fprintf(&r.out, "      %s: %s\n", k, hdr[k])
-			}
-		}
-	}
-	if len(unused) > 0 {
-		r.out.WriteString("\n== faults never triggered\n")
-		for _, u := range unused {
-			fmt.Fprintf(&r.out, "   %s\n", u)
-		}
-	}
-	r.tr.Text = r.normalize(r.out.String())
-	return nil
-}
-
-// normalize replaces what differs between recordings: the unique queue name,
-// the service's URL (its port), ids and times.
-func (r *bbRun) normalize(text string) string {
-	text = strings.ReplaceAll(text, r.queue, r.sc.Queue)
-	text = strings.ReplaceAll(text, r.serviceURL, "<"+r.bb.Service+" URL>/")
-	return scrubBlackBox(text)
-}
-
-// keepHeader selects the message headers the transcript shows: the
-// scenario's own, inboxkit's dead-letter envelope, and ActiveMQ's
-// dead-letter cause; never the broker's ids, times and flags.
-func keepHeader(k string) bool {
-	switch k {
-	case "eventId", "correlationId", "dlqDeliveryFailureCause", "original-destination":
-		return true
-	case "inboxkit-dlq-first-failure", "inboxkit-dlq-last-failure", "inboxkit-dlq-time", "inboxkit-dlq-error":
-		return false
-	}
-	return strings.HasPrefix(k, "inboxkit-dlq-")
-}
-
-var deliveryRe = regexp.MustCompile(`Delivery\[\d+\] exceeds redelivery policy limit`)
-
-func (r *bbRun) normalizeHeader(k, v string) string {
-	v = strings.ReplaceAll(v, r.queue, r.sc.Queue)
-	if k == "dlqDeliveryFailureCause" {
-		// "java.lang.Throwable: Delivery[5] exceeds redelivery policy limit:RedeliveryPolicy {...}, cause:..."
-		if m := deliveryRe.FindString(v); m != "" {
-			return m
-		}
-		return "(other cause)"
-	}
-	return v
-}
-
-// messageName finds the scenario message with this event id (or body).
-func (r *bbRun) messageName(eventID, body string) string {
-	for _, m := range r.sc.Messages {
-		if eventID != "" && header(m, "eventId") == eventID || eventID == "" && m.Body == body {
-			return m.Name
-		}
-	}
-	return "(unknown message)"
-}
-
-// dumpSorted prints the rows of q sorted by their normalized text (a black
-// box has random ids and real times: only the normalized rows are stable).
-func (r *bbRun) dumpSorted(ctx context.Context, title, key string, cols []string, q string) error {
-	fmt.Fprintf(&r.out, "\n== %s (%s)\n", title, strings.Join(cols, ", "))
-	rows, err := queryCells(ctx, r.db, title, len(cols), q)
-	if err != nil {
-		return err
-	}
-	var lines []string
-	for _, cells := range rows {
-		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
-		lines = append(lines, r.normalize(strings.Join(cells, " | ")))
-	}
-	slices.Sort(lines)
-	for _, l := range lines {
-		fmt.Fprintf(&r.out, "   %s\n", l)
-	}
-	if len(lines) == 0 {
-		r.out.WriteString("   (no rows)\n")
-	}
-	return nil
-}
-
-var blackBoxIDRe = regexp.MustCompile(`\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})\b`)
-
-// scrubBlackBox normalizes what a process makes up: random ids (UUIDs, 32
-// hex digits) become <id> and times <time>, unnumbered, because their order
-// and equality depend on timing the recorder does not control.
-func scrubBlackBox(text string) string {
-	text = blackBoxIDRe.ReplaceAllString(text, "<id>")
-	return timeRe.ReplaceAllString(text, "<time>")
-}
-
-// drainQueues empties the recording's queues (they are unique to it).
-func (r *bbRun) drainQueues() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := stomp.Dial(ctx, r.stompCfg.Addr, stomp.ConnOptions{HeartBeat: -1, Login: r.stompCfg.Login, Passcode: r.stompCfg.Passcode})
-	if err != nil {
-		return
-	}
-	defer c.Disconnect(ctx) //nolint:errcheck // cleanup
-	for _, q := range r.queues() {
-		sub, err := c.Subscribe(ctx, stomp.QueueDestination(q), stomp.SubscribeOptions{Ack: "auto", Prefetch: 100})
-		if err != nil {
-			return
-		}
-		for {
-			nctx, ncancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			_, err := sub.Next(nctx)
-			ncancel()
-			if err != nil {
-				break
-			}
-		}
-		_ = sub.Unsubscribe(ctx)
-	}
 }

@@ -115,8 +115,8 @@ type runner struct {
 	insts   []*instance
 	store   *inbox.Store
 	queue   []*pending
-	tr      *Transcript
-	out     strings.Builder
+	out     *writer
+	tr      *Transcript // out's
 	total   int
 	legacy  bool
 	closers []func()
@@ -127,7 +127,8 @@ type runner struct {
 // returns the transcript. db must be empty: Play creates the inbox table
 // (for Handler subjects) and Subject.Setup creates the business tables.
 func Play(ctx context.Context, db Database, sc *Scenario, f Factory) (*Transcript, error) {
-	r := &runner{sc: sc, db: db, w: newWorld(), tr: &Transcript{Rows: map[string][][]string{}}, batch: sc.BatchSize}
+	r := &runner{sc: sc, db: db, w: newWorld(), out: newWriter(""), batch: sc.BatchSize}
+	r.tr = r.out.tr
 	defer func() {
 		for _, c := range r.closers {
 			c()
@@ -140,9 +141,8 @@ func Play(ctx context.Context, db Database, sc *Scenario, f Factory) (*Transcrip
 	if r.store != nil {
 		kind = "refactored, inbox " + r.store.Config().Table
 	}
-	fmt.Fprintf(&r.out, "# golden transcript: consumer %s (%s), queue %s\n", r.tr.Consumer, kind, sc.Queue)
-	fmt.Fprintf(&r.out, "# max-attempts %d, broker-max-deliveries %d, instances %d\n", sc.MaxAttempts, sc.BrokerMaxDeliveries, sc.Instances)
-	r.section("deliveries")
+	r.out.header(fmt.Sprintf("golden transcript: consumer %s (%s)", r.tr.Consumer, kind), sc)
+	r.out.section("deliveries")
 	for i, st := range sc.Steps {
 		if err := r.step(ctx, i+1, st); err != nil {
 			return nil, err
@@ -151,8 +151,7 @@ func Play(ctx context.Context, db Database, sc *Scenario, f Factory) (*Transcrip
 	if err := r.final(ctx); err != nil {
 		return nil, err
 	}
-	r.tr.Text = Scrub(r.out.String())
-	return r.tr, nil
+	return r.out.done(Scrub), nil
 }
 
 func (r *runner) setup(ctx context.Context, f Factory) error {
@@ -225,14 +224,12 @@ func (r *runner) setup(ctx context.Context, f Factory) error {
 	return nil
 }
 
-func (r *runner) section(name string) { fmt.Fprintf(&r.out, "\n== %s\n", name) }
-
 func (r *runner) step(ctx context.Context, n int, st Step) error {
 	switch st.Kind {
 	case StepDatabase:
 		return fmt.Errorf("golden: scenario line %d: database %s needs a black-box recording (goldentest.RunBlackBox cuts the database off through a proxy); in process, use fail commit N", st.Line, st.Point)
 	case StepNote:
-		fmt.Fprintf(&r.out, "%d. note: %s\n", n, st.Text)
+		r.out.step(n, "note: %s", st.Text)
 	case StepFail:
 		r.w.mu.Lock()
 		r.w.svc.fails[st.Service] += st.Count
@@ -241,7 +238,7 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 		if st.Service == ServiceCommit {
 			what = "commit(s)"
 		}
-		fmt.Fprintf(&r.out, "%d. fault: the next %d %s fail\n", n, st.Count, what)
+		r.out.step(n, "fault: the next %d %s fail", st.Count, what)
 	case StepCrash:
 		r.w.mu.Lock()
 		if st.Point == CrashDuring {
@@ -251,25 +248,25 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 		}
 		r.w.mu.Unlock()
 		if st.Point == CrashDuring {
-			fmt.Fprintf(&r.out, "%d. fault: the process dies during the next call of %s\n", n, st.Service)
+			r.out.step(n, "fault: the process dies during the next call of %s", st.Service)
 			break
 		}
-		fmt.Fprintf(&r.out, "%d. fault: the next delivery crashes %s\n", n, strings.ReplaceAll(st.Point, "-", " "))
+		r.out.step(n, "fault: the next delivery crashes %s", strings.ReplaceAll(st.Point, "-", " "))
 	case StepSend:
 		m := r.sc.Message(st.Message)
 		if st.Parallel > 1 {
-			fmt.Fprintf(&r.out, "%d. send %s parallel %d (one copy to each of %d instances at once)\n", n, m.Name, st.Parallel, st.Parallel)
+			r.out.step(n, "send %s parallel %d (one copy to each of %d instances at once)", m.Name, st.Parallel, st.Parallel)
 			if err := r.parallel(ctx, m, st.Parallel); err != nil {
 				return err
 			}
 		} else if len(st.With) > 0 {
-			fmt.Fprintf(&r.out, "%d. send %s %s (at once)\n", n, m.Name, strings.Join(st.With, " "))
+			r.out.step(n, "send %s %s (at once)", m.Name, strings.Join(st.With, " "))
 			r.queue = append(r.queue, &pending{msg: m})
 			for _, name := range st.With {
 				r.queue = append(r.queue, &pending{msg: r.sc.Message(name), atOnce: true})
 			}
 		} else {
-			fmt.Fprintf(&r.out, "%d. send %s\n", n, m.Name)
+			r.out.step(n, "send %s", m.Name)
 			r.queue = append(r.queue, &pending{msg: m})
 		}
 		return r.drain(ctx)
@@ -317,7 +314,7 @@ func (r *runner) drain(ctx context.Context) error {
 			r.tr.BrokerDeadLetters = append(r.tr.BrokerDeadLetters, p.msg.Name)
 			d := Delivery{Message: p.msg.Name, EventID: header(p.msg, "eventId"), N: p.deliveries, Action: "broker-dead-letter"}
 			r.tr.Deliveries = append(r.tr.Deliveries, d)
-			fmt.Fprintf(&r.out, "   broker: %s moved to %s after %d deliveries\n", p.msg.Name, BrokerDeadLetterQueue, p.deliveries)
+			r.out.item("broker: %s moved to %s after %d deliveries", p.msg.Name, BrokerDeadLetterQueue, p.deliveries)
 			continue
 		}
 		r.total++
@@ -376,7 +373,7 @@ type result struct {
 
 func (r *runner) record(res result) {
 	r.tr.Deliveries = append(r.tr.Deliveries, res.d)
-	r.out.WriteString(res.line)
+	r.out.raw(res.line)
 }
 
 func header(m *Message, name string) string {
@@ -562,39 +559,27 @@ func (r *runner) final(ctx context.Context) error {
 	unused = append(unused, during...)
 	r.w.mu.Unlock()
 
-	r.section("calls to external services")
-	if len(calls) == 0 {
-		r.out.WriteString("   (none)\n")
-	}
-	r.tr.Calls = calls
-	for i, c := range calls {
-		key := c.Key
-		if key == "" {
-			key = "(none)"
-		}
-		fmt.Fprintf(&r.out, "   %d. %s key=%s %s -> %s\n", i+1, c.Service, key, c.Summary, c.Result)
-	}
-
+	r.out.calls(calls)
 	for _, t := range r.insts[0].subject.Tables {
 		order := t.OrderBy
 		if order == "" {
 			order = t.Columns[0]
 		}
 		q := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(t.Columns, ", "), t.Name, order)
-		if err := r.dump(ctx, "table "+t.Name, t.Name, t.Columns, q); err != nil {
+		if err := r.out.query(ctx, r.db.DB, "table "+t.Name, t.Name, t.Columns, q, nil); err != nil {
 			return err
 		}
 	}
 	if r.store != nil {
-		cols := []string{"EVENT_ID", "CONSUMER_NAME", "STATUS", "CORRELATION_ID", "REASON_CODE", "ERROR_CLASS", "ATTEMPTS", "LAST_ERROR", "CREATED_AT", "PROCESSED_AT"}
+		cols := inboxShown
 		tab := r.store.Config().Table
 		q := fmt.Sprintf("SELECT %s FROM %s ORDER BY EVENT_ID, CONSUMER_NAME", strings.Join(cols, ", "), tab)
-		if err := r.dump(ctx, "inbox "+tab, "inbox", cols, q); err != nil {
+		if err := r.out.query(ctx, r.db.DB, "inbox "+tab, "inbox", cols, q, nil); err != nil {
 			return err
 		}
 	} else {
-		r.section("inbox")
-		r.out.WriteString("   (none: the consumer has no inbox table)\n")
+		r.out.section("inbox")
+		r.out.item("(none: the consumer has no inbox table)")
 	}
 
 	dests := []string{"DLQ." + r.sc.Queue, r.sc.Queue + ".REJECTED"}
@@ -604,108 +589,23 @@ func (r *runner) final(ctx context.Context) error {
 		}
 	}
 	for _, dest := range dests {
-		r.section("published to " + dest)
-		n := 0
+		var msgs []Published
 		for _, p := range pubs {
-			if p.destination != dest {
-				continue
-			}
-			n++
-			r.tr.Published = append(r.tr.Published, Published{Destination: dest, Headers: p.headers, Body: string(p.body)})
-			fmt.Fprintf(&r.out, "   %d. body %s\n", n, strconv.Quote(string(p.body)))
-			for _, k := range slices.Sorted(maps.Keys(p.headers)) {
-				fmt.Fprintf(&r.out, "      %s: %s\n", k, p.headers[k])
+			if p.destination == dest {
+				msgs = append(msgs, Published{Destination: dest, Headers: p.headers, Body: string(p.body)})
 			}
 		}
-		if n == 0 {
-			r.out.WriteString("   (nothing)\n")
-		}
+		r.tr.Published = append(r.tr.Published, msgs...)
+		r.out.section("published to " + dest)
+		r.out.messages(msgs)
 	}
-	r.section("broker dead-letter queue " + BrokerDeadLetterQueue)
+	r.out.section("broker dead-letter queue " + BrokerDeadLetterQueue)
 	if len(r.tr.BrokerDeadLetters) == 0 {
-		r.out.WriteString("   (nothing)\n")
+		r.out.item("(nothing)")
 	}
 	for i, name := range r.tr.BrokerDeadLetters {
-		fmt.Fprintf(&r.out, "   %d. %s (no reason: the broker only counted deliveries)\n", i+1, name)
+		r.out.item("%d. %s (no reason: the broker only counted deliveries)", i+1, name)
 	}
-	if len(unused) > 0 {
-		r.section("faults never triggered")
-		for _, u := range unused {
-			fmt.Fprintf(&r.out, "   %s\n", u)
-		}
-	}
+	r.out.unused(unused)
 	return nil
-}
-
-func (r *runner) dump(ctx context.Context, title, key string, cols []string, q string) error {
-	r.section(fmt.Sprintf("%s (%s)", title, strings.Join(cols, ", ")))
-	rows, err := queryCells(ctx, r.db.DB, title, len(cols), q)
-	if err != nil {
-		return err
-	}
-	for _, cells := range rows {
-		r.tr.Rows[key] = append(r.tr.Rows[key], cells)
-		fmt.Fprintf(&r.out, "   %s\n", strings.Join(cells, " | "))
-	}
-	if len(rows) == 0 {
-		r.out.WriteString("   (no rows)\n")
-	}
-	return nil
-}
-
-// queryCells runs q and returns each row's n columns formatted by cell.
-func queryCells(ctx context.Context, db *sql.DB, title string, n int, q string) ([][]string, error) {
-	rows, err := db.QueryContext(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("golden: dump %s: %w", title, err)
-	}
-	defer rows.Close()
-	var out [][]string
-	vals := make([]any, n)
-	ptrs := make([]any, n)
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, fmt.Errorf("golden: dump %s: %w", title, err)
-		}
-		cells := make([]string, n)
-		for i, v := range vals {
-			cells[i] = cell(v)
-		}
-		out = append(out, cells)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("golden: dump %s: %w", title, err)
-	}
-	return out, nil
-}
-
-// cell formats one database value the same way for every driver.
-func cell(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "NULL"
-	case []byte:
-		return cellString(string(x))
-	case string:
-		return cellString(x)
-	case time.Time:
-		return x.UTC().Format(time.RFC3339Nano)
-	case int64:
-		return strconv.FormatInt(x, 10)
-	case int32:
-		return strconv.FormatInt(int64(x), 10)
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	return fmt.Sprint(v)
-}
-
-func cellString(s string) string {
-	if s == "" || strings.ContainsAny(s, "|\n\r\t") || s == "NULL" {
-		return strconv.Quote(s)
-	}
-	return s
 }

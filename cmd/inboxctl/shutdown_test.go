@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit/internal/dbtest"
-	"github.com/inboxkit/inboxkit/internal/hangproxy"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
 type lockedBuffer struct {
@@ -52,7 +52,7 @@ func startHungRun(t *testing.T, direct, queue, eventID string, timeout string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := hangproxy.Start(t, u.Host)
+	proxy := tcpproxy.Start(t, u.Host)
 	u.Host = proxy.Addr()
 	broker := "stomp://" + stompAddr
 	run := exec.Command(binary, "run", "--db", u.String(), "--broker", broker, "--queue", queue,

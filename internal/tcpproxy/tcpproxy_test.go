@@ -4,23 +4,26 @@ import (
 	"bufio"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
-func TestCutAndRestore(t *testing.T) {
+// echoServer answers every line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go func() { // echo lines
+			go func() {
 				defer c.Close()
 				r := bufio.NewReader(c)
 				for {
@@ -33,42 +36,87 @@ func TestCutAndRestore(t *testing.T) {
 			}()
 		}
 	}()
-	p := tcpproxy.Start(t, ln.Addr().String())
-	echo := func(c net.Conn) error {
-		if _, err := c.Write([]byte("ping\n")); err != nil {
-			return err
-		}
-		got, err := bufio.NewReader(c).ReadString('\n')
-		if err == nil && got != "ping\n" {
-			t.Fatalf("echo %q", got)
-		}
+	return ln.Addr().String()
+}
+
+// echo sends a line and reads the answer, waiting at most wait.
+func echo(t *testing.T, c net.Conn, wait time.Duration) error {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
 		return err
 	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err == nil && got != "ping\n" {
+		t.Fatalf("echo %q", got)
+	}
+	return err
+}
+
+func dial(t *testing.T, p *tcpproxy.Proxy) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := echo(c); err != nil {
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestCutAndRestore(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	if err := echo(t, c, 10*time.Second); err != nil {
 		t.Fatalf("through the proxy: %v", err)
 	}
+	if p.Forwarded() != 10 {
+		t.Errorf("Forwarded = %d, want 10 (ping and its echo)", p.Forwarded())
+	}
 	p.Cut()
-	if err := echo(c); err == nil {
+	if !p.IsCut() {
+		t.Error("IsCut = false after Cut")
+	}
+	if err := echo(t, c, 10*time.Second); err == nil {
 		t.Fatal("an open connection still works after Cut")
 	}
 	c2, err := net.Dial("tcp", p.Addr())
 	if err == nil {
-		if err := echo(c2); err == nil {
+		if err := echo(t, c2, 10*time.Second); err == nil {
 			t.Fatal("a new connection works while cut")
 		}
 		c2.Close()
 	}
 	p.Restore()
-	c3, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
+	if err := echo(t, dial(t, p), 10*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
 	}
-	defer c3.Close()
-	if err := echo(c3); err != nil {
+}
+
+// After Hang an open connection and a new one stay open and answer
+// nothing; what is sent is dropped and counted; Restore lets bytes through
+// again.
+func TestHang(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	if err := echo(t, c, 10*time.Second); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	p.Hang()
+	for _, conn := range []net.Conn{c, dial(t, p)} {
+		err := echo(t, conn, 300*time.Millisecond)
+		var ne net.Error
+		if ne, _ = err.(net.Error); ne == nil || !ne.Timeout() {
+			t.Fatalf("echo while hung: %v, want a timeout (the connection stays open, nothing comes back)", err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.Dropped() < 10 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Dropped() != 10 {
+		t.Errorf("Dropped = %d, want 10 (two pings)", p.Dropped())
+	}
+	p.Restore()
+	if err := echo(t, dial(t, p), 10*time.Second); err != nil {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
