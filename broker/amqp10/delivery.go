@@ -2,10 +2,12 @@ package amqp10
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +39,7 @@ func newDelivery(a *Adapter, s *session, m *amqp.Message) *delivery {
 // incoming maps an AMQP message to an inboxkit.Message the way JMS over
 // AMQP does: application properties are the headers (JMS properties such
 // as eventId), the correlation-id property is header "correlation-id", the
-// message-id is BrokerMessageID; a body of data sections (BytesMessage) is
+// message-id is BrokerMessageID (both ids in the form of IDString); a body of data sections (BytesMessage) is
 // their concatenation, an amqp-value string (TextMessage) its UTF-8 bytes,
 // an amqp-value binary its bytes, and any other amqp-value or amqp-sequence
 // (MapMessage, StreamMessage) its JSON rendering.
@@ -51,12 +53,10 @@ func incoming(queue string, trustCount bool, m *amqp.Message) inboxkit.Message {
 		out.Headers[k] = render(v)
 	}
 	if p := m.Properties; p != nil {
-		if p.CorrelationID != nil {
-			out.Headers[HeaderCorrelationID] = render(p.CorrelationID)
+		if id := IDString(p.CorrelationID); id != "" {
+			out.Headers[HeaderCorrelationID] = id
 		}
-		if p.MessageID != nil {
-			out.BrokerMessageID = render(p.MessageID)
-		}
+		out.BrokerMessageID = IDString(p.MessageID)
 	}
 	if h := m.Header; h != nil {
 		out.Redelivered = !h.FirstAcquirer || h.DeliveryCount > 0
@@ -100,6 +100,58 @@ func jsonOf(v any) []byte {
 	return b
 }
 
+// JMSIDPrefix starts the string form of a binary message-id or
+// correlation-id: "ID:" and the bytes in lower-case hex, as JMS shows an
+// IBM MQ MsgId or CorrelId (JMSMessageID, JMSCorrelationID).
+const JMSIDPrefix = "ID:"
+
+// IDString is the string form of an AMQP message-id or correlation-id, the
+// form every reader of an id sees (event id, correlation id, the inbox
+// row, audit, the dead-letter envelope, replay):
+//
+//   - string: as it is.
+//   - binary (IBM MQ sends the 24-byte MQMD MsgId and CorrelId of JMS and
+//     MQI producers so): JMSIDPrefix + the bytes in lower-case hex, 48
+//     digits for an MQ id ("ID:414d5120..."), as the legacy JMS bean logged
+//     it. An empty binary is no id ("").
+//   - uuid: its canonical lower-case form, 8-4-4-4-12 hex digits.
+//   - ulong: its decimal digits.
+//
+// nil is "". Publish sends a correlation id of the binary form back as the
+// bytes it names (see outgoingCorrelationID), so an id survives a dead
+// letter and its replay.
+func IDString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case []byte:
+		if len(x) == 0 {
+			return ""
+		}
+		return JMSIDPrefix + hex.EncodeToString(x)
+	case amqp.UUID:
+		return x.String()
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	}
+	return render(v)
+}
+
+// outgoingCorrelationID is the correlation-id property Publish sends for
+// header value v: the bytes named by the binary form of IDString (JMSIDPrefix
+// and an even number of lower-case hex digits), else v as a string, whole.
+func outgoingCorrelationID(v string) any {
+	digits, ok := strings.CutPrefix(v, JMSIDPrefix)
+	if !ok || digits == "" || strings.ToLower(digits) != digits {
+		return v
+	}
+	b, err := hex.DecodeString(digits)
+	if err != nil {
+		return v
+	}
+	return b
+}
+
 // render turns an AMQP property value into a header string.
 func render(v any) string {
 	switch x := v.(type) {
@@ -138,7 +190,7 @@ func outgoing(headers map[string]string, b []byte) *amqp.Message {
 		m.ApplicationProperties = make(map[string]any, len(headers))
 		for k, v := range headers {
 			if k == HeaderCorrelationID {
-				m.Properties.CorrelationID = v
+				m.Properties.CorrelationID = outgoingCorrelationID(v)
 				continue
 			}
 			m.ApplicationProperties[k] = v

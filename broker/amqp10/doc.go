@@ -24,6 +24,14 @@
 //     rendered as strings, plus the correlation-id property as header
 //     "correlation-id" (JMSCorrelationID).
 //   - BrokerMessageID: the message-id property (JMSMessageID).
+//   - Ids (message-id, correlation-id) in the form of [IDString]: a string
+//     as it is; binary, as IBM MQ sends the 24-byte MQMD MsgId and
+//     CorrelId, as "ID:" + lower-case hex (the JMS form, "ID:414d5120..."),
+//     never as raw bytes (a database refuses NULs in an event id); uuid
+//     as 8-4-4-4-12 lower-case hex; ulong as decimal. Every reader of an id
+//     sees that form: the event id (--event-id-from message-id or
+//     correlation-id), the inbox row, audit, the dead-letter envelope,
+//     replay.
 //   - Body: data sections (BytesMessage) as they are; an amqp-value string
 //     (TextMessage) as its UTF-8 bytes; other amqp-values and
 //     amqp-sequences (MapMessage, StreamMessage) as JSON.
@@ -64,9 +72,12 @@
 // and sends unsettled; it returns nil only after the broker settled the
 // transfer with accepted. Any other outcome ([ErrNotAccepted]), a lost
 // connection before the settlement or a refused attach is an error. The
-// message is durable, with a fresh message-id, the headers as application
-// properties (header "correlation-id" as the correlation-id property) and
-// the body as one data section.
+// message is durable, with a fresh string message-id, the headers as
+// application properties (header "correlation-id" as the correlation-id
+// property) and the body as one data section; it carries no message
+// annotations. A correlation id in the binary form of IDString goes out
+// as the bytes it names (an MQ CorrelId comes back as it came); any other
+// goes out as a string, whole.
 //
 // # Addresses
 //

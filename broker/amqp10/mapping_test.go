@@ -34,6 +34,10 @@ func TestIncoming(t *testing.T) {
 			wantBody: "bin"},
 		{name: "typed ids", m: &amqp.Message{Properties: &amqp.MessageProperties{MessageID: uuid, CorrelationID: uint64(7)}},
 			wantMsgID: "12345678-9abc-def0-1234-56789abcdef0", wantCorr: "7"},
+		{name: "binary ids (IBM MQ MsgId, CorrelId)", m: &amqp.Message{Properties: &amqp.MessageProperties{
+			MessageID: []byte("AMQ QM1             \x00\x01\xfe\xff"), CorrelationID: []byte{0xAB, 0x00}}},
+			wantMsgID: "ID:414d5120514d31202020202020202020202020200001feff", wantCorr: "ID:ab00"},
+		{name: "empty binary is no id", m: &amqp.Message{Properties: &amqp.MessageProperties{MessageID: []byte{}, CorrelationID: []byte{}}}},
 		{name: "sequence body as JSON", m: &amqp.Message{Sequence: [][]any{{"a", int64(1)}}},
 			wantBody: `[["a",1]]`},
 		{name: "properties rendered", m: &amqp.Message{ApplicationProperties: map[string]any{"eventId": "e", "n": int64(-3), "ok": false}},
@@ -53,5 +57,35 @@ func TestIncoming(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOutgoingCorrelationID: the binary form of IDString goes out as the
+// bytes it names; any other string goes out whole, as a string.
+func TestOutgoingCorrelationID(t *testing.T) {
+	mq := []byte("AMQ QM1             \x00\x01\xfe\xff")
+	for _, tc := range []struct {
+		in   string
+		want any
+	}{
+		{IDString(mq), mq},
+		{"ID:ab00", []byte{0xab, 0x00}},
+		{"ID:AB00", "ID:AB00"}, // not a form IDString makes
+		{"ID:abc", "ID:abc"},
+		{"ID:", "ID:"},
+		{"ID:jms-1", "ID:jms-1"},
+		{"order-42", "order-42"},
+		{"a correlation id longer than twenty-four bytes", "a correlation id longer than twenty-four bytes"},
+	} {
+		got := outgoingCorrelationID(tc.in)
+		if gb, ok := got.([]byte); ok {
+			if wb, ok := tc.want.([]byte); !ok || string(gb) != string(wb) {
+				t.Errorf("outgoingCorrelationID(%q) = %x, want %v", tc.in, gb, tc.want)
+			}
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("outgoingCorrelationID(%q) = %#v, want %#v", tc.in, got, tc.want)
+		}
 	}
 }
