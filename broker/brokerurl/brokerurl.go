@@ -7,7 +7,7 @@
 // # URLs
 //
 //	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too)
-//	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too)
+//	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream for the queues it creates)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ, Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
 //	nats://[user:pass@]host:4222          NATS JetStream (tls:// too)
 //	embedded[:DIR]                        a NATS JetStream server inside this process
@@ -144,9 +144,11 @@ type Options struct {
 	// Logger receives the adapters' connection messages. Defaults to
 	// discarding them.
 	Logger *slog.Logger
-	// Quorum declares RabbitMQ queues (amqp://) as quorum queues, which
-	// report a delivery count. Defaults to false (classic queues).
-	Quorum bool
+	// QueueType is the type of the RabbitMQ queues (amqp://) an adapter
+	// creates (rabbitmq.Config.QueueType: quorum, classic or stream); an
+	// existing queue is used as it is. Defaults to "": the URL's
+	// ?queue-type=, else the vhost's default type.
+	QueueType string
 }
 
 // Broker opens adapters on one broker URL, and for "embedded" runs the
@@ -235,7 +237,7 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ack
 	case STOMP:
 		a, err = stomp.Open(ctx, stomp.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
 	case AMQP:
-		a, err = rabbitmq.Open(ctx, rabbitmq.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Quorum: b.opts.Quorum, Logger: log})
+		a, err = rabbitmq.Open(ctx, rabbitmq.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, QueueType: b.opts.QueueType, Logger: log})
 	case AMQP10:
 		a, err = amqp10.Open(ctx, amqp10.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
 	default:
@@ -275,6 +277,14 @@ func (b *Broker) track(c io.Closer) {
 	b.mu.Lock()
 	b.closers = append(b.closers, c)
 	b.mu.Unlock()
+}
+
+// Refused reports whether err, from opening an adapter, says that the
+// broker answered and refused what the adapter asked for, a matter of
+// configuration and not of the network: a RabbitMQ declaration or consume
+// refused with PRECONDITION_FAILED (rabbitmq.ErrPreconditionFailed).
+func Refused(err error) bool {
+	return errors.Is(err, rabbitmq.ErrPreconditionFailed)
 }
 
 // ErrDepthUnknown is returned by Depth on a broker that cannot tell a

@@ -19,6 +19,7 @@ import (
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 	"github.com/inboxkit/inboxkit/observe"
 )
@@ -294,5 +295,57 @@ func TestDepthOfAMissingQueue(t *testing.T) {
 	}
 	if exists, known, err := b.QueueExists(ctx, queue); err != nil || !known || exists {
 		t.Errorf("QueueExists after Depth = %v, %v, %v; want false, true, nil", exists, known, err)
+	}
+}
+
+// TestRefused: a broker's refusal of the configuration is told apart from
+// an outage (issue 23.15).
+func TestRefused(t *testing.T) {
+	if !brokerurl.Refused(fmt.Errorf("open: %w", rabbitmq.ErrPreconditionFailed)) {
+		t.Error("a RabbitMQ precondition failure is not a refusal")
+	}
+	if brokerurl.Refused(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")) {
+		t.Error("a refused TCP connection is an outage, not a refusal of the configuration")
+	}
+}
+
+// TestQueueTypeFromURL: ?queue-type= on an amqp:// URL gives the type of
+// the queue a Source creates, and an existing queue of another type is
+// consumed as it is (issue 23.15).
+func TestQueueTypeFromURL(t *testing.T) {
+	const url = "amqp://guest:guest@127.0.0.1:5672/"
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatalf("RabbitMQ not reachable (start it with rabbitmq-server -detached): %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, existing := queueName(t)+".created", queueName(t)+".existing"
+	t.Cleanup(func() {
+		_, _ = ch.QueueDelete(created, false, false, false)
+		_, _ = ch.QueueDelete(existing, false, false, false)
+	})
+	if _, err := ch.QueueDeclare(existing, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	for _, tc := range []struct{ url, queue string }{{url + "?queue-type=quorum", created}, {url + "?queue-type=classic", existing}} {
+		b, err := brokerurl.Open(tc.url, brokerurl.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if _, err := b.Source(ctx, tc.queue, "queue-type", 1); err != nil {
+			t.Fatalf("Source(%s) on %s: %v", tc.queue, tc.url, err)
+		}
+	}
+	// Equivalent declarations: both are quorum queues.
+	for _, q := range []string{created, existing} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+			t.Errorf("%s is not a quorum queue: %v", q, err)
+		}
 	}
 }

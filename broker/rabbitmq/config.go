@@ -18,23 +18,30 @@ import (
 // documented default.
 type Config struct {
 	// URL is the AMQP 0-9-1 URL, with credentials and vhost, for example
-	// amqp://guest:guest@127.0.0.1:5672/. The password never appears in
+	// amqp://guest:guest@127.0.0.1:5672/; its query parameter queue-type
+	// sets QueueType when that is empty. The password never appears in
 	// errors or logs. Defaults to "amqp://guest:guest@127.0.0.1:5672/".
 	URL string
-	// Queue is the queue Receive consumes from. It is declared durable (as a
-	// quorum queue when Quorum is set) when the Adapter opens. Empty means a
+	// Queue is the queue Receive consumes from. An existing queue is used
+	// as it is, whatever its type and arguments (a passive declare first);
+	// a missing one is declared durable, of QueueType. Empty means a
 	// publisher-only Adapter: Receive returns an error. Defaults to "".
 	Queue string
 	// Prefetch is the channel QoS: the most unacknowledged deliveries the
 	// broker hands this Adapter at once. A delivery held back by a delayed
 	// Requeue keeps its slot until it is requeued. Defaults to 10.
 	Prefetch int
-	// Quorum declares Queue and the destination queues of Publish as quorum
-	// queues. Quorum queues report x-delivery-count, so Message.DeliveryCount
-	// is known, also after a consumer crash. No x-delivery-limit is set, so
-	// the broker never dead-letters on its own. Defaults to false (classic
-	// durable queues, DeliveryCount 0 = unknown).
-	Quorum bool
+	// QueueType is the type of the queues the Adapter creates: Queue and
+	// the destination queues of Publish, when they do not exist yet (an
+	// existing queue keeps its own type). QueueQuorum queues report
+	// x-delivery-count, so Message.DeliveryCount is known, also after a
+	// consumer crash; no x-delivery-limit is set, so the broker never
+	// dead-letters on its own (see the package doc on an existing queue's
+	// limit). QueueStream is refused for Queue: a stream is no work queue
+	// (a requeue does not deliver again). Defaults to the URL's queue-type,
+	// else "": no x-queue-type argument, the vhost's default type (classic
+	// on RabbitMQ 3.10).
+	QueueType string
 	// Reconnect spaces the reconnect attempts after a broken connection or
 	// channel. A zero field takes its default: 500ms doubling up to 30s,
 	// no jitter (Jitter -1; set it in [0, 1] for some).
@@ -50,6 +57,13 @@ type Config struct {
 	// Logger receives reconnect messages. Defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// Queue types of Config.QueueType (the x-queue-type argument).
+const (
+	QueueClassic = "classic"
+	QueueQuorum  = "quorum"
+	QueueStream  = "stream"
+)
 
 func (c *Config) setDefaults() {
 	if c.URL == "" {
@@ -87,6 +101,18 @@ func (c *Config) validate() error {
 			msg = strings.ReplaceAll(msg, pw, "xxxxx")
 		}
 		return fmt.Errorf("rabbitmq: Config.URL %s is invalid: %s", u.Redacted(), msg)
+	}
+	if c.QueueType == "" {
+		c.QueueType = u.Query().Get("queue-type")
+	}
+	switch c.QueueType {
+	case "", QueueClassic, QueueQuorum:
+	case QueueStream:
+		if c.Queue != "" {
+			return fmt.Errorf("rabbitmq: queue type %q for consuming %s: a stream is no work queue (a requeued message is not delivered again): consume from a quorum or classic queue", c.QueueType, c.Queue)
+		}
+	default:
+		return fmt.Errorf("rabbitmq: queue type %q is unknown: use %s, %s or %s (Config.QueueType, or ?queue-type= in the URL)", c.QueueType, QueueQuorum, QueueClassic, QueueStream)
 	}
 	if c.Prefetch < 0 {
 		return errors.New("rabbitmq: Config.Prefetch must not be negative")

@@ -42,7 +42,9 @@ func newDelivery(queue string, quorum bool, d amqp.Delivery, acks *acks) *delive
 	count := 0
 	if n, ok := deliveryCount(d.Headers[headerDeliveryCount]); ok {
 		count = n + 1
-	} else if quorum {
+	} else if quorum && !d.Redelivered {
+		// A quorum queue's first delivery has no header. A redelivery
+		// without one (the queue is not quorum after all) stays unknown.
 		count = 1
 	}
 	return &delivery{
@@ -77,7 +79,8 @@ func (d *delivery) Ack(context.Context) error {
 }
 
 // Requeue returns the delivery to its queue with basic.nack requeue=true,
-// which never dead-letters (no x-delivery-limit is declared). With delay > 0
+// which dead-letters only past the queue's own delivery limit, if it has
+// one (see the package doc). With delay > 0
 // the delivery is held unacknowledged for delay, keeping its prefetch slot,
 // and nacked then; Requeue returns at once. Should the channel close in the
 // meantime, the broker requeues the message itself. Keep delay well below

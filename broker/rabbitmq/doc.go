@@ -2,7 +2,7 @@
 // (github.com/rabbitmq/amqp091-go). An [Adapter] is the consumer.Source of
 // one queue and a dlq.Publisher.
 //
-//	a, err := rabbitmq.Open(ctx, rabbitmq.Config{Queue: "invoice.events", Quorum: true})
+//	a, err := rabbitmq.Open(ctx, rabbitmq.Config{Queue: "invoice.events", QueueType: rabbitmq.QueueQuorum})
 //	...
 //	defer a.Close()
 //	d, err := a.Receive(ctx) // consumer.Delivery
@@ -10,9 +10,17 @@
 //
 // # Receiving
 //
-// Open declares Config.Queue durable (a quorum queue with Config.Quorum),
+// Open uses Config.Queue as it is when it exists, whatever its type and
+// arguments (a passive declare, which changes nothing: quorum queues,
+// dead-letter exchanges, TTLs, length limits, delivery limits stay as the
+// administrator set them); a missing queue is created durable, of
+// Config.QueueType (or the URL's ?queue-type=quorum|classic|stream). It
 // sets the channel QoS to Config.Prefetch and consumes with manual
-// acknowledgement. A delivery becomes an inboxkit.Message:
+// acknowledgement. A refusal by the broker (406 PRECONDITION_FAILED: a
+// queue created at the same moment with other arguments, or a request the
+// queue's type or a policy does not allow) wraps [ErrPreconditionFailed]
+// and says what to compare; it is no outage. A delivery becomes an
+// inboxkit.Message:
 //
 //   - Headers: the AMQP table headers, rendered as strings, plus the
 //     correlation_id property as header "correlation-id".
@@ -20,17 +28,20 @@
 //   - Destination: the queue name.
 //   - Redelivered: the AMQP redelivered flag.
 //   - FirstDelivery: the redelivered flag is false and no x-delivery-count
-//     says otherwise.
-//   - DeliveryCount: on quorum queues x-delivery-count+1 (the header counts
-//     the earlier deliveries and is absent on the first, which counts 1);
-//     on classic queues 0, unknown.
+//     says otherwise. A redelivery is never vouched for as first.
+//   - DeliveryCount: x-delivery-count+1 where the header is present (quorum
+//     queues set it on every redelivery: the header counts the earlier
+//     deliveries); 1 on a first delivery with Config.QueueType quorum (the
+//     header is absent on the first); otherwise 0, unknown (classic
+//     queues, and first deliveries from a quorum queue whose type the
+//     Adapter was not told).
 //
 // # Settling
 //
 // Ack sends basic.ack on the channel the delivery came from; AMQP does not
 // confirm it, so nil means the frame was written. Requeue sends basic.nack
-// with requeue=true, which never dead-letters because no x-delivery-limit is
-// declared. With a delay, the delivery is held unacknowledged (keeping its
+// with requeue=true, which dead-letters only past a delivery limit the
+// queue has (see below). With a delay, the delivery is held unacknowledged (keeping its
 // prefetch slot) and nacked when the delay has passed; Requeue returns at
 // once. A delivery from a channel that has closed cannot be settled: Ack
 // returns an error and the broker redelivers the message with the
@@ -70,12 +81,35 @@
 // which creates nothing): the depth of a dead-letter queue in
 // "inboxctl stats".
 //
+// # A quorum queue's delivery-limit and the inbox's attempts
+//
+// The inbox dead-letters a message after Retry.MaxAttempts attempts of its
+// handler, counted in the database, with the envelope that says why
+// (ARCHITECTURE.md, rule 5). A quorum queue with a delivery limit
+// (x-delivery-limit, or a policy's delivery-limit; newer RabbitMQ versions
+// may set one by default: look at the queue's arguments and effective
+// policy) drops or dead-letters a message itself once it was returned
+// more often than that, through the queue's own dead-letter exchange,
+// without the envelope and whatever the inbox counted. Its count also
+// grows for every hand-back that is no attempt (a delivery handed back
+// while the database was unreachable, deliveries held in the prefetch of a
+// consumer that died). Keep the limit well above the inbox's attempts plus
+// the hand-backs an outage can cause (MaxAttempts 5: a limit of 100 or
+// none), so the inbox decides; a message the queue took away is not in the
+// inbox's dead-letter queue and its row stays TECHNICAL_FAILURE
+// ("inboxctl check" lists it as stuck). The adapter never sets a limit on
+// the queues it creates.
+//
 // # Broker facts (RabbitMQ 3.10)
 //
 //   - Classic queues give no delivery count, only the redelivered flag.
 //   - Quorum queues add x-delivery-count on redeliveries, also after a
-//     consumer crash, and could dead-letter after x-delivery-limit; inboxkit
-//     never sets that limit (dead-lettering is the runtime's decision).
+//     consumer crash, and on a nack with requeue; they set no delivery
+//     limit by default on 3.10.
+//   - Declaring an existing queue with other arguments than it has (a
+//     quorum queue without x-queue-type, a queue with a TTL without it)
+//     is refused with 406 PRECONDITION_FAILED and closes the channel; a
+//     passive declare is not.
 //   - The broker closes a channel holding a delivery longer than
 //     consumer_timeout (30 minutes by default): keep Requeue delays short.
 //   - The broker has native dead-lettering (dead-letter exchanges); the

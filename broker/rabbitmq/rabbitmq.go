@@ -29,6 +29,12 @@ var (
 	ErrNacked = errors.New("rabbitmq: publish not confirmed")
 	// ErrNoSuchQueue is returned by Depth for a queue that does not exist.
 	ErrNoSuchQueue = errors.New("rabbitmq: no such queue")
+	// ErrPreconditionFailed is wrapped by the errors of a declaration or
+	// consume the broker refused with 406 PRECONDITION_FAILED: a queue
+	// created at the same moment with other arguments, or a request the
+	// queue's type or a policy does not allow. The broker works; its
+	// configuration and this Adapter's disagree.
+	ErrPreconditionFailed = errors.New("rabbitmq: precondition failed")
 )
 
 var (
@@ -136,7 +142,7 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 					return nil, consumer.ErrClosed
 				}
 			}
-			return newDelivery(a.cfg.Queue, a.cfg.Quorum, d, s.acks), nil
+			return newDelivery(a.cfg.Queue, a.cfg.QueueType == QueueQuorum, d, s.acks), nil
 		case <-s.Dead():
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -191,8 +197,8 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
 	}
 	if declare {
-		if err := s.declare(destination, a.cfg.Quorum); err != nil {
-			return err
+		if err := s.declare(destination, a.cfg.QueueType); err != nil {
+			return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, err)
 		}
 	}
 	msg := amqp.Publishing{
@@ -297,7 +303,7 @@ func (a *Adapter) connect() (*session, error) {
 	s.conn = conn
 	fail := func(what string, err error) (*session, error) {
 		_ = conn.Close()
-		return nil, fmt.Errorf("rabbitmq: %s on %s: %w", what, a.url, err)
+		return nil, fmt.Errorf("rabbitmq: %s on %s: %w", what, a.url, precondition(err))
 	}
 	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
 
@@ -313,7 +319,7 @@ func (a *Adapter) connect() (*session, error) {
 	var consClosed chan *amqp.Error
 	var cancelled chan string
 	if a.cfg.Queue != "" {
-		if err := s.declare(a.cfg.Queue, a.cfg.Quorum); err != nil {
+		if err := s.declare(a.cfg.Queue, a.cfg.QueueType); err != nil {
 			return fail("declare queue "+a.cfg.Queue, err)
 		}
 		ch, err := conn.Channel()
@@ -324,9 +330,6 @@ func (a *Adapter) connect() (*session, error) {
 		cancelled = ch.NotifyCancel(make(chan string, 1))
 		if err = ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
 			return fail("set prefetch", err)
-		}
-		if _, err = ch.QueueDeclare(a.cfg.Queue, true, false, false, false, queueArgs(a.cfg.Quorum)); err != nil {
-			return fail("declare queue "+a.cfg.Queue, err)
 		}
 		if s.deliveries, err = ch.Consume(a.cfg.Queue, "", false, false, false, false, nil); err != nil {
 			return fail("consume from "+a.cfg.Queue, err)
@@ -357,11 +360,21 @@ func closeErr(what string, e *amqp.Error, ok bool) error {
 	return fmt.Errorf("%s closed: %w", what, e)
 }
 
-func queueArgs(quorum bool) amqp.Table {
-	if quorum {
-		return amqp.Table{"x-queue-type": "quorum"}
+func queueArgs(queueType string) amqp.Table {
+	if queueType == "" {
+		return nil
 	}
-	return nil
+	return amqp.Table{"x-queue-type": queueType}
+}
+
+// precondition wraps a 406 PRECONDITION_FAILED with ErrPreconditionFailed
+// and what to do about it; other errors are returned as they are.
+func precondition(err error) error {
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed || errors.Is(err, ErrPreconditionFailed) {
+		return err
+	}
+	return fmt.Errorf("%w: %w (an existing queue is used as it is, so this queue was created with other arguments at the same moment, or its type or a policy refuses the request: compare the queue's arguments and policies with the adapter's queue type)", ErrPreconditionFailed, err)
 }
 
 // Close closes the connection (and so its channels); the broker requeues
@@ -371,10 +384,11 @@ func (s *session) Close() {
 }
 
 // declare makes sure queue name exists, once per session. An existing queue
-// is used as it is, whatever its type; a missing one is declared durable.
-// Declarations use a throw-away channel, so a failure cannot close the
-// publishing or consuming channel.
-func (s *session) declare(name string, quorum bool) error {
+// is used as it is, whatever its type and arguments (a passive declare); a
+// missing one is declared durable, of queueType. Declarations use a
+// throw-away channel, so a failure cannot close the publishing or consuming
+// channel.
+func (s *session) declare(name, queueType string) error {
 	s.declMu.Lock()
 	defer s.declMu.Unlock()
 	if s.declared[name] {
@@ -384,7 +398,7 @@ func (s *session) declare(name string, quorum bool) error {
 	// the same quorum queue at once; by the next try the queue exists.
 	var err error
 	for try := 1; try <= 5; try++ {
-		if err = s.declareOnce(name, quorum); err == nil {
+		if err = s.declareOnce(name, queueType); err == nil {
 			s.declared[name] = true
 			return nil
 		}
@@ -393,10 +407,10 @@ func (s *session) declare(name string, quorum bool) error {
 		}
 		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
 	}
-	return fmt.Errorf("rabbitmq: declare queue %s: %w", name, err)
+	return precondition(err)
 }
 
-func (s *session) declareOnce(name string, quorum bool) error {
+func (s *session) declareOnce(name, queueType string) error {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return err
@@ -415,7 +429,7 @@ func (s *session) declareOnce(name string, quorum bool) error {
 		return err
 	}
 	defer ch.Close()
-	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(quorum))
+	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(queueType))
 	return err
 }
 

@@ -100,11 +100,11 @@ func publish(t *testing.T, a *Adapter, dest string, headers map[string]string, b
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, quorum := range []bool{false, true} {
-		t.Run(fmt.Sprintf("quorum=%v", quorum), func(t *testing.T) {
+	for _, queueType := range []string{"", QueueQuorum} {
+		t.Run(fmt.Sprintf("type=%q", queueType), func(t *testing.T) {
 			t.Parallel()
 			q, _ := testQueue(t)
-			a := open(t, Config{Queue: q, Quorum: quorum})
+			a := open(t, Config{Queue: q, QueueType: queueType})
 			publish(t, a, q, map[string]string{"event-id": "E-1", "correlation-id": "C-1", "type": "invoice"}, `{"n":1}`)
 
 			d := receive(t, a, 5*time.Second)
@@ -127,7 +127,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Error("Redelivered = true on first delivery")
 			}
 			wantCount := 0
-			if quorum {
+			if queueType == QueueQuorum {
 				wantCount = 1
 			}
 			if m.DeliveryCount != wantCount {
@@ -147,7 +147,7 @@ func TestRoundTrip(t *testing.T) {
 func TestRedeliveryAfterClose(t *testing.T) {
 	t.Parallel()
 	q, _ := testQueue(t)
-	first := open(t, Config{Queue: q, Quorum: true})
+	first := open(t, Config{Queue: q, QueueType: QueueQuorum})
 	publish(t, first, q, map[string]string{"event-id": "E-1"}, "x")
 	d := receive(t, first, 5*time.Second)
 	if err := first.Close(); err != nil {
@@ -160,7 +160,7 @@ func TestRedeliveryAfterClose(t *testing.T) {
 		t.Errorf("Receive after Close = %v, want ErrClosed", err)
 	}
 
-	second := open(t, Config{Queue: q, Quorum: true})
+	second := open(t, Config{Queue: q, QueueType: QueueQuorum})
 	m := receive(t, second, 5*time.Second).Message()
 	if !m.Redelivered || m.DeliveryCount != 2 || m.Header("event-id") != "E-1" {
 		t.Errorf("redelivery: Redelivered=%v DeliveryCount=%d event-id=%q; want true, 2, E-1", m.Redelivered, m.DeliveryCount, m.Header("event-id"))
@@ -170,7 +170,7 @@ func TestRedeliveryAfterClose(t *testing.T) {
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	q, _ := testQueue(t)
-	a := open(t, Config{Queue: q, Quorum: true})
+	a := open(t, Config{Queue: q, QueueType: QueueQuorum})
 	publish(t, a, q, nil, "x")
 
 	d := receive(t, a, 5*time.Second)
@@ -212,16 +212,7 @@ func TestPublishConfirm(t *testing.T) {
 	publish(t, a, dest, nil, "dead again") // declare is idempotent
 
 	// Confirmed means stored: the queue holds both messages.
-	conn, err := amqp.Dial(testURL)
-	if err != nil {
-		t.Fatalf("%s: %v", startHint, err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
+	info, err := channel(t).QueueDeclarePassive(dest, true, false, false, false, nil)
 	if err != nil {
 		t.Fatalf("destination queue not declared: %v", err)
 	}
@@ -258,7 +249,7 @@ func TestPublishAfterClose(t *testing.T) {
 func TestReconnect(t *testing.T) {
 	t.Parallel()
 	q, _ := testQueue(t)
-	a := open(t, Config{Queue: q, Quorum: true})
+	a := open(t, Config{Queue: q, QueueType: QueueQuorum})
 	publish(t, a, q, map[string]string{"event-id": "E-1"}, "one")
 	d := receive(t, a, 5*time.Second)
 
@@ -404,7 +395,7 @@ func TestConcurrentQuorumDeclare(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 				defer cancel()
-				cfg := Config{URL: testURL, Quorum: true, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
+				cfg := Config{URL: testURL, QueueType: QueueQuorum, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 				if i%2 == 0 {
 					cfg.Queue = q
 				}

@@ -214,7 +214,7 @@ func open(name string) (broker, func(), error) {
 		return broker{}, nil, fmt.Errorf("unknown broker (use stomp, stomp-stock, rabbitmq, amqp10, jetstream, embedded)")
 	}
 	// rabbitmq and amqp10 measure quorum queues.
-	b, err := brokerurl.Open(raw, brokerurl.Options{Logger: quiet, Quorum: true})
+	b, err := brokerurl.Open(raw, brokerurl.Options{Logger: quiet, QueueType: "quorum"})
 	if err != nil {
 		return broker{}, nil, err
 	}

@@ -78,6 +78,11 @@ func openBroker(raw string, logger *slog.Logger) (*broker, error) {
 }
 
 func (b *broker) fail(what string, err error) error {
+	if brokerurl.Refused(err) {
+		// The broker runs and said no: exit 2 as for a wrong URL, but
+		// not worded as an outage.
+		return &exitError{code: exitUsage, err: fmt.Errorf("broker %s refused (%s): %v\n\tthe broker runs: change the queue, the broker's settings or the URL as said above", b.t.Display, what, err)}
+	}
 	return unreachable("broker", b.t.Display, what, err)
 }
 
