@@ -137,6 +137,9 @@ func testCrashAfterCommit(t *testing.T, e *env) {
 		if s.Message.FirstDelivery {
 			t.Errorf("redelivery of %s is vouched for as the first delivery (Message.FirstDelivery)", ev)
 		}
+		if e.b.Features.DeliveryCount && s.Message.DeliveryCount < 2 {
+			t.Errorf("redelivery of %s after a crash has DeliveryCount %d, want 2 or more", ev, s.Message.DeliveryCount)
+		}
 		if e.b.Features.FirstDelivery && !first.Message.FirstDelivery {
 			t.Errorf("first delivery of %s is not vouched for as first (Message.FirstDelivery)", ev)
 		}
@@ -255,11 +258,15 @@ func testBackout(t *testing.T, e *env) {
 			t.Errorf("delivery %d: want a requeue at attempt %d:\n%s", i+1, i+1, summary(ss))
 		}
 	}
-	if !e.b.Features.DeliveryCount {
-		for _, s := range ss {
-			if s.Message.DeliveryCount != 0 {
-				t.Errorf("broker declared no delivery count but delivered count %d", s.Message.DeliveryCount)
-			}
+	for i, s := range ss {
+		switch {
+		case !e.b.Features.DeliveryCount && s.Message.DeliveryCount != 0:
+			t.Errorf("broker declared no delivery count but delivered count %d", s.Message.DeliveryCount)
+		case e.b.Features.DeliveryCount && i > 0 && s.Message.DeliveryCount != i+1:
+			t.Errorf("delivery %d (a redelivery after %d requeues) has DeliveryCount %d, want %d", i+1, i, s.Message.DeliveryCount, i+1)
+		}
+		if i > 0 && s.Message.FirstDelivery {
+			t.Errorf("delivery %d (a redelivery) is vouched for as the first delivery (Message.FirstDelivery)", i+1)
 		}
 	}
 	row := e.row(t, ev)
