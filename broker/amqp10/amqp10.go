@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,12 @@ var (
 	// message with another outcome than accepted (rejected, released,
 	// modified): it did not store it.
 	ErrNotAccepted = errors.New("amqp10: message not accepted by the broker")
+	// ErrPresettled is wrapped by the error of Open (and of the reconnects)
+	// when the broker answers the receiver's request for unsettled
+	// deliveries with another sender settle mode: it settles deliveries
+	// itself (at most once), and a delivery in hand at a crash, or handed
+	// back, would be lost. Config.AllowPresettled accepts that.
+	ErrPresettled = errors.New("amqp10: the broker settles deliveries itself")
 )
 
 var (
@@ -43,6 +50,9 @@ type Adapter struct {
 	cfg Config
 	ep  endpoint
 	sv  *reconnect.Supervisor[*session]
+
+	modeMu     sync.Mutex
+	presettled *amqp.SenderSettleMode // the broker's own mode, accepted by AllowPresettled
 }
 
 // session is one connection with its links. It is never reused after it
@@ -245,11 +255,17 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		// Credit is managed here, one back per settlement: go-amqp's
 		// automatic credit stalls RabbitMQ 3.10's plugin when deliveries
 		// are settled concurrently (seen: 11 of 200 delivered, then none).
+		// The attach asks for unsettled deliveries (snd-settle-mode
+		// unsettled) that the receiver settles (rcv-settle-mode first);
+		// go-amqp fails the attach when the broker answers another mode.
+		first, mode := amqp.ReceiverSettleModeFirst, a.senderMode()
 		opts := &amqp.ReceiverOptions{
-			Credit:             -1,
-			Name:               "inboxkit:" + a.cfg.Queue,
-			SourceDurability:   amqp.DurabilityUnsettledState,
-			SourceExpiryPolicy: amqp.ExpiryPolicyNever,
+			Credit:                    -1,
+			Name:                      "inboxkit:" + a.cfg.Queue,
+			SourceDurability:          amqp.DurabilityUnsettledState,
+			SourceExpiryPolicy:        amqp.ExpiryPolicyNever,
+			RequestedSenderSettleMode: &mode,
+			SettlementMode:            &first,
 		}
 		addr := a.cfg.Queue
 		if s.rabbit {
@@ -259,12 +275,19 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		}
 		if s.rcv, err = rs.NewReceiver(ctx, addr, opts); err != nil {
 			_ = conn.Close()
+			if answered, ok := peerSenderMode(err); ok {
+				return a.otherSenderMode(ctx, addr, mode, answered)
+			}
 			hint := ""
 			var aerr *amqp.Error
 			if errors.As(err, &aerr) && aerr.Condition == amqp.ErrCondNotFound {
 				hint = " (create the queue first: the adapter declares no queue to receive from)"
 			}
 			return nil, fmt.Errorf("amqp10: attach receiver on %s at %s: %w%s", addr, a.ep.display, err, hint)
+		}
+		if mode != amqp.SenderSettleModeUnsettled {
+			a.cfg.Logger.Warn("amqp10: the broker settles deliveries itself and allow-presettled accepts it: a delivery in hand when the consumer dies, and one handed back, is LOST (at most once)",
+				"broker", a.ep.display, "queue", a.cfg.Queue, "snd-settle-mode", settleModeName(mode), "setting", "allow-presettled")
 		}
 		s.prefetch = a.cfg.Prefetch
 		if err := s.refill(); err != nil {
@@ -281,6 +304,65 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 	}()
 	return s, nil
 }
+
+// senderMode is the sender settle mode the receiver's attach asks for:
+// unsettled, or the broker's own mode once AllowPresettled accepted it.
+func (a *Adapter) senderMode() amqp.SenderSettleMode {
+	a.modeMu.Lock()
+	defer a.modeMu.Unlock()
+	if a.presettled != nil {
+		return *a.presettled
+	}
+	return amqp.SenderSettleModeUnsettled
+}
+
+// otherSenderMode handles a broker that answered the receiver's attach
+// with sender settle mode answered instead of asked: ErrPresettled, or
+// under AllowPresettled a new connection that asks for the broker's mode
+// (go-amqp attaches only when both agree; connect warns). A broker that
+// answers unsettled again is asked for unsettled again.
+func (a *Adapter) otherSenderMode(ctx context.Context, addr string, asked, answered amqp.SenderSettleMode) (*session, error) {
+	name := settleModeName(answered)
+	switch {
+	case answered == amqp.SenderSettleModeUnsettled:
+		a.modeMu.Lock()
+		a.presettled = nil
+		a.modeMu.Unlock()
+	case !a.cfg.AllowPresettled:
+		return nil, fmt.Errorf("amqp10: attach receiver on %s at %s: %w: asked for unsettled deliveries, it answered snd-settle-mode %s, so it may forget a delivery once sent and a consumer crash or a Requeue would lose it: configure the broker (or its AMQP channel) to send unsettled deliveries, or accept the loss with ?allow-presettled in the URL (Config.AllowPresettled)",
+			addr, a.ep.display, ErrPresettled, name)
+	default:
+		a.modeMu.Lock()
+		a.presettled = &answered
+		a.modeMu.Unlock()
+	}
+	if answered == asked {
+		return nil, fmt.Errorf("amqp10: attach receiver on %s at %s: the broker answered the sender settle mode it was asked for (%s) and go-amqp refused it", addr, a.ep.display, name)
+	}
+	return a.connect(ctx)
+}
+
+// peerSenderModeRe reads the sender settle mode a broker answered from
+// go-amqp's (v1.7) attach error, which carries it only in its text.
+var peerSenderModeRe = regexp.MustCompile(`sender settlement mode "[a-z]+" requested, received "([a-z]+)" from server`)
+
+// peerSenderMode returns the sender settle mode named by err, a failed
+// attach whose answer differed from the request.
+func peerSenderMode(err error) (amqp.SenderSettleMode, bool) {
+	m := peerSenderModeRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, false
+	}
+	for _, mode := range []amqp.SenderSettleMode{amqp.SenderSettleModeUnsettled, amqp.SenderSettleModeSettled, amqp.SenderSettleModeMixed} {
+		if settleModeName(mode) == m[1] {
+			return mode, true
+		}
+	}
+	return 0, false
+}
+
+// settleModeName is the AMQP name of a sender settle mode.
+func settleModeName(m amqp.SenderSettleMode) string { return m.String() }
 
 // credit records a delivery returned by Receive (-1, +1) or settled
 // (0, -1) and issues new credit when the link has none left.

@@ -238,6 +238,7 @@ func TestConfigRefused(t *testing.T) {
 		{amqp10.Config{Addressing: "jms"}, "Addressing"},
 		{amqp10.Config{URL: "amqp10://"}, "no host"},
 		{amqp10.Config{URL: "amqp://guest:guest@127.0.0.1:5672/?prefetch=x"}, "prefetch"},
+		{amqp10.Config{URL: rabbitURL + "?allow-presettled=maybe"}, "allow-presettled"},
 	} {
 		_, err := amqp10.Open(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

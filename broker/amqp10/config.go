@@ -45,7 +45,8 @@ type Config struct {
 	// SASL PLAIN, no credentials SASL ANONYMOUS. Query parameters set the
 	// fields of the same meaning when those are zero: addressing
 	// (Addressing), requeue=modified (RequeueModified), hostname (HostName),
-	// prefetch (Prefetch). The password never appears in errors or logs.
+	// prefetch (Prefetch), allow-presettled (AllowPresettled). The password
+	// never appears in errors or logs.
 	// Defaults to "amqp10://guest:guest@127.0.0.1:5672".
 	URL string
 	// Queue is the queue Receive consumes from, a plain name (Addressing
@@ -67,6 +68,15 @@ type Config struct {
 	// RabbitMQ 3.10's plugin refuses modified ("Unrecognised state") and
 	// ends the session, so leave it off there. Defaults to false (released).
 	RequeueModified bool
+	// AllowPresettled accepts a broker that answers the receiver's request
+	// for unsettled deliveries with another sender settle mode (settled,
+	// or mixed as Qpid Proton's example broker): it settles deliveries
+	// itself, at most once, so a delivery in hand when the consumer dies,
+	// and one handed back (Requeue), is lost. Open logs a warning naming
+	// the broker's mode. Without it Open fails with ErrPresettled. The
+	// URL's query parameter allow-presettled (no value, or true) sets it.
+	// Defaults to false.
+	AllowPresettled bool
 	// TrustDeliveryCount fills Message.DeliveryCount from the header's
 	// delivery-count (+1). Leave it off unless the broker keeps that count
 	// and cannot overcount: the count also grows for deliveries that sat in
@@ -163,10 +173,17 @@ func (c *Config) validate() (endpoint, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "addressing", "requeue", "hostname", "prefetch":
+		case "addressing", "requeue", "hostname", "prefetch", "allow-presettled":
 		default:
-			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch)", ep.display, k)
+			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch, allow-presettled)", ep.display, k)
 		}
+	}
+	switch v := q.Get("allow-presettled"); {
+	case !q.Has("allow-presettled"):
+	case v == "" || v == "true":
+		c.AllowPresettled = true
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: allow-presettled=%q: give it without a value (or =true) to accept a broker that settles deliveries itself", ep.display, v)
 	}
 	if c.Addressing == "" {
 		c.Addressing = q.Get("addressing")

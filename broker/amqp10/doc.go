@@ -54,6 +54,16 @@
 // written. A delivery from a connection that has ended cannot be settled:
 // Ack returns an error and the broker delivers the message again.
 //
+// The receiver's attach asks for unsettled deliveries (snd-settle-mode
+// unsettled): the broker keeps a delivery until the adapter settles it. A
+// broker that answers another mode (settled, or mixed: it may settle some
+// deliveries itself) sends at most once, and a delivery in hand when the
+// consumer dies, or handed back, is gone. Open fails then with
+// [ErrPresettled], naming the broker's mode; Config.AllowPresettled
+// (?allow-presettled) accepts such a broker on purpose and logs a warning
+// naming the mode at every connect. Apache Qpid Proton's example broker
+// answers mixed and sends every delivery settled (tested).
+//
 // # The delivery count and the inbox
 //
 // The inbox counts attempts itself; a broker's count may only raise that
@@ -108,7 +118,8 @@
 //
 //   - The modified outcome is refused ("Unrecognised state") and ends the
 //     session; the delivery comes again. Keep RequeueModified off.
-//   - rcv-settle-mode second is refused (not-implemented).
+//   - rcv-settle-mode second is refused (not-implemented); a request for
+//     snd-settle-mode unsettled is answered unsettled.
 //   - The header's delivery-count is 0 on every delivery, also on quorum
 //     queues; first-acquirer is false on redeliveries.
 //   - A message of several data sections arrives with the sections in

@@ -282,9 +282,10 @@ func (b *Broker) track(c io.Closer) {
 // Refused reports whether err, from opening an adapter, says that the
 // broker answered and refused what the adapter asked for, a matter of
 // configuration and not of the network: a RabbitMQ declaration or consume
-// refused with PRECONDITION_FAILED (rabbitmq.ErrPreconditionFailed).
+// refused with PRECONDITION_FAILED (rabbitmq.ErrPreconditionFailed), an
+// AMQP 1.0 broker that settles deliveries itself (amqp10.ErrPresettled).
 func Refused(err error) bool {
-	return errors.Is(err, rabbitmq.ErrPreconditionFailed)
+	return errors.Is(err, rabbitmq.ErrPreconditionFailed) || errors.Is(err, amqp10.ErrPresettled)
 }
 
 // ErrDepthUnknown is returned by Depth on a broker that cannot tell a

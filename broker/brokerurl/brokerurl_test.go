@@ -17,6 +17,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
@@ -303,6 +304,9 @@ func TestDepthOfAMissingQueue(t *testing.T) {
 func TestRefused(t *testing.T) {
 	if !brokerurl.Refused(fmt.Errorf("open: %w", rabbitmq.ErrPreconditionFailed)) {
 		t.Error("a RabbitMQ precondition failure is not a refusal")
+	}
+	if !brokerurl.Refused(fmt.Errorf("open: %w", amqp10.ErrPresettled)) {
+		t.Error("an AMQP 1.0 broker that settles deliveries itself is not a refusal")
 	}
 	if brokerurl.Refused(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")) {
 		t.Error("a refused TCP connection is an outage, not a refusal of the configuration")

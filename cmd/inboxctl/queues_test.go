@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/internal/protonbroker"
 )
 
 // `run --queue Q` on a RabbitMQ quorum queue that exists already, declared
@@ -49,4 +52,20 @@ func TestRunOnExistingQuorumQueue(t *testing.T) {
 		`inboxkit_deliveries_total{action="dead-letter",consumer="invoice-consumer",outcome="DEAD_LETTER",status="DEAD_LETTERED"} 1`,
 	})
 	stopRun(t, run, logs)
+}
+
+// `run` on an AMQP 1.0 broker that settles deliveries itself (Qpid
+// Proton's example broker, issue 23.12) exits 2 naming the broker's settle
+// mode and allow-presettled, worded as a refusal, not an outage. Before
+// the fix it consumed at most once without a word.
+func TestRunRefusesPresettlingBroker(t *testing.T) {
+	t.Parallel()
+	broker := "amqp10://" + protonbroker.Start(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "inbox.db")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", db), 0, "migrated")
+	r := inboxctl(t, "", "run", "--db", db, "--broker", broker, "--queue", "invoices", "--shutdown-timeout", "1s")
+	wantCode(t, r, 2, "refused", "snd-settle-mode mixed", "allow-presettled")
+	if strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("a broker that answers is called unreachable:\n%s", r.stderr)
+	}
 }
