@@ -43,8 +43,9 @@ var (
 
 // Adapter is an AMQP 1.0 consumer.Source for one queue and a dlq.Publisher.
 // It holds one connection with a session and receiver link for Config.Queue
-// and a session and sender link per destination of Publish, and replaces
-// all of them after the connection, a session or the receiver link breaks.
+// and a session and sender link per destination of Publish (under
+// ProfileIBMMQ: one session for all the links), and replaces all of them
+// after the connection, a session or the receiver link breaks.
 // All methods are safe for concurrent use.
 type Adapter struct {
 	cfg Config
@@ -61,7 +62,8 @@ type session struct {
 	reconnect.Life // dead after the connection, a session or the receiver link ended
 
 	conn   *amqp.Conn
-	rabbit bool // AddressingRabbitMQ in effect
+	rabbit bool          // AddressingRabbitMQ in effect
+	single *amqp.Session // ProfileIBMMQ: the one session of every link; nil: a session per link
 	rcv    *amqp.Receiver
 
 	// Link credit, managed here: given is credit issued and not yet used
@@ -91,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 		return nil, err
 	}
 	if cfg.ContainerID == "" {
-		cfg.ContainerID = "inboxkit-" + newID()[:12]
+		cfg.ContainerID = "inboxkit_" + newID()[:12]
 	}
 	a := &Adapter{cfg: cfg, ep: ep}
 	a.sv = reconnect.New(reconnect.Config[*session]{
@@ -154,16 +156,19 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 	}
 	snd, err := a.sender(ctx, s, destination)
 	if err != nil {
+		a.sessionEnded(s, err)
 		return err
 	}
 	receipt, err := snd.SendWithReceipt(ctx, outgoing(headers, body), nil)
 	if err != nil {
 		s.dropSender(destination, snd)
+		a.sessionEnded(s, err)
 		return fmt.Errorf("amqp10: publish to %s: %w", destination, err)
 	}
 	state, err := receipt.Wait(ctx)
 	if err != nil {
 		s.dropSender(destination, snd)
+		a.sessionEnded(s, err)
 		return fmt.Errorf("amqp10: publish to %s: waiting for settlement: %w", destination, err)
 	}
 	switch st := state.(type) {
@@ -176,6 +181,18 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 		return fmt.Errorf("amqp10: publish to %s: %w: rejected", destination, ErrNotAccepted)
 	default:
 		return fmt.Errorf("amqp10: publish to %s: %w: outcome %T", destination, ErrNotAccepted, state)
+	}
+}
+
+// sessionEnded hands s to the supervisor for a new connection when err
+// says that the one session of ProfileIBMMQ ended (a broker may end it
+// for a refused attach): every link on it is gone, and only a new
+// connection begins a new session. With a session per link the next
+// Publish attaches afresh on its own.
+func (a *Adapter) sessionEnded(s *session, err error) {
+	var se *amqp.SessionError
+	if s.single != nil && errors.As(err, &se) {
+		a.sv.Lost(s, fmt.Errorf("session ended: %w", err))
 	}
 }
 
@@ -246,11 +263,19 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		product, _ := conn.Properties()["product"].(string)
 		s.rabbit = strings.EqualFold(product, "RabbitMQ")
 	}
-	if a.cfg.Queue != "" {
-		rs, err := conn.NewSession(ctx, nil)
-		if err != nil {
+	if a.cfg.Profile == ProfileIBMMQ {
+		if s.single, err = conn.NewSession(ctx, nil); err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("amqp10: begin session on %s: %w", a.ep.display, err)
+		}
+	}
+	if a.cfg.Queue != "" {
+		rs := s.single
+		if rs == nil {
+			if rs, err = conn.NewSession(ctx, nil); err != nil {
+				_ = conn.Close()
+				return nil, fmt.Errorf("amqp10: begin session on %s: %w", a.ep.display, err)
+			}
 		}
 		// Credit is managed here, one back per settlement: go-amqp's
 		// automatic credit stalls RabbitMQ 3.10's plugin when deliveries
@@ -396,6 +421,10 @@ func (a *Adapter) sender(ctx context.Context, s *session, destination string) (*
 		return snd, nil
 	}
 	attach := func(addr string, opts *amqp.SenderOptions) (*amqp.Session, *amqp.Sender, error) {
+		if s.single != nil {
+			snd, err := s.single.NewSender(ctx, addr, opts)
+			return nil, snd, err
+		}
 		// A session per sender: a refused attach ends its session, and
 		// must not take other links with it.
 		ps, err := s.conn.NewSession(ctx, nil)
@@ -426,13 +455,17 @@ func (a *Adapter) sender(ctx context.Context, s *session, destination string) (*
 			ps, snd, err = attach(addr, nil)
 		}
 	} else {
-		ps, snd, err = attach(addr, &amqp.SenderOptions{TargetCapabilities: []string{"queue"}})
+		// A durable terminus, as the receiver's source: a broker that
+		// creates the node from it (RabbitMQ's plugin) makes it durable.
+		ps, snd, err = attach(addr, &amqp.SenderOptions{TargetCapabilities: []string{"queue"}, TargetDurability: amqp.DurabilityUnsettledState})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("amqp10: publish to %s: attach sender on %s: %w", destination, addr, err)
 	}
 	s.senders[destination] = snd
-	s.pubSess[destination] = ps
+	if ps != nil {
+		s.pubSess[destination] = ps
+	}
 	return snd, nil
 }
 
@@ -448,10 +481,12 @@ func (s *session) dropSender(destination string, snd *amqp.Sender) {
 	if ps := s.pubSess[destination]; ps != nil {
 		delete(s.pubSess, destination)
 		go closeQuietly(ps)
+		return
 	}
+	go closeQuietly(snd) // on the single session: the link only
 }
 
-func closeQuietly(ps *amqp.Session) {
+func closeQuietly(ps interface{ Close(context.Context) error }) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = ps.Close(ctx)

@@ -239,6 +239,9 @@ func TestConfigRefused(t *testing.T) {
 		{amqp10.Config{URL: "amqp10://"}, "no host"},
 		{amqp10.Config{URL: "amqp://guest:guest@127.0.0.1:5672/?prefetch=x"}, "prefetch"},
 		{amqp10.Config{URL: rabbitURL + "?allow-presettled=maybe"}, "allow-presettled"},
+		{amqp10.Config{URL: rabbitURL + "?profile=websphere"}, "Profile"},
+		{amqp10.Config{URL: rabbitURL + "?profile=ibmmq&addressing=rabbitmq"}, "plain"},
+		{amqp10.Config{Profile: amqp10.ProfileIBMMQ, ContainerID: "billing-consumer-1"}, "ContainerID"},
 	} {
 		_, err := amqp10.Open(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -265,29 +268,42 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// proxy is a loopback TCP proxy whose connections the test can cut.
+// proxy is a loopback TCP proxy whose connections the test can cut, and
+// that records what clients send when asked to (see newRecorder).
 type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	ln     net.Listener
+	record bool
+	mu     sync.Mutex
+	conns  []net.Conn
+	sent   []*lockedBuffer // per connection, with record: client to target
 }
 
 func newProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	return proxyOn(t, listen(t), target)
+}
+
+// listen listens on a free loopback port.
+func listen(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return proxyOn(t, ln, target)
+	return ln
 }
 
 // proxyOn forwards the connections accepted on ln (plain or TLS) to target.
 func proxyOn(t *testing.T, ln net.Listener, target string) *proxy {
 	t.Helper()
-	p := &proxy{ln: ln}
+	return startProxy(t, &proxy{ln: ln}, target)
+}
+
+func startProxy(t *testing.T, p *proxy, target string) *proxy {
+	t.Helper()
 	go func() {
 		for {
-			c, err := ln.Accept()
+			c, err := p.ln.Accept()
 			if err != nil {
 				return
 			}
@@ -296,14 +312,20 @@ func proxyOn(t *testing.T, ln net.Listener, target string) *proxy {
 				c.Close()
 				continue
 			}
+			var toTarget io.Writer = u
 			p.mu.Lock()
 			p.conns = append(p.conns, c, u)
+			if p.record {
+				sent := &lockedBuffer{}
+				p.sent = append(p.sent, sent)
+				toTarget = io.MultiWriter(u, sent)
+			}
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(u, c); u.Close() }()
+			go func() { _, _ = io.Copy(toTarget, c); u.Close() }()
 			go func() { _, _ = io.Copy(c, u); c.Close() }()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); p.cut() })
+	t.Cleanup(func() { p.ln.Close(); p.cut() })
 	return p
 }
 

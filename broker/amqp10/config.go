@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,18 @@ const (
 	AddressingRabbitMQ = "rabbitmq"
 )
 
+// Profiles of Config.Profile: what a family of brokers needs beyond the
+// protocol.
+const (
+	// ProfileIBMMQ is for IBM MQ AMQP channels: AddressingPlain (the queue
+	// name with the "queue" capability, without which MQ attaches a topic)
+	// and one session per connection for the receiver and every sender
+	// (an MQ AMQP channel supports a single session and disconnects a
+	// client that begins a second). Untested against a live queue manager:
+	// there was none where this adapter is tested.
+	ProfileIBMMQ = "ibmmq"
+)
+
 // Config configures an Adapter. The zero value of every field selects its
 // documented default.
 type Config struct {
@@ -45,8 +58,8 @@ type Config struct {
 	// SASL PLAIN, no credentials SASL ANONYMOUS. Query parameters set the
 	// fields of the same meaning when those are zero: addressing
 	// (Addressing), requeue=modified (RequeueModified), hostname (HostName),
-	// prefetch (Prefetch), allow-presettled (AllowPresettled). The password
-	// never appears in errors or logs.
+	// prefetch (Prefetch), allow-presettled (AllowPresettled), profile
+	// (Profile). The password never appears in errors or logs.
 	// Defaults to "amqp10://guest:guest@127.0.0.1:5672".
 	URL string
 	// Queue is the queue Receive consumes from, a plain name (Addressing
@@ -60,8 +73,11 @@ type Config struct {
 	// credit until it is released. Defaults to 10.
 	Prefetch int
 	// Addressing is AddressingAuto, AddressingPlain or AddressingRabbitMQ.
-	// Defaults to AddressingAuto.
+	// Defaults to AddressingAuto (AddressingPlain under ProfileIBMMQ).
 	Addressing string
+	// Profile is "" or ProfileIBMMQ, which sets what IBM MQ AMQP channels
+	// need (see ProfileIBMMQ). Defaults to "": one session per link.
+	Profile string
 	// RequeueModified makes Requeue settle with the modified outcome
 	// (delivery-failed=true), so brokers that keep the header's delivery
 	// count increase it, instead of released, which leaves it alone.
@@ -93,8 +109,10 @@ type Config struct {
 	// TLSConfig is used for amqp10s:// URLs. Defaults to a config with
 	// ServerName set to the URL's host.
 	TLSConfig *tls.Config
-	// ContainerID is the container id of the connection. Defaults to
-	// "inboxkit-" and random hex digits.
+	// ContainerID is the container id of the connection. Under
+	// ProfileIBMMQ it may hold only letters, digits, '%', '/', '.' and '_'
+	// (at most 256), as MQ wants of a client id. Defaults to "inboxkit_"
+	// and random hex digits.
 	ContainerID string
 	// Reconnect spaces the reconnect attempts after a broken connection,
 	// session or link. A zero field takes its default: 500ms doubling up to
@@ -110,6 +128,9 @@ type Config struct {
 	// Logger receives reconnect messages. Defaults to slog.Default().
 	Logger *slog.Logger
 }
+
+// mqClientID is what IBM MQ accepts as an AMQP client id (container-id).
+var mqClientID = regexp.MustCompile(`^[A-Za-z0-9%/._]{1,256}$`)
 
 // endpoint is what validate makes of Config.URL.
 type endpoint struct {
@@ -173,10 +194,25 @@ func (c *Config) validate() (endpoint, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "addressing", "requeue", "hostname", "prefetch", "allow-presettled":
+		case "addressing", "requeue", "hostname", "prefetch", "allow-presettled", "profile":
 		default:
-			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch, allow-presettled)", ep.display, k)
+			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch, allow-presettled, profile)", ep.display, k)
 		}
+	}
+	if c.Profile == "" {
+		c.Profile = q.Get("profile")
+	}
+	switch c.Profile {
+	case "":
+	case ProfileIBMMQ:
+		if c.Addressing == "" && q.Get("addressing") == "" {
+			c.Addressing = AddressingPlain
+		}
+		if c.ContainerID != "" && !mqClientID.MatchString(c.ContainerID) {
+			return endpoint{}, fmt.Errorf("amqp10: Config.ContainerID %q: IBM MQ takes at most 256 letters, digits, '%%', '/', '.' and '_' as a client id", c.ContainerID)
+		}
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.Profile %q is unknown: use %q or none", c.Profile, ProfileIBMMQ)
 	}
 	switch v := q.Get("allow-presettled"); {
 	case !q.Has("allow-presettled"):
@@ -195,6 +231,9 @@ func (c *Config) validate() (endpoint, error) {
 	case AddressingAuto, AddressingPlain, AddressingRabbitMQ:
 	default:
 		return endpoint{}, fmt.Errorf("amqp10: Config.Addressing %q is unknown: use %q, %q or %q", c.Addressing, AddressingAuto, AddressingPlain, AddressingRabbitMQ)
+	}
+	if c.Profile == ProfileIBMMQ && c.Addressing != AddressingPlain {
+		return endpoint{}, fmt.Errorf("amqp10: Config.Addressing %q with profile %s: IBM MQ channels take plain addresses (addressing=%s)", c.Addressing, ProfileIBMMQ, AddressingPlain)
 	}
 	switch v := q.Get("requeue"); v {
 	case "", "release", "released":

@@ -93,13 +93,45 @@
 //
 // Config.Addressing turns a queue name into a link address. Plain
 // addressing (IBM MQ, Artemis, Service Bus) uses the name and sets the
-// "queue" capability on the terminus (IBM MQ attaches a topic without it).
+// "queue" capability on the terminus (IBM MQ attaches a topic without it),
+// durable as the receiver's source.
 // RabbitMQ addressing, chosen automatically when the broker's open frame says
 // product RabbitMQ, receives from "/amq/queue/NAME" and publishes to
 // "/queue/NAME" (declaring a missing queue durable), falling back to
 // "/amq/queue/NAME" when the queue exists with other arguments (quorum
 // queues). The plugin accepts and drops a message sent to "/amq/queue/" of
 // a queue that does not exist, so Publish never does that.
+//
+// # IBM MQ
+//
+// amqp10://…?profile=ibmmq (Config.Profile ProfileIBMMQ) sets what IBM MQ
+// AMQP channels need: plain addressing with the "queue" capability on
+// every terminus (without it MQ attaches a topic), and one session per
+// connection for the receiver and all senders (a channel supports a single
+// session and disconnects a client that begins a second). A container id
+// given with it must be a valid MQ client id (letters, digits, '%', '/',
+// '.', '_'; the default, "inboxkit_" and hex digits, is one).
+//
+// What Publish sends keeps to what a queue manager accepts of an incoming
+// AMQP message, on every profile: the message-id is a string (MQ rejects a
+// uuid or ulong message-id or correlation-id), there are no message
+// annotations (MQ rejects any). MQ keeps 24 bytes of a correlation id, as
+// the binary MQMD CorrelId. The rule here: a correlation id in the binary
+// form of IDString goes out as the bytes it names, so an MQ CorrelId that
+// came in ("ID:" + 48 hex digits) goes back as the same 24 bytes; any
+// other correlation id goes out as a string, whole, never cut: MQI and JMS
+// applications see its first 24 bytes as the CorrelId, AMQP consumers of
+// the queue the whole string (MQ keeps the AMQP properties beside the
+// MQMD), and a dead letter carries it whole in
+// inboxkit-dlq-correlation-id. TestPublishFrames and TestProfileIBMMQ pin
+// this in the frames the adapter writes.
+//
+// Not tested against a live queue manager: none was at hand where this
+// adapter is tested (RabbitMQ's plugin and Qpid Proton's example broker
+// are). IBM MQ 9.0's documentation also lists accepted as the only
+// disposition state of an AMQP channel; if a queue manager refuses
+// released (Requeue), expect what RabbitMQ does with modified: the link
+// or session ends and the message comes again after the reconnect.
 //
 // # Connection loss
 //
