@@ -1,7 +1,10 @@
 package amqp10
 
 import (
+	"bytes"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	amqp "github.com/Azure/go-amqp"
 )
@@ -88,4 +91,28 @@ func TestOutgoingCorrelationID(t *testing.T) {
 			t.Errorf("outgoingCorrelationID(%q) = %#v, want %#v", tc.in, got, tc.want)
 		}
 	}
+}
+
+// FuzzIDRoundTrip: a binary id read as IDString goes out again as the same
+// bytes, and IDString never yields bytes a database refuses in a text
+// column (NUL, invalid UTF-8) for a binary id.
+func FuzzIDRoundTrip(f *testing.F) {
+	f.Add([]byte("AMQ QM1             \x00\x01\xfe\xff"))
+	f.Add([]byte{0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := IDString(b)
+		if len(b) == 0 {
+			if s != "" {
+				t.Fatalf("IDString(empty) = %q", s)
+			}
+			return
+		}
+		if !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+			t.Fatalf("IDString(%x) = %q is no clean text", b, s)
+		}
+		back, ok := outgoingCorrelationID(s).([]byte)
+		if !ok || !bytes.Equal(back, b) {
+			t.Fatalf("IDString(%x) = %q went out as %#v", b, s, outgoingCorrelationID(s))
+		}
+	})
 }
