@@ -19,8 +19,8 @@ import (
 
 // The README's tour as compiled code: an idempotent invoice consumer on
 // PostgreSQL and ActiveMQ. (It needs both servers, so it has no Output and
-// is only compiled by go test.)
-func Example() {
+// is only compiled by go test; Example runs the same consumer in process.)
+func Example_postgresActiveMQ() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
