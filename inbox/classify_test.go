@@ -121,8 +121,8 @@ func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
 }
 
 // A business rejection without a reason code is recorded as REJECTED (what
-// classify.Reject gives an empty code), in both engines: it used to be
-// BUSINESS_REJECTED in the inbox and REJECTED in classify.
+// classify.Reject gives an empty code), in both engines: one reason code,
+// defined once in the root package.
 func TestEmptyBusinessReasonIsRejected(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})

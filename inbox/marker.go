@@ -31,12 +31,12 @@ import (
 // not counted: the message comes again and is counted then.
 //
 // The other dialects keep the three statements of mark (UPDATE, status
-// SELECT, INSERT), measured beside this one in BenchmarkProcessSteps:
-// MySQL's upsert reports "inserted" and "found, unchanged" both as 1 row
-// when the driver sets CLIENT_FOUND_ROWS, so its count cannot tell the
-// cases apart; on SQLite an upsert takes the write lock for every duplicate
-// (duplicates became 2-4 times slower), and a new message's cost is its
-// commit either way; Oracle has no upsert that returns what it did.
+// SELECT, INSERT; BenchmarkProcessSteps runs both): MySQL's upsert reports
+// "inserted" and "found, unchanged" both as 1 row when the driver sets
+// CLIENT_FOUND_ROWS, so its count cannot tell the cases apart; on SQLite an
+// upsert takes the write lock for every duplicate, and a new message's cost
+// is its commit either way; Oracle has no upsert that returns what it did.
+// The figures: docs/decisions.md.
 const pgMarkUpsert = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)), ` +
 	`m AS (INSERT INTO %[1]s AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) ` +
 	`SELECT @event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source FROM sync ` +

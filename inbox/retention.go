@@ -32,13 +32,10 @@ type PurgeOptions struct {
 }
 
 // DefaultPurgeMaxRowsPerSecond is PurgeOptions.MaxRowsPerSecond when it is
-// left 0. Why this figure: deleting a row writes its share of a full page
-// image to the write-ahead log (about 220 bytes a row on PostgreSQL), and
-// the consumers' commits wait for that log. Measured with the bench
-// module's purge section (PostgreSQL 15, 2 cores, ingest at 4 goroutines,
-// medians of 3 to 5 rounds per run): ingest kept 0.78-0.84 of its rate beside a
-// purge at this cap (three runs, 131,000-138,000 rows/s), 0.61-0.74 beside an uncapped
-// one (243,000-297,000 rows/s). One million rows take about 7.5 seconds.
+// left 0. Why a cap: deleting a row writes its share of a full page image
+// to the write-ahead log, and the consumers' commits wait for that log, so
+// what a purge takes from them follows its rate. The figure comes from the
+// bench module's purge section (docs/decisions.md, bench/README.md).
 const DefaultPurgeMaxRowsPerSecond = 150_000
 
 // Purge deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED) whose

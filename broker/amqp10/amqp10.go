@@ -70,8 +70,8 @@ type session struct {
 	// by a delivery that Receive returned, held the deliveries returned
 	// and not settled. New credit is issued only when given is 0, so a
 	// flow never crosses transfers in flight: RabbitMQ 3.10's plugin then
-	// sends more transfers than the credit (seen: 3 on a credit of 2), and
-	// go-amqp's credit counter wraps and stops asking for more.
+	// sends more transfers than the credit, and go-amqp's credit counter
+	// wraps and stops asking for more (docs/decisions.md).
 	creditMu sync.Mutex
 	prefetch int
 	given    int
@@ -279,7 +279,7 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		}
 		// Credit is managed here, one back per settlement: go-amqp's
 		// automatic credit stalls RabbitMQ 3.10's plugin when deliveries
-		// are settled concurrently (seen: 11 of 200 delivered, then none).
+		// are settled concurrently (docs/decisions.md).
 		// The attach asks for unsettled deliveries (snd-settle-mode
 		// unsettled) that the receiver settles (rcv-settle-mode first);
 		// go-amqp fails the attach when the broker answers another mode.

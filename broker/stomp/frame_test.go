@@ -198,9 +198,10 @@ func FuzzReadFrame(f *testing.F) {
 	})
 }
 
-// Issue 11.11: an oversize MESSAGE broke the connection, and the same
-// message came first again after every reconnect. Its body is now skipped:
-// the frame comes with Oversize set and the next frame is read normally.
+// Issue 11.11: an oversize MESSAGE must not break the connection (the same
+// message would come first again after every reconnect): its body is
+// skipped, the frame comes with Oversize set and the next frame is read
+// normally.
 func TestReadFrameSkipsOversizeMessage(t *testing.T) {
 	small := Limits{MaxBodySize: 8, MaxHeaders: 4, MaxLineLength: 32}
 	for _, tc := range []struct {

@@ -12,9 +12,8 @@ import (
 )
 
 // TestRunRecordsDeadlock: `inboxctl run` gives a real PostgreSQL deadlock its
-// reason code, DEADLOCK, as the approved transcripts show (it used to record
-// a technical failure without a reason, because only the test harnesses
-// classified with classify.Of).
+// reason code, DEADLOCK, as the approved transcripts show: the command
+// classifies with the store's default, classify.Of, as the harnesses do.
 //
 // The deadlock: the consumer's business transaction holds the inbox row
 // (claimed before the handler runs) and its handler inserts the shipping
