@@ -50,8 +50,8 @@
 //     count are not attempt counts (they also count deliveries handed back
 //     while the database was down) and are not used to count. A first
 //     delivery the broker vouches for runs without a marker (no handler
-//     can have run for it before); if it kills the process it leaves no
-//     count, so such a message is dead-lettered one death later.
+//     can have run for it before); what that gives up is stated at
+//     [Store.Process], under "The first delivery".
 //   - A delivery handed back because the database, the inbox or the DLQ was
 //     unreachable never counts: Process takes its marker back when it
 //     returns an error ([Store.ForgetAttempt]; when the database is still
@@ -103,22 +103,10 @@
 // _txlock=immediate), and [Oracle] (go-ora or godror; statements and error
 // mapping only: no Oracle server is available to test it).
 //
-// This package links no database driver. A program imports the package of
-// each database it uses, which registers the database/sql driver:
-//
-//	import (
-//		_ "github.com/inboxkit/inboxkit/driver/postgres" // sql.Open("pgx", ...)
-//		_ "github.com/inboxkit/inboxkit/driver/mysql"    // sql.Open("mysql", ...)
-//		_ "github.com/inboxkit/inboxkit/driver/sqlite"   // sql.Open("sqlite", ...)
-//		_ "github.com/inboxkit/inboxkit/driver/oracle"   // sql.Open("oracle", ...), go-ora
-//	)
-//
-// Duplicates are recognised by the database's error code, read without the
-// driver (package dberr): PostgreSQL's through the SQLState() method of the
-// error, SQLite's through its Code() method, Oracle's from the ORA-00001 in
-// the text. Importing the plain driver (_ "github.com/jackc/pgx/v5/stdlib",
-// _ "modernc.org/sqlite", go-ora, godror) is therefore enough for those.
-// MySQL's errors have no such method: [New] refuses [MySQL] with
+// This package links no database driver: a program imports the package of
+// each database it uses (see package driver, which also says when the plain
+// driver is enough). Duplicates are recognised by the database's error code,
+// read without the driver (package dberr). [New] refuses [MySQL] with
 // [ErrDriverNotLinked], naming the import, when driver/mysql is not linked,
 // rather than let duplicates through (rule 1 of ARCHITECTURE.md).
 // The DDL lives in package schema and is applied by [Store.Migrate].

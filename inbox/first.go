@@ -21,14 +21,10 @@ import (
 // the marked path adds a committed marker and turns the INSERT into an
 // UPDATE that writes every index a second time.
 //
-// What it gives up: a first delivery that kills the process leaves no
-// count. Its redelivery is flagged by the broker, takes the marked path
-// and is counted from there, so a message that kills the process is
-// dead-lettered after Retry.MaxAttempts + 1 deaths instead of
-// Retry.MaxAttempts (one more per copy a producer resends). Everything
-// else is recorded as on the marked path: a rejection, a technical failure
-// or poison rolls the transaction back and writes the row the marked path
-// would have left, at attempt 1.
+// What it gives up is stated once, at Store.Process ("The first
+// delivery"). Everything else is recorded as on the marked path: a
+// rejection, a technical failure or poison rolls the transaction back and
+// writes the row the marked path would have left, at attempt 1.
 //
 // When the row exists already (a duplicate, a resend of an event that
 // failed before), the INSERT does not insert and the delivery takes the
@@ -64,9 +60,9 @@ func (s *Store) processFirst(ctx context.Context, e Entry, h Handler) (res Resul
 }
 
 // insertFirst inserts e's row as PROCESSED at attempt 1 in tx, and reports
-// false when the event has a row already (the marked path then tells a
-// duplicate from a retry: reading the row here too was measured 15 % slower
-// for every new message, to save one statement per duplicate).
+// false when the event has a row already: the marked path then tells a
+// duplicate from a retry. It does not read the row it found (why:
+// docs/decisions.md, 2026-12-01, 897690b).
 func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
 	r, err := s.q.insertFirst.exec(ctx, tx, e.row(args{"now": s.t(now)}))
 	if err != nil {

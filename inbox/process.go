@@ -99,10 +99,19 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // for a message the broker never delivered before. Its transaction inserts
 // the row as PROCESSED at attempt 1, runs h and commits, the statements a
 // hand-written inbox sends; a rejection, a technical failure or poison is
-// recorded as above, at attempt 1. The price: a first delivery that kills
-// the process leaves no count, so such a message is dead-lettered after
-// Retry.MaxAttempts + 1 deaths (its redeliveries are counted). When the
-// event has a row already, the delivery takes the marked path.
+// recorded as above, at attempt 1. When the event has a row already, the
+// delivery takes the marked path.
+//
+// The price, stated here once (the package overview, ARCHITECTURE.md rule
+// 5 and the README link here): a first delivery that kills the process
+// leaves no count. Its redelivery is flagged by the broker, takes the
+// marked path and is counted from there, so a message that kills the
+// process is dead-lettered after Retry.MaxAttempts + 1 deaths instead of
+// Retry.MaxAttempts, and one more for each copy a producer resends (each
+// copy is a first delivery of its own). The flag is only as good as the
+// broker's word: each adapter's documentation says when it vouches for a
+// first delivery, and a Source that cannot tell leaves it false, so every
+// delivery is marked.
 //
 // A delivery that cannot be handled because the database is unreachable
 // never counts: when Process returns an error after its marker was
@@ -191,9 +200,8 @@ func (s *Store) takeBack(ctx context.Context, e Entry) error {
 // turns serializes the deliveries of one event within the process
 // (striped by event id and consumer name). A batch holds the stripes of all
 // its events while it runs, so two batches sharing a stripe run one after
-// the other: with 16384 stripes, two batches of 16 share one about 1.5 % of
-// the time (with 256 it was most of the time, and batches at concurrency 4
-// ran slower than single messages).
+// the other: there must be many more stripes than a batch's events times
+// the concurrency (why 16384: docs/decisions.md).
 const turnStripes = 1 << 14
 
 var turns [turnStripes]sync.Mutex

@@ -56,8 +56,12 @@
 // occurrence when repeated). Destination is the destination header,
 // BrokerMessageID the message-id header (for logs only), Redelivered is
 // true for redelivered:true or a non-zero inboxkit-requeued header,
-// FirstDelivery is its negation (ActiveMQ keeps the flag across a broker
-// restart only with persistJMSRedelivered), and DeliveryCount is always 0. The event id travels in an application header
+// FirstDelivery is its negation, and DeliveryCount is always 0. ActiveMQ
+// forgets the redelivered flag of messages dispatched before a broker
+// restart unless the destination policy sets persistJMSRedelivered="true":
+// without it, a message that kills the consumer and then the broker, over
+// and over, arrives as a first delivery every time and is never counted
+// (see "The first delivery" at inbox.Store.Process). The event id travels in an application header
 // of the producer's choice (e.g. eventId); JMS producers' JMSCorrelationID
 // arrives as correlation-id.
 //
@@ -81,8 +85,14 @@
 // # Limits
 //
 // Frames from the broker are bounded by [Limits]: 4 MiB body, 1000 headers
-// and 64 KiB per line by default; a larger frame breaks the connection with
-// a clear error instead of growing memory. Transactions (BEGIN/COMMIT) and
+// and 64 KiB per line by default. A MESSAGE whose body is over the limit is
+// skipped on the wire and delivered with its size (Delivery.Oversize, a
+// consumer.OversizeDelivery): the consumer runtime NACKs it, so ActiveMQ
+// moves it, body included, to its own dead-letter queue (DLQ.<queue> with
+// the individual strategy, else ActiveMQ.DLQ), records the event as
+// DEAD_LETTERED with reason MESSAGE_TOO_LARGE, and goes on with the next
+// message. Any other frame over a limit breaks the connection with a clear
+// error instead of growing memory. Transactions (BEGIN/COMMIT) and
 // topics are not used. A Subscription buffers Prefetch frames. The reader
 // never waits for the subscriber of an acknowledged subscription (the
 // RECEIPTs of its Acks may come behind the frames): frames that a broker
