@@ -52,8 +52,8 @@
 // attempts; a child span "inboxkit.handler" around the handler.
 // [TracePublisher] writes the delivery span's traceparent into dead-letter
 // and rejection envelopes. Spans go to Config.TracerProvider (default: the
-// global provider, a no-op unless [SetupTracing] installed the OTLP exporter
-// because OTEL_* variables are set).
+// global provider, a no-op unless otlp.Setup of package observe/otlp
+// installed the OTLP exporter because OTEL_* variables are set).
 //
 // # Health
 //
