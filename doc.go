@@ -19,15 +19,82 @@
 // read by the consumer runtime, the store-then-process worker and
 // classify.Do.
 //
-// The parts that do the work live in sub-packages:
+// # Packages
 //
-//   - inbox: the INBOX_EVENT_PROCESSING table, written in the same transaction
-//     as the business change, with SQL dialects for PostgreSQL, MariaDB/MySQL,
-//     SQLite and Oracle.
-//   - classify: errors as decisions (Reject, Retry, Poison), transient driver
-//     error detection and the in-process retry loop; classify/breaker: a
-//     circuit breaker.
-//   - dlq: the dead-letter envelope and replay.
-//   - consumer: the runtime that ties a broker Source to the inbox.
-//   - broker/stomp, broker/rabbitmq, broker/jetstream: broker adapters.
+// Every package of the module, by layer (ARCHITECTURE.md has the arrows
+// between them: nothing imports a package listed above it in its table).
+// A program imports inbox, consumer, a broker adapter and a driver; the rest
+// is for operators, tests and the legacy migration. A test keeps this list
+// complete.
+//
+// The core, which links no database driver and no broker:
+//
+//   - inboxkit (this package): the vocabulary and the RetryPolicy.
+//   - schema: the DDL of the inbox table per dialect, embedded.
+//   - dberr: reads a database's error code without linking its driver.
+//   - classify: errors as decisions (Reject, Retry, Poison), transient
+//     error detection, the in-process retry loop.
+//   - classify/breaker: a circuit breaker (its own package, so that inbox
+//     and classify do not link gobreaker).
+//   - dlq: the dead-letter envelope and the Publisher port.
+//   - inbox: the INBOX_EVENT_PROCESSING table, written in the same
+//     transaction as the business change (Process, ProcessBatch), the
+//     store-then-process Receive and Worker, retention, audit and checks.
+//
+// Databases, one package each, imported by a main package:
+//
+//   - driver: the directory of the four below, and which to import.
+//   - driver/postgres, driver/mysql, driver/sqlite, driver/oracle.
+//
+// The runtime and the brokers:
+//
+//   - consumer: ties a broker Source to the inbox (ack, requeue, reject
+//     queue, dead letter; concurrency, batches, drain, replay).
+//   - consumer/consumertest: the conformance suite every adapter runs.
+//   - broker/stomp (ActiveMQ Classic), broker/rabbitmq (AMQP 0-9-1),
+//     broker/jetstream (NATS JetStream), broker/amqp10 (IBM MQ AMQP
+//     channels, Artemis, Service Bus, RabbitMQ's plugin): the adapters, one
+//     shape each.
+//   - broker/jetstream/embedded: a NATS server with JetStream inside the
+//     process (the demo's broker; its own package, so that a program that
+//     only consumes JetStream does not link nats-server).
+//   - broker/brokerurl: a broker URL to its adapter, for commands only.
+//
+// Operations:
+//
+//   - observe: Prometheus metrics, OpenTelemetry spans, health endpoints.
+//   - observe/otlp: the OTLP trace exporter, when OTEL_* asks for it.
+//
+// The legacy migration and the reference consumer:
+//
+//   - golden: the approval (golden-master) harness, in process and
+//     black-box against a running process.
+//   - golden/goldentest: the harness inside go test (Run, RunBlackBox).
+//   - invoice: the reference invoice consumer; invoice/legacy the legacy
+//     bean it replaces, ported faithfully; invoice/invoicegolden both
+//     connected to the approval harness.
+//   - examples/claims, examples/reportworker: small consumers with their
+//     approval cases; examples/noinbox: what to do when an inbox is not
+//     the right tool (docs/when-not.md).
+//
+// Commands:
+//
+//   - cmd/inboxctl: the command line (demo, migrate, run, publish, audit,
+//     dlq, purge, check, stats, golden); cmd/inboxctl/internal/target its
+//     URL parsing.
+//   - cmd/inboxbench: end-to-end throughput on every broker.
+//   - cmd/inboxtorture: the torture rig (kill -9, restarts, a ledger).
+//
+// Internal, for the packages above and their tests:
+//
+//   - internal/reconnect: the broker session supervision rabbitmq and
+//     amqp10 share.
+//   - internal/failpoint: kill points for the torture rig (build tag
+//     failpoints).
+//   - internal/dbtest: a fresh database per test on the real servers.
+//   - internal/tcpproxy, internal/hangproxy: loopback proxies that make a
+//     service unreachable or hang, for tests.
+//
+// The module bench (directory bench, its own go.mod) measures inboxkit
+// beside Watermill and raw database/sql; bench/README.md has every figure.
 package inboxkit
