@@ -331,7 +331,7 @@ func messageFromFrame(f *Frame) inboxkit.Message {
 	// (redelivered:true), and the adapter's requeue copies carry
 	// HeaderRequeued. A broker restart forgets the flag of messages
 	// dispatched before it unless the destination policy sets
-	// persistJMSRedelivered (README).
+	// persistJMSRedelivered (see the package doc).
 	m.FirstDelivery = !m.Redelivered
 	return m
 }
