@@ -92,8 +92,8 @@
 //   - internal/failpoint: kill points for the torture rig (build tag
 //     failpoints).
 //   - internal/dbtest: a fresh database per test on the real servers.
-//   - internal/tcpproxy, internal/hangproxy: loopback proxies that make a
-//     service unreachable or hang, for tests.
+//   - internal/tcpproxy: a loopback proxy that makes a service unreachable
+//     or hang, for tests.
 //
 // The module bench (directory bench, its own go.mod) measures inboxkit
 // beside Watermill and raw database/sql; bench/README.md has every figure.

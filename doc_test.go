@@ -47,6 +47,23 @@ func TestDocListsEveryPackage(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("doc.go's package list does not name %s: add a line for each to the list in doc.go", strings.Join(missing, ", "))
 	}
+
+	// And it names no package that is gone.
+	_, list, ok := strings.Cut(text, "# Packages")
+	if !ok {
+		t.Fatal(`doc.go has no "# Packages" section`)
+	}
+	for _, p := range regexp.MustCompile(`[a-z][a-z0-9_-]*(?:/[a-z0-9_.-]+)+`).FindAllString(list, -1) {
+		if strings.Contains(p, ".") {
+			continue // a file (docs/when-not.md), not a package
+		}
+		if fi, err := os.Stat(strings.Split(p, "/")[0]); err != nil || !fi.IsDir() {
+			continue // not a path in this module (database/sql)
+		}
+		if fi, err := os.Stat(filepath.FromSlash(p)); err != nil || !fi.IsDir() || !hasPackage(t, p) {
+			t.Errorf("doc.go's package list names %s, which is not a package of the module: take it out of the list", p)
+		}
+	}
 }
 
 // hasPackage reports whether dir holds a Go file that is not a test.
