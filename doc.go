@@ -94,6 +94,8 @@
 //   - internal/dbtest: a fresh database per test on the real servers.
 //   - internal/tcpproxy: a loopback proxy that makes a service unreachable
 //     or hang, for tests.
+//   - internal/protonbroker: Qpid Proton's example broker, the AMQP 1.0
+//     peer that settles deliveries itself, for broker/amqp10's tests.
 //
 // The module bench (directory bench, its own go.mod) measures inboxkit
 // beside Watermill and raw database/sql; bench/README.md has every figure.
