@@ -28,9 +28,22 @@ const (
 )
 
 // Terminal reports whether no further processing happens for the row:
-// PROCESSED, REJECTED or DEAD_LETTERED.
+// PROCESSED, REJECTED or DEAD_LETTERED. Only these make a delivery a
+// duplicate.
 func (s Status) Terminal() bool {
 	return s == StatusProcessed || s == StatusRejected || s == StatusDeadLettered
+}
+
+// Known reports whether s is a status of the state machine, spelled
+// exactly as above. A row in any other status (FAILED, lower-case
+// processed: written by a legacy consumer) is never taken for a duplicate
+// and never processed; see ReasonUnknownStatus.
+func (s Status) Known() bool {
+	switch s {
+	case StatusReceived, StatusInProgress, StatusProcessed, StatusRejected, StatusTechnicalFailure, StatusDeadLettered:
+		return true
+	}
+	return false
 }
 
 // Class is the class of a failure.
@@ -80,6 +93,13 @@ const (
 	// ReasonMessageTooLarge: the broker adapter refused a body over its size
 	// limit (poison).
 	ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"
+	// ReasonUnknownStatus: the event's inbox row is in a status the state
+	// machine does not know (Status.Known), or is a RECEIVED or IN_PROGRESS
+	// row no store-then-process receiver wrote (a legacy row: no payload
+	// hash, no lease). The message is dead-lettered at once (technical; it
+	// is not the message's fault) and the row is left as it is: map the
+	// status (inboxctl migrate --map-status) and replay the dead letter.
+	ReasonUnknownStatus = "UNKNOWN_STATUS"
 
 	// ReasonCircuitOpen: a circuit breaker refused the call; technical,
 	// NoAttempt (see classify/breaker).
@@ -166,9 +186,8 @@ type Outcome string
 const (
 	// OutcomeProcessed: the handler committed with the inbox row. Acknowledge.
 	OutcomeProcessed Outcome = "PROCESSED"
-	// OutcomeDuplicate: the event was seen before; nothing was done.
-	// Acknowledge (unless the row found is still being processed elsewhere,
-	// which changes nothing either).
+	// OutcomeDuplicate: the event's row is terminal (PROCESSED, REJECTED or
+	// DEAD_LETTERED): it was handled before; nothing was done. Acknowledge.
 	OutcomeDuplicate Outcome = "DUPLICATE"
 	// OutcomeRejected: a business rejection was recorded. Acknowledge; never retry.
 	OutcomeRejected Outcome = "REJECTED"
@@ -180,7 +199,9 @@ const (
 	// row, then acknowledge.
 	OutcomeDeadLetter Outcome = "DEAD_LETTER"
 	// OutcomeStored: the store-then-process receiver stored the message as
-	// RECEIVED. Acknowledge; a worker processes it.
+	// RECEIVED, or the transactional path found the event stored as a
+	// RECEIVED or IN_PROGRESS entry already. Acknowledge; a worker
+	// processes it.
 	OutcomeStored Outcome = "STORED"
 )
 

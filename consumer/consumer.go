@@ -619,7 +619,7 @@ func (c *Consumer) plainAck(s Settled) (a inboxkit.Action, ok bool) {
 		return "", false
 	}
 	switch s.Result.Outcome {
-	case inboxkit.OutcomeProcessed:
+	case inboxkit.OutcomeProcessed, inboxkit.OutcomeStored:
 		return inboxkit.ActionAck, true
 	case inboxkit.OutcomeDuplicate:
 		// The first delivery of a rejection may have died between its
@@ -802,6 +802,9 @@ func (c *Consumer) logLine(s Settled) {
 		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
 	} else if s.Action == inboxkit.ActionDeadLetter {
 		level = slog.LevelWarn
+		if s.Result.Reason == inboxkit.ReasonUnknownStatus {
+			level = slog.LevelError // an operator must map the status (its error says how)
+		}
 	}
 	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
 }
@@ -815,12 +818,12 @@ func (c *Consumer) store(ctx context.Context, d Delivery, m inboxkit.Message, en
 	var rerr *inbox.ReceiveError
 	switch {
 	case errors.As(err, &rerr):
-		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: rerr.Reason, Err: err}
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Class: rerr.InboxDecision().Class, Reason: rerr.Reason, Err: err}
 		return c.deadLetter(ctx, d, s, entry)
 	case err != nil:
 		s.Err = err
 		return c.requeue(ctx, d, s, c.requeueDelay(1))
-	case inserted:
+	case inserted || !st.Terminal(): // stored now, or stored before and not finished
 		s.Result = inbox.Result{Outcome: inboxkit.OutcomeStored, Status: st}
 	default:
 		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st}

@@ -163,10 +163,13 @@ func skipReplay(cfg ReplayConfig, env dlq.Envelope, perr error) (skip bool, repo
 
 // reopen makes the inbox row of a dead letter or rejection ready for the
 // replayed message: DEAD_LETTERED is reset, REJECTED (an envelope of class
-// BUSINESS, from the reject queue) is reopened. It returns why the replay
-// could not take effect ("" when it can): the row is in another state, so
-// the replayed message would only be a duplicate. Without a row the
-// replayed message is processed as new.
+// BUSINESS, from the reject queue) is reopened. A TECHNICAL_FAILURE row
+// (a dead letter of UNKNOWN_STATUS whose row was mapped since) needs
+// nothing: the replayed message is its next attempt. It returns why the
+// replay could not take effect ("" when it can): the row is in another
+// state, so the replayed message would only be a duplicate, or its status
+// is still unknown. Without a row the replayed message is processed as
+// new.
 func reopen(ctx context.Context, st *inbox.Store, env dlq.Envelope) (string, error) {
 	var ok bool
 	var err error
@@ -184,6 +187,13 @@ func reopen(ctx context.Context, st *inbox.Store, env dlq.Envelope) (string, err
 	}
 	if err != nil {
 		return "", err
+	}
+	switch {
+	case r.Status == inboxkit.StatusTechnicalFailure:
+		return "", nil
+	case !r.Status.Known():
+		return fmt.Sprintf("its inbox row (consumer %s) is %s, a status the state machine does not know: map it first (inboxctl migrate --map-status '%s=TECHNICAL_FAILURE'); left on the queue",
+			env.Consumer, r.Status, r.Status), nil
 	}
 	return fmt.Sprintf("its inbox row (consumer %s) is %s, not %s: a replay would be a duplicate and change nothing; left on the queue",
 		env.Consumer, r.Status, map[bool]inboxkit.Status{true: inboxkit.StatusRejected, false: inboxkit.StatusDeadLettered}[env.Class == string(inboxkit.ClassBusiness)]), nil

@@ -82,7 +82,7 @@ func (s *Store) ByCorrelation(ctx context.Context, correlationID string) ([]Reco
 // ByEventID returns the rows of one event id, of all consumers, by
 // consumer name.
 func (s *Store) ByEventID(ctx context.Context, eventID string) ([]Record, error) {
-	return s.query(ctx, s.d.Rebind(`SELECT `+recordColumns+` FROM `+s.cfg.Table+` WHERE EVENT_ID = ? ORDER BY CONSUMER_NAME`), eventID)
+	return s.query(ctx, s.d.Rebind(`SELECT `+s.recordColumns()+` FROM `+s.cfg.Table+` WHERE EVENT_ID = ? ORDER BY CONSUMER_NAME`), eventID)
 }
 
 func (s *Store) query(ctx context.Context, q string, args ...any) ([]Record, error) {

@@ -15,10 +15,16 @@ type facts struct {
 	// Found is the row's status before this delivery's attempt: "" when
 	// the delivery holds the row to attempt (a worker's claim) or there is
 	// none yet, TECHNICAL_FAILURE for a row a transactional delivery may
-	// attempt. Any other status makes the delivery a duplicate (terminal
-	// rows, and RECEIVED or IN_PROGRESS rows, which belong to the
-	// store-then-process workers).
+	// attempt. Only a terminal status makes the delivery a duplicate;
+	// RECEIVED and IN_PROGRESS rows belong to the store-then-process
+	// workers (stored: acknowledge), unless Orphan; any other status is
+	// unknown (dead letter, UNKNOWN_STATUS, the row left as it is).
 	Found inboxkit.Status
+	// Orphan is true for a RECEIVED or IN_PROGRESS row that no
+	// store-then-process receiver wrote (no payload hash, no lease): a
+	// legacy row no worker will ever process, unknown like a status the
+	// machine does not know.
+	Orphan bool
 	// Ran is true once the handler ran; Decision is then its error's
 	// (the zero Decision when it returned nil).
 	Ran bool
@@ -58,7 +64,10 @@ type verdict struct {
 // no clock.
 //
 //	before the handler (Ran false):
-//	  row found neither "" nor TECHNICAL_FAILURE -> unchanged, duplicate
+//	  row found terminal                       -> unchanged, duplicate
+//	  row found RECEIVED or IN_PROGRESS        -> unchanged, stored (a worker processes it)
+//	  row found in any other status but TECHNICAL_FAILURE, or Orphan
+//	                                           -> unchanged, dead letter (TECHNICAL, UNKNOWN_STATUS)
 //	  Attempts >= MaxAttempts                  -> DEAD_LETTERED, dead letter (TECHNICAL, MAX_ATTEMPTS_EXCEEDED)
 //	  poison found (no event id, bad headers)  -> DEAD_LETTERED, dead letter (POISON, its reason)
 //	  otherwise                                -> run the handler
@@ -77,8 +86,12 @@ func decide(f facts) verdict {
 		Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonMaxAttemptsExceeded}
 	if !f.Ran {
 		switch {
-		case f.Found != "" && f.Found != inboxkit.StatusTechnicalFailure:
+		case f.Found.Terminal():
 			return verdict{Outcome: inboxkit.OutcomeDuplicate}
+		case (f.Found == inboxkit.StatusReceived || f.Found == inboxkit.StatusInProgress) && !f.Orphan:
+			return verdict{Outcome: inboxkit.OutcomeStored}
+		case f.Found != "" && f.Found != inboxkit.StatusTechnicalFailure:
+			return verdict{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonUnknownStatus}
 		case f.Attempts >= f.MaxAttempts:
 			return exhausted
 		case dec.Class == inboxkit.ClassPoison:

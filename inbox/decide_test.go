@@ -23,6 +23,7 @@ func TestDecide(t *testing.T) {
 		poison    = inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: "MALFORMED_PAYLOAD"}
 		odd       = inboxkit.Decision{Class: "SOMETHING_ELSE", Reason: "X"}
 	)
+	unknown := verdict{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonUnknownStatus}
 	exhausted := verdict{Row: dl, Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassTechnical, Reason: inboxkit.ReasonMaxAttemptsExceeded}
 	tests := []struct {
 		name string
@@ -36,8 +37,14 @@ func TestDecide(t *testing.T) {
 		{"processed: duplicate", facts{Found: inboxkit.StatusProcessed, Attempts: 1}, verdict{Outcome: inboxkit.OutcomeDuplicate}},
 		{"rejected: duplicate", facts{Found: inboxkit.StatusRejected, Attempts: 1}, verdict{Outcome: inboxkit.OutcomeDuplicate}},
 		{"dead-lettered: duplicate", facts{Found: dl, Attempts: max}, verdict{Outcome: inboxkit.OutcomeDuplicate}},
-		{"stored for a worker: duplicate", facts{Found: inboxkit.StatusReceived}, verdict{Outcome: inboxkit.OutcomeDuplicate}},
-		{"leased by a worker: duplicate", facts{Found: inboxkit.StatusInProgress, Attempts: 1}, verdict{Outcome: inboxkit.OutcomeDuplicate}},
+		{"stored for a worker: stored", facts{Found: inboxkit.StatusReceived}, verdict{Outcome: inboxkit.OutcomeStored}},
+		{"leased by a worker: stored", facts{Found: inboxkit.StatusInProgress, Attempts: 1}, verdict{Outcome: inboxkit.OutcomeStored}},
+		// Issue 23.1: a status the machine does not know is no duplicate.
+		{"legacy FAILED: unknown", facts{Found: "FAILED", Attempts: 1}, unknown},
+		{"lower-case processed: unknown", facts{Found: "processed", Attempts: 1}, unknown},
+		{"legacy IN_PROGRESS (no payload, no lease): unknown", facts{Found: inboxkit.StatusInProgress, Orphan: true, Attempts: 1}, unknown},
+		{"legacy RECEIVED (no payload): unknown", facts{Found: inboxkit.StatusReceived, Orphan: true}, unknown},
+		{"unknown past the threshold: still unknown", facts{Found: "FAILED", Attempts: max}, unknown},
 		{"threshold reached without an outcome", facts{Found: tf, Attempts: max}, exhausted},
 		{"worker claim past the threshold", facts{Attempts: max}, exhausted},
 		{"threshold before poison found", facts{Attempts: max, Decision: poison}, exhausted},

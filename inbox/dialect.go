@@ -26,8 +26,9 @@ type Dialect struct {
 	isDuplicate func(error) bool
 	// placeholder returns the n-th (1-based) bind placeholder.
 	placeholder func(n int) string
-	// purgeBatch deletes at most ?2 terminal rows older than ?1; the status
-	// list is appended by the caller as a fixed IN list.
+	// purgeBatch deletes at most ?3 terminal rows due (?1 and ?2 the
+	// cutoff): %[1]s is the table, %[2]s the fixed IN list of terminal
+	// statuses, %[3]s the due condition (purgeDue).
 	purgeBatch string
 	// limitClause formats "at most n rows" for a SELECT.
 	limit func(n string) (prefix, suffix string)
@@ -101,10 +102,20 @@ type schemaSQL struct {
 	lockReportsGrant bool
 	// transactionalDDL: a migration step commits as a whole.
 	transactionalDDL bool
+	// exactStatus is STATUS as an expression that compares and groups
+	// byte for byte, where the column of a table the database created by
+	// default compares without case (MySQL's _ci collations: a legacy
+	// 'processed' equals 'PROCESSED' there); "" means STATUS.
+	exactStatus string
 }
 
 // Name is the dialect's name: "postgres", "mysql", "sqlite" or "oracle".
 func (d Dialect) Name() string { return d.name }
+
+// TimeArg binds t the way the inbox stores timestamps: UTC, as text of
+// fixed width on SQLite (so that text comparison is time order), as a
+// time.Time elsewhere. Business tables beside the inbox table use it too.
+func (d Dialect) TimeArg(t time.Time) any { return d.timeArg(t) }
 
 // String returns Name.
 func (d Dialect) String() string { return d.name }

@@ -36,7 +36,7 @@ func TestOracleStatements(t *testing.T) {
 			t.Errorf("%s has non-Oracle placeholders: %s", name, stmt)
 		}
 	}
-	if !strings.Contains(q.purgeBatch, "ROWNUM <= :2") || !strings.Contains(q.purgeBatch, "PROCESSED_AT < :1") {
+	if !strings.Contains(q.purgeBatch, "ROWNUM <= :3") || !strings.Contains(q.purgeBatch, "(PROCESSED_AT < :1 OR (PROCESSED_AT IS NULL AND CREATED_AT < :2))") {
 		t.Errorf("purge: %s", q.purgeBatch)
 	}
 	if !strings.Contains(q.stuckFailures, "FETCH FIRST :2 ROWS ONLY") {
@@ -55,8 +55,8 @@ func TestOracleStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Version table, table, 3 indexes, one version row per step.
-	if want := 5 + SchemaVersion; len(stmts) != want {
+	// Version table, table, 3 indexes, the history table, one version row per step.
+	if want := 6 + SchemaVersion; len(stmts) != want {
 		t.Fatalf("oracle DDL: %d statements, want %d", len(stmts), want)
 	}
 	for _, s := range stmts {

@@ -20,13 +20,16 @@
 // hand-written inbox. What happened comes back as a [Result]:
 //
 //	PROCESSED      the handler committed with the row          acknowledge
-//	DUPLICATE      the key existed; the status found is given  acknowledge
+//	DUPLICATE      the row was terminal already; its status    acknowledge
+//	STORED         a store-then-process entry (RECEIVED,        acknowledge; a worker
+//	               IN_PROGRESS) was there already               processes it
 //	REJECTED       business rejection: handler writes rolled    acknowledge, never retry
 //	               back, REJECTED recorded by its own UPDATE
 //	RETRY          technical failure: rolled back, then         hand back to the broker
 //	               TECHNICAL_FAILURE recorded in its own tx
-//	DEAD_LETTER    poison, or Retry.MaxAttempts reached         publish to the DLQ,
-//	                                                            MarkDeadLettered, acknowledge
+//	DEAD_LETTER    poison, Retry.MaxAttempts reached, or a row  publish to the DLQ,
+//	               in a status the state machine does not know  MarkDeadLettered, acknowledge
+//	               (UNKNOWN_STATUS: see Adopted tables)
 //
 // The class of a handler error is read with Config.ClassifyFunc
 // (classify.Of by default: the error's own decision, else the database
@@ -79,15 +82,42 @@
 // [Worker]. Both decide with the same decision table as the single-message
 // paths.
 //
+// # Adopted tables
+//
+// A legacy table brings rows the state machine does not know: statuses of
+// its own (FAILED, a lower-case processed; compared byte for byte, on a
+// MySQL table with a case-blind collation too) and RECEIVED or IN_PROGRESS
+// rows that no store-then-process receiver wrote (no payload hash, no
+// lease: a legacy bean's unfinished work). Only a terminal row makes a
+// delivery a duplicate, so such a row is never acknowledged silently: every
+// path (Process, ProcessBatch, the first-delivery path, Receive) reports
+// OutcomeDeadLetter with reason UNKNOWN_STATUS and an
+// [*UnknownStatusError] naming the fix, without running the handler or
+// counting an attempt, and [Store.MarkDeadLettered] leaves the row as it
+// is. [MigrateDB] lists such values ([UnknownStatusesError], with the rows
+// of each) and changes nothing until [MigrateDBWith] maps each one
+// (MigrateOptions.MapStatus, to one of [MappableStatuses]), after the steps
+// and under the same lock, recording every pair in INBOXKIT_HISTORY
+// ([Store.StatusMappings]). [Store.UnknownStatuses] and
+// [Store.UnknownStatusRows] find them at any time.
+//
+// [Store.Baseline] is when Migrate first ran on the table: rows older than
+// it are the legacy consumer's (inboxctl check and audit tell them apart).
+// [Store.ForReading] reads a table Migrate has not upgraded yet, the seed
+// table included, for the read-only queries.
+//
 // # Retention
 //
 // [Store.Purge] deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED)
-// older than a window, in bounded batches of short transactions. It refuses
-// a window shorter than Config.RedeliveryHorizon (default 7 days), and never
-// deletes TECHNICAL_FAILURE rows: their message is still expected. It runs
-// beside live consumers at no more than PurgeOptions.MaxRowsPerSecond
-// (default 150,000), pausing between batches, so that the write-ahead log it
-// writes leaves them their throughput.
+// older than a window, by PROCESSED_AT (CREATED_AT where a legacy consumer
+// left none), in bounded batches of short transactions. It refuses a window
+// shorter than Config.RedeliveryHorizon (default 7 days), and never deletes
+// TECHNICAL_FAILURE rows: their message is still expected. It runs beside
+// live consumers at no more than PurgeOptions.MaxRowsPerSecond (default
+// 150,000), pausing between batches, so that the write-ahead log it writes
+// leaves them their throughput. Every run that deleted rows is recorded in
+// INBOXKIT_HISTORY ([Store.PurgeRuns]: its time, cutoff, window and
+// horizon), so that a duplicate it let through can be tied to it.
 //
 // # Audit and replay
 //

@@ -64,11 +64,11 @@ func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, erro
 		if err != nil || !ok {
 			return marked{again: err == nil}, err
 		}
-		return s.found(ctx, q, e, st, attempts), nil
+		return s.found(ctx, q, e, st, attempts)
 	case err != nil:
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	case counted:
 		return marked{started: attempts}, nil
 	}
-	return s.found(ctx, q, e, inboxkit.Status(st), attempts), nil
+	return s.found(ctx, q, e, inboxkit.Status(st), attempts)
 }

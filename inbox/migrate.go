@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/inboxkit/inboxkit"
 )
 
 // VersionTable records which migration steps ran, one row per inbox table
@@ -46,6 +48,9 @@ type step struct {
 	create      []column // the table itself (step 1, the seed columns)
 	add         []column
 	indexes     []index
+	// tables are tables beside the inbox table, shared by every inbox
+	// table of the schema (keyed by TABLE_NAME), created when missing.
+	tables []string
 	// backfill runs when the column named by its key was added by this
 	// run (so a row an older version wrote gets a meaningful value once).
 	backfill map[string]string
@@ -96,6 +101,8 @@ var steps = []step{
 		}},
 	{version: 5, description: "EVENT_ID_SOURCE: where a derived event id came from (header, json, xml, message-id)",
 		add: []column{{"EVENT_ID_SOURCE", kVarchar, 40, false}}},
+	{version: 6, description: HistoryTable + ": purge runs and status mappings, per inbox table",
+		tables: []string{HistoryTable}},
 }
 
 // SchemaVersion is the schema version this build needs: the number of the
@@ -135,6 +142,7 @@ type schemaState struct {
 	indexes       map[string]bool // upper-case names
 	versionExists bool
 	version       int
+	tables        map[string]bool // the steps' side tables that exist
 }
 
 // PlannedStep is one pending migration step with the exact statements it
@@ -158,6 +166,14 @@ type Plan struct {
 	// Prelude creates the version table when it is missing.
 	Prelude []string      `json:"prelude,omitempty"`
 	Steps   []PlannedStep `json:"steps"`
+	// Unknown are the status values of the table the state machine does
+	// not know, with their rows; empty, never nil (JSON: []). Migrate
+	// changes nothing while one is not mapped (MigrateOptions.MapStatus).
+	Unknown []UnknownStatus `json:"unknownStatuses"`
+	// Mapping are the statements that map status values
+	// (MigrateOptions.MapStatus), run after the steps; each records what
+	// it maps in INBOXKIT_HISTORY first.
+	Mapping []string `json:"mapping,omitempty"`
 }
 
 // Statements returns every statement of the plan in order.
@@ -166,7 +182,7 @@ func (p Plan) Statements() []string {
 	for _, s := range p.Steps {
 		out = append(out, s.Statements...)
 	}
-	return out
+	return append(out, p.Mapping...)
 }
 
 // Text renders the plan as an SQL script: statements end with ";" (with a
@@ -190,7 +206,13 @@ func (p Plan) Text() string {
 			write(st)
 		}
 	}
-	if len(p.Steps) == 0 {
+	if len(p.Mapping) > 0 {
+		b.WriteString("\n-- status mapping (--map-status): the values the state machine does not know\n")
+		for _, st := range p.Mapping {
+			write(st)
+		}
+	}
+	if len(p.Steps) == 0 && len(p.Mapping) == 0 {
 		b.WriteString("-- nothing to do: the schema is up to date\n")
 	}
 	return b.String()
@@ -258,6 +280,11 @@ func plan(d Dialect, table string, st schemaState) Plan {
 				ps.Statements = append(ps.Statements, t("CREATE INDEX "+name+" ON {t} ("+ix.cols+")"))
 			}
 		}
+		for _, name := range s.tables {
+			if !st.tables[name] {
+				ps.Statements = append(ps.Statements, sideTableDDL(d, name))
+			}
+		}
 		if s.version > st.version {
 			ps.Statements = append(ps.Statements, record(s))
 		}
@@ -316,7 +343,7 @@ type querier interface {
 }
 
 func introspect(ctx context.Context, q querier, d Dialect, table string) (schemaState, error) {
-	st := schemaState{columns: map[string]bool{}, indexes: map[string]bool{}}
+	st := schemaState{columns: map[string]bool{}, indexes: map[string]bool{}, tables: map[string]bool{}}
 	colQ, ixQ, existsQ := d.schema.columnsQuery, d.schema.indexesQuery, d.schema.existsQuery
 	set := func(query string, into map[string]bool) error {
 		rows, err := q.QueryContext(ctx, query, table)
@@ -340,11 +367,24 @@ func introspect(ctx context.Context, q querier, d Dialect, table string) (schema
 	if err := set(ixQ, st.indexes); err != nil {
 		return st, fmt.Errorf("inbox: read the indexes of %s: %w", table, err)
 	}
-	var n int
-	if err := q.QueryRowContext(ctx, existsQ, VersionTable).Scan(&n); err != nil {
-		return st, fmt.Errorf("inbox: look for %s: %w", VersionTable, err)
+	exists := func(name string) (bool, error) {
+		var n int
+		if err := q.QueryRowContext(ctx, existsQ, name).Scan(&n); err != nil {
+			return false, fmt.Errorf("inbox: look for %s: %w", name, err)
+		}
+		return n > 0, nil
 	}
-	st.versionExists = n > 0
+	var err error
+	if st.versionExists, err = exists(VersionTable); err != nil {
+		return st, err
+	}
+	for _, s := range steps {
+		for _, name := range s.tables {
+			if st.tables[name], err = exists(name); err != nil {
+				return st, err
+			}
+		}
+	}
 	if st.versionExists {
 		vq := d.Rebind(`SELECT COALESCE(MAX(VERSION), 0) FROM ` + VersionTable + ` WHERE TABLE_NAME = ?`)
 		if err := q.QueryRowContext(ctx, vq, table).Scan(&st.version); err != nil {
@@ -428,6 +468,9 @@ type SchemaStatus struct {
 	// Drift lists columns missing although their version is recorded;
 	// empty, never nil, when there are none (JSON: "drift": []).
 	Drift []string `json:"drift"`
+	// Unknown are the status values the state machine does not know, with
+	// their rows (see Plan.Unknown); empty, never nil.
+	Unknown []UnknownStatus `json:"unknownStatuses"`
 }
 
 // AppliedStep is one row of the version table.
@@ -448,6 +491,9 @@ func (s *Store) SchemaStatus(ctx context.Context) (SchemaStatus, error) {
 		Applied: []AppliedStep{}, Drift: []string{}}
 	if out.Pending == nil {
 		out.Pending = []PlannedStep{}
+	}
+	if out.Unknown, err = census(ctx, s.db, s.d, s.cfg.Table, st); err != nil {
+		return out, err
 	}
 	if st.tableExists {
 		for _, c := range allColumns() {
@@ -477,19 +523,57 @@ func (s *Store) SchemaStatus(ctx context.Context) (SchemaStatus, error) {
 }
 
 // PlanMigration returns what Migrate would run now, without running it
-// (`inboxctl migrate --dry-run`).
+// (`inboxctl migrate --dry-run`). Like Migrate, it returns the plan with
+// an *UnknownStatusesError when the table holds status values the state
+// machine does not know.
 func (s *Store) PlanMigration(ctx context.Context) (Plan, error) {
+	return s.PlanMigrationWith(ctx, MigrateOptions{})
+}
+
+// PlanMigrationWith is PlanMigration with the options MigrateDBWith
+// would run with: the plan shows the status mapping too.
+func (s *Store) PlanMigrationWith(ctx context.Context, opt MigrateOptions) (Plan, error) {
+	if err := ValidateStatusMapping(opt.MapStatus); err != nil {
+		return Plan{}, err
+	}
 	st, err := introspect(ctx, s.db, s.d, s.cfg.Table)
 	if err != nil {
 		return Plan{}, err
 	}
-	return plan(s.d, s.cfg.Table, st), nil
+	return planWith(ctx, s.db, s.d, s.cfg.Table, st, opt)
 }
 
 // Migrate brings the inbox table to the latest version (see MigrateDB).
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := MigrateDB(ctx, s.db, s.d, s.cfg.Table)
 	return err
+}
+
+// MigrateOptions are a migration's choices beyond the steps.
+type MigrateOptions struct {
+	// MapStatus maps status values the state machine does not know
+	// (FAILED, a lower-case processed) to one of MappableStatuses; the key
+	// RECEIVED or IN_PROGRESS maps the orphans of that status (rows no
+	// store-then-process receiver wrote: no payload hash, no lease). The
+	// mapping runs after the steps, in the same locked migration, and each
+	// pair is recorded in INBOXKIT_HISTORY (kind map-status) with its rows.
+	MapStatus map[string]inboxkit.Status
+}
+
+// planWith is plan with the status census of the table and the mapping
+// of opt; it returns the plan with an *UnknownStatusesError when a value
+// the state machine does not know is not mapped.
+func planWith(ctx context.Context, q querier, d Dialect, table string, st schemaState, opt MigrateOptions) (Plan, error) {
+	p := plan(d, table, st)
+	var err error
+	if p.Unknown, err = census(ctx, q, d, table, st); err != nil {
+		return p, err
+	}
+	if missing := unmapped(p.Unknown, opt.MapStatus); len(missing) > 0 {
+		return p, &UnknownStatusesError{Table: table, Unknown: p.Unknown, Unmapped: missing}
+	}
+	p.Mapping = mappingStatements(d, table, opt.MapStatus)
+	return p, nil
 }
 
 // Migrate brings the inbox table of db to the latest version; table ""
@@ -509,11 +593,26 @@ func Migrate(ctx context.Context, db *sql.DB, d Dialect, table string) error {
 // DBMS_LOCK) and plans after taking it, so instances starting at once are
 // safe: the first migrates, the others find nothing to do. Running it again
 // changes nothing.
+//
+// A table holding status values the state machine does not know (see
+// MigrateOptions.MapStatus) is not migrated: MigrateDB returns the plan
+// with an *UnknownStatusesError and changes nothing; MigrateDBWith maps
+// them.
 func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, error) {
+	return MigrateDBWith(ctx, db, d, table, MigrateOptions{})
+}
+
+// MigrateDBWith is MigrateDB with options: the status mapping runs after
+// the steps, under the same lock. A mapping to a status that is not one of
+// MappableStatuses is refused with ErrBadMapping before anything runs.
+func MigrateDBWith(ctx context.Context, db *sql.DB, d Dialect, table string, opt MigrateOptions) (Plan, error) {
 	if table == "" {
 		table = DefaultTable
 	}
 	if err := ValidateTable(table); err != nil {
+		return Plan{}, err
+	}
+	if err := ValidateStatusMapping(opt.MapStatus); err != nil {
 		return Plan{}, err
 	}
 	conn, err := db.Conn(ctx)
@@ -526,7 +625,7 @@ func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, 
 		if _, err := conn.ExecContext(ctx, lock); err != nil {
 			return Plan{}, fmt.Errorf("inbox: migrate: take the write lock: %w", err)
 		}
-		p, err := migrateLocked(ctx, conn, d, table)
+		p, err := migrateLocked(ctx, conn, d, table, opt)
 		if err != nil {
 			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 			return p, err
@@ -548,15 +647,18 @@ func MigrateDB(ctx context.Context, db *sql.DB, d Dialect, table string) (Plan, 
 		return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
 	}
 	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), unlock, table) }()
-	return migrateLocked(ctx, conn, d, table)
+	return migrateLocked(ctx, conn, d, table, opt)
 }
 
-func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string) (Plan, error) {
+func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string, opt MigrateOptions) (Plan, error) {
 	st, err := introspect(ctx, conn, d, table)
 	if err != nil {
 		return Plan{}, err
 	}
-	p := plan(d, table, st)
+	p, err := planWith(ctx, conn, d, table, st, opt)
+	if err != nil {
+		return p, err // nothing ran
+	}
 	exec := func(q string) error {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("inbox: migrate %s: %w\n\tstatement: %.160s", d.name, err, q)
@@ -568,32 +670,36 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string)
 			return p, err
 		}
 	}
-	for _, s := range p.Steps {
-		// PostgreSQL has transactional DDL: a step (columns, backfill,
-		// version row) commits as a whole. MySQL and Oracle commit each DDL
-		// statement; a step cut short is completed by the next run, which
-		// finds the columns already there.
-		tx := d.schema.transactionalDDL
+	// PostgreSQL has transactional DDL: a step (columns, backfill, version
+	// row), and the status mapping, commit as a whole. MySQL and Oracle
+	// commit each DDL statement; a step cut short is completed by the next
+	// run, which finds the columns already there.
+	group := func(what string, stmts []string) error {
+		tx := d.schema.transactionalDDL && len(stmts) > 0
 		if tx {
 			if err := exec("BEGIN"); err != nil {
-				return p, err
+				return err
 			}
 		}
-		for _, q := range s.Statements {
+		for _, q := range stmts {
 			if err := exec(q); err != nil {
 				if tx {
 					_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 				}
-				return p, fmt.Errorf("step %d: %w", s.Version, err)
+				return fmt.Errorf("%s: %w", what, err)
 			}
 		}
 		if tx {
-			if err := exec("COMMIT"); err != nil {
-				return p, err
-			}
+			return exec("COMMIT")
+		}
+		return nil
+	}
+	for _, s := range p.Steps {
+		if err := group(fmt.Sprintf("step %d", s.Version), s.Statements); err != nil {
+			return p, err
 		}
 	}
-	return p, nil
+	return p, group("status mapping", p.Mapping)
 }
 
 // MaxEventIDSourceLength is the width of EVENT_ID_SOURCE.

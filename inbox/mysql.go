@@ -23,7 +23,7 @@ var MySQL = Dialect{
 		return c.Number == erDupEntry
 	}),
 	placeholder: questionMark,
-	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? ORDER BY PROCESSED_AT LIMIT ?`,
+	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s ORDER BY PROCESSED_AT LIMIT ?`,
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
 
@@ -50,6 +50,7 @@ var MySQL = Dialect{
 		lock:             `SELECT GET_LOCK(` + mysqlMigrateLockKey + `, 600)`,
 		unlock:           `SELECT RELEASE_LOCK(` + mysqlMigrateLockKey + `)`,
 		lockReportsGrant: true,
+		exactStatus:      "CAST(STATUS AS BINARY)",
 	},
 }
 

@@ -19,7 +19,7 @@ var Oracle = Dialect{
 		return strings.Contains(err.Error(), "ORA-00001")
 	},
 	placeholder: colon,
-	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? AND ROWNUM <= ?`,
+	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s AND ROWNUM <= ?`,
 	limit:       func(n string) (string, string) { return "", " FETCH FIRST " + n + " ROWS ONLY" },
 	timeArg:     utcTime,
 

@@ -120,7 +120,12 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 //
 // A duplicate is detected by the primary key and the row's status: a row
 // that is PROCESSED, REJECTED or DEAD_LETTERED is reported with
-// OutcomeDuplicate and h does not run. A TECHNICAL_FAILURE row whose
+// OutcomeDuplicate and h does not run; a store-then-process entry
+// (RECEIVED, IN_PROGRESS) with OutcomeStored; a row in a status the state
+// machine does not know, or a legacy RECEIVED or IN_PROGRESS row, with
+// OutcomeDeadLetter, reason UNKNOWN_STATUS and an *UnknownStatusError,
+// its row left as it is (see "Adopted tables" in the package
+// documentation). A TECHNICAL_FAILURE row whose
 // ATTEMPTS reached Config.Retry.MaxAttempts is reported as OutcomeDeadLetter with
 // reason MAX_ATTEMPTS_EXCEEDED, without running h.
 //
@@ -283,7 +288,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 		return marked{}, err
 	}
 	if ok {
-		return s.found(ctx, q, e, st, attempts), nil
+		return s.found(ctx, q, e, st, attempts)
 	}
 	_, err = s.q.insertStarted.exec(ctx, q, e.row(args{"now": s.t(now)}))
 	if err == nil {
@@ -296,21 +301,34 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 }
 
 // found decides, by the decision table, about a row the marker did not
-// count: a duplicate, an exhausted row (dead letter), or a row that changed
-// between our statements (look again).
-func (s *Store) found(ctx context.Context, q execer, e Entry, st inboxkit.Status, attempts int) marked {
-	v := decide(facts{Found: st, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
+// count: a duplicate, a store-then-process entry (stored), a row in a
+// status it does not know or a legacy orphan (dead letter, the row left as
+// it is), an exhausted row (dead letter), or a row that changed between our
+// statements (look again).
+func (s *Store) found(ctx context.Context, q execer, e Entry, st inboxkit.Status, attempts int) (marked, error) {
+	f := facts{Found: st, Attempts: attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}
+	if isOpen(st) {
+		orphan, err := s.orphan(ctx, q, e)
+		if err != nil {
+			return marked{}, err
+		}
+		f.Orphan = orphan
+	}
+	v := decide(f)
 	switch v.Outcome {
-	case inboxkit.OutcomeDuplicate:
-		return marked{res: Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: attempts}}
+	case inboxkit.OutcomeDuplicate, inboxkit.OutcomeStored:
+		return marked{res: Result{Outcome: v.Outcome, Status: st, Attempts: attempts}}, nil
 	case inboxkit.OutcomeDeadLetter:
 		r := v.result(st, attempts, nil)
-		if s.silentAttempt(ctx, q, e) {
+		switch {
+		case v.Reason == inboxkit.ReasonUnknownStatus:
+			r.Err = &UnknownStatusError{EventID: e.EventID, ConsumerName: e.ConsumerName, Status: string(st), Orphan: f.Orphan}
+		case s.silentAttempt(ctx, q, e):
 			r.Err = errors.New(markerError)
 		}
-		return marked{res: r}
+		return marked{res: r}, nil
 	}
-	return marked{again: true}
+	return marked{again: true}, nil
 }
 
 // silentAttempt reports whether the last attempt of e's row started its

@@ -31,6 +31,7 @@ type queries struct {
 	selectStatus    stmt
 	selectAttempts  stmt
 	selectMarker    stmt
+	selectOrphan    stmt
 	presentPrefix   string // ProcessBatch: the IN list is appended per call
 	// insertStartedRows is insertStarted for many rows: the VALUES lists
 	// are appended per call (ProcessBatch).
@@ -120,11 +121,13 @@ func buildQueries(d Dialect, table string) queries {
 		// taken back, with the "no outcome" text it may have written about
 		// the other (live) attempt.
 		takeBackAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = @marker THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
-		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		// A row the marker did not insert (an earlier attempt's, or an
+		// adopted legacy row) gets the columns it may lack.
+		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// A business rejection of a marked row whose business transaction
 		// rolled back (Process), or was rolled back to the item's savepoint
 		// (ProcessBatch): claim and reject in one statement.
-		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
@@ -135,15 +138,16 @@ func buildQueries(d Dialect, table string) queries {
 		selectStatus:      n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:    n(`SELECT ATTEMPTS FROM {t}` + key),
 		selectMarker:      n(`SELECT ERROR_CLASS, ATTEMPTS FROM {t}` + key),
+		selectOrphan:      n(`SELECT CASE WHEN ` + orphanCond + ` THEN 1 ELSE 0 END FROM {t}` + key),
 		presentPrefix:     strings.ReplaceAll(`SELECT EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS FROM {t} WHERE EVENT_ID IN (`, "{t}", table),
 		insertStartedRows: strings.ReplaceAll(insertStartedRows, "{t}", table),
 		selectOne:         n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:      r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
-		purgeBatch:        d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList())),
-		countPurgeable:    r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND PROCESSED_AT < ?`),
+		purgeBatch:        d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList(), purgeDue)),
+		countPurgeable:    r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND ` + purgeDue),
 		stuckFailures:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
 		hashCollisions:    r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),
-		countByStatus:     r(`SELECT STATUS, COUNT(*) FROM {t} GROUP BY STATUS ORDER BY STATUS`),
+		countByStatus:     r(`SELECT ` + d.exactStatus() + `, COUNT(*) FROM {t} GROUP BY ` + d.exactStatus() + ` ORDER BY 1`),
 		savepoint:         `SAVEPOINT inbox_handler`,
 		rollbackSavepont:  `ROLLBACK TO SAVEPOINT inbox_handler`,
 		savepointItem:     `SAVEPOINT inbox_item`,

@@ -17,20 +17,29 @@ import (
 var ErrUnstorable = errors.New("inbox: message cannot be stored")
 
 // ReceiveError is returned by Receive for a message that cannot be stored
-// because its event id is missing or longer than the column. The caller
+// because its event id is missing or longer than the column, or because
+// its event has a row in a status the state machine does not know (see
+// inboxkit.ReasonUnknownStatus; the row is left as it is). The caller
 // publishes the message to the dead-letter destination with Reason
-// (inboxkit.ReasonMissingEventID or inboxkit.ReasonEventIDTooLong) and then acknowledges it.
-// It implements inboxkit.Decider (class POISON), so inboxkit.DecisionOf
-// routes it like any other poison error.
+// (inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong or
+// inboxkit.ReasonUnknownStatus) and then acknowledges it. It implements
+// inboxkit.Decider (class POISON; TECHNICAL for an unknown status), so
+// inboxkit.DecisionOf routes it like any other error of its class.
 type ReceiveError struct {
-	// Reason is inboxkit.ReasonMissingEventID or inboxkit.ReasonEventIDTooLong.
+	// Reason is inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong
+	// or inboxkit.ReasonUnknownStatus.
 	Reason string
 	// EventID is the offending id ("" when missing).
 	EventID string
+	// Unknown says which row an UNKNOWN_STATUS refers to.
+	Unknown *UnknownStatusError
 }
 
 func (e *ReceiveError) Error() string {
-	if e.Reason == inboxkit.ReasonMissingEventID {
+	switch {
+	case e.Unknown != nil:
+		return "inbox: receive: " + strings.TrimPrefix(e.Unknown.Error(), "inbox: ")
+	case e.Reason == inboxkit.ReasonMissingEventID:
 		return "inbox: receive: message has no event id (" + e.Reason + ")"
 	}
 	return fmt.Sprintf("inbox: receive: event id of %d bytes is longer than %d (%s)", len(e.EventID), MaxEventIDLength, e.Reason)
@@ -39,13 +48,18 @@ func (e *ReceiveError) Error() string {
 // Unwrap returns ErrUnstorable.
 func (e *ReceiveError) Unwrap() error { return ErrUnstorable }
 
-// InboxDecision classifies the error as poison with the reason code.
+// InboxDecision classifies the error as poison with the reason code, or,
+// for an unknown status, as technical (the row's fault, not the message's).
 func (e *ReceiveError) InboxDecision() inboxkit.Decision {
+	if e.Unknown != nil {
+		return e.Unknown.InboxDecision()
+	}
 	return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: e.Reason}
 }
 
 type queueQueries struct {
 	insertReceived stmt
+	adoptReceived  stmt
 	// claim selects claimable rows FOR UPDATE; claimUpdate (with the IN
 	// list appended per call) then claims them. When claimUpdates is set,
 	// claim is one UPDATE ... RETURNING that claims by itself (SQLite).
@@ -80,12 +94,19 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
 	return queueQueries{
 		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @now, @now, 0, @source)`),
-		claim:          n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
-		claimUpdates:   d.claimUpdates,
-		claimUpdate:    fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
-		processed:      n(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
-		rejected:       n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
-		failed:         n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
+		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
+		// written by the transactional variant, or an adopted legacy row
+		// mapped by Migrate) takes the message in and becomes a RECEIVED
+		// entry; its attempts stay counted.
+		adoptReceived: n(`UPDATE {t} SET STATUS = 'RECEIVED', PAYLOAD = @payload, HEADERS = @headers, PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), ` +
+			`CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), UPDATED_AT = @now ` +
+			`WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT IS NULL`),
+		claim:        n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
+		claimUpdates: d.claimUpdates,
+		claimUpdate:  fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
+		processed:    n(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
+		rejected:     n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
+		failed:       n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
 		// NEXT_ATTEMPT_AT is set, not cleared: should ResetForReplay make the
 		// row TECHNICAL_FAILURE again, the worker replays it from the stored
 		// payload at once (a redelivery from the DLQ is only a duplicate).
@@ -106,15 +127,22 @@ func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", tabl
 // When Receive returns a nil error the message is safe in the database and
 // the caller acknowledges it to the broker; a Worker processes it later.
 //
-// A duplicate delivery, whatever the status of the row found (RECEIVED,
-// IN_PROGRESS, PROCESSED, ...), is reported with inserted false and the
-// status found, and changes nothing: acknowledge it too. When e.PayloadHash
-// is empty the SHA-256 of payload is stored.
+// A delivery of an event that has a row is reported with inserted false
+// and the status found, and changes nothing: a terminal row (a duplicate),
+// or an entry stored before (RECEIVED, IN_PROGRESS, or TECHNICAL_FAILURE
+// awaiting a worker's next attempt); acknowledge it too. A
+// TECHNICAL_FAILURE row no worker would ever claim (written by the
+// transactional variant, or an adopted legacy row mapped by Migrate) takes
+// the message in instead: it becomes RECEIVED with the payload (inserted
+// true), its attempts still counted. When e.PayloadHash is empty the
+// SHA-256 of payload is stored.
 //
 // A message without event id or with one longer than MaxEventIDLength is
-// not stored: the error is a *ReceiveError carrying the reason code; the
-// caller dead-letters the message, then acknowledges it. Any other error
-// means nothing is stored: do not acknowledge.
+// not stored, nor is one whose event's row is in a status the state
+// machine does not know or is a legacy RECEIVED or IN_PROGRESS row: the
+// error is a *ReceiveError carrying the reason code; the caller
+// dead-letters the message, then acknowledges it. Any other error means
+// nothing is stored: do not acknowledge.
 //
 // Receive is safe for concurrent use by many goroutines and processes.
 func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, err error) {
@@ -141,8 +169,8 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 	// A few rounds: a duplicate row can vanish (retention purge) between
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {
-		now := s.now()
-		_, err = q.insertReceived.exec(ctx, s.db, e.row(args{"payload": payload, "headers": hdr, "now": s.t(now)}))
+		a := e.row(args{"payload": payload, "headers": hdr, "now": s.t(s.now())})
+		_, err = q.insertReceived.exec(ctx, s.db, a)
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
 		}
@@ -153,9 +181,39 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		if err != nil {
 			return false, "", err
 		}
-		if ok {
+		if !ok {
+			continue
+		}
+		return s.received(ctx, e, st, a)
+	}
+	return false, "", fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
+}
+
+// received is Receive's answer for a delivery whose event has a row in
+// status st; a holds the delivery's row arguments.
+func (s *Store) received(ctx context.Context, e Entry, st inboxkit.Status, a args) (bool, inboxkit.Status, error) {
+	orphan := false
+	switch {
+	case st.Terminal():
+		return false, st, nil
+	case st == inboxkit.StatusTechnicalFailure:
+		res, err := s.qq.adoptReceived.exec(ctx, s.db, a)
+		if err != nil {
+			return false, "", fmt.Errorf("inbox: receive: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return true, inboxkit.StatusReceived, nil
+		}
+		return false, st, nil // a worker's entry, due again at NEXT_ATTEMPT_AT
+	case isOpen(st):
+		var err error
+		if orphan, err = s.orphan(ctx, s.db, e); err != nil {
+			return false, "", err
+		}
+		if !orphan {
 			return false, st, nil
 		}
 	}
-	return false, "", fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
+	return false, st, &ReceiveError{Reason: inboxkit.ReasonUnknownStatus, EventID: e.EventID,
+		Unknown: &UnknownStatusError{EventID: e.EventID, ConsumerName: e.ConsumerName, Status: string(st), Orphan: orphan}}
 }

@@ -14,8 +14,9 @@ var ErrWindowTooShort = errors.New("inbox: retention window shorter than the red
 // PurgeOptions bound one retention run.
 type PurgeOptions struct {
 	// OlderThan is the retention window: terminal rows whose terminal time
-	// (PROCESSED_AT) is older than now-OlderThan are deleted. Required; must
-	// be at least Config.RedeliveryHorizon.
+	// (PROCESSED_AT; CREATED_AT for a row without one, as a legacy consumer
+	// may have left) is older than now-OlderThan are deleted. Required;
+	// must be at least Config.RedeliveryHorizon.
 	OlderThan time.Duration
 	// BatchSize is the number of rows deleted per transaction. Defaults to 1000.
 	BatchSize int
@@ -39,15 +40,20 @@ type PurgeOptions struct {
 const DefaultPurgeMaxRowsPerSecond = 150_000
 
 // Purge deletes terminal rows (PROCESSED, REJECTED, DEAD_LETTERED) whose
-// terminal time is older than the window, in bounded batches, each in its
-// own short transaction. TECHNICAL_FAILURE rows, and the store-then-process
-// variant's RECEIVED and IN_PROGRESS rows, are never deleted: the message is
-// still expected.
+// terminal time (PROCESSED_AT, or CREATED_AT where it is NULL) is older
+// than the window, in bounded batches, each in its own short transaction.
+// TECHNICAL_FAILURE rows, and the store-then-process variant's RECEIVED and
+// IN_PROGRESS rows, are never deleted: the message is still expected.
 //
 // A window shorter than Config.RedeliveryHorizon is refused with
 // ErrWindowTooShort: a row deleted while the broker may still redeliver its
 // event lets the duplicate be processed a second time.
-func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
+//
+// A run that deleted rows is recorded in INBOXKIT_HISTORY (PurgeRuns:
+// when, the cutoff, the window, the horizon, the rows), also when it is
+// interrupted, so that a duplicate it made possible can be tied to it
+// (inboxctl check, purged-then-redelivered).
+func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (total int64, err error) {
 	if opt.OlderThan <= 0 {
 		return 0, fmt.Errorf("inbox: Purge: OlderThan must be positive (got %s)", opt.OlderThan)
 	}
@@ -61,15 +67,27 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 	if opt.MaxRowsPerSecond == 0 {
 		opt.MaxRowsPerSecond = DefaultPurgeMaxRowsPerSecond
 	}
-	cutoff := s.t(s.now().Add(-opt.OlderThan))
+	now := s.now()
+	run := PurgeRun{At: now, Cutoff: now.Add(-opt.OlderThan), Window: opt.OlderThan, Horizon: s.cfg.RedeliveryHorizon}
+	cutoff := s.t(run.Cutoff)
 	if opt.DryRun {
 		var n int64
-		if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, cutoff).Scan(&n); err != nil {
+		if err := s.db.QueryRowContext(ctx, s.q.countPurgeable, cutoff, cutoff).Scan(&n); err != nil {
 			return 0, fmt.Errorf("inbox: purge (dry run): %w", err)
 		}
 		return n, nil
 	}
-	var total int64
+	defer func() {
+		if total == 0 {
+			return
+		}
+		run.Rows = total
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := s.recordPurge(rctx, run); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("%w (the %d deleted rows are gone)", rerr, total))
+		}
+	}()
 	var took time.Duration // the last batch's
 	var n int64            // the last batch's rows
 	for batch := 0; opt.MaxBatches == 0 || batch < opt.MaxBatches; batch++ {
@@ -82,7 +100,7 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 			}
 		}
 		began := time.Now()
-		res, err := s.db.ExecContext(ctx, s.q.purgeBatch, cutoff, opt.BatchSize)
+		res, err := s.db.ExecContext(ctx, s.q.purgeBatch, cutoff, cutoff, opt.BatchSize)
 		took = time.Since(began)
 		if err != nil {
 			return total, fmt.Errorf("inbox: purge batch %d: %w", batch+1, err)
@@ -98,6 +116,12 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 	}
 	return total, nil
 }
+
+// purgeDue is true for a terminal row finished before the cutoff (bound
+// twice): by PROCESSED_AT, or by CREATED_AT where PROCESSED_AT is NULL (a
+// legacy consumer's PROCESSED row may have none). The first test keeps
+// the (STATUS, PROCESSED_AT) index usable.
+const purgeDue = `(PROCESSED_AT < ? OR (PROCESSED_AT IS NULL AND CREATED_AT < ?))`
 
 // purgePause is the wait after a batch of rows rows that took took, so
 // that the batch and the wait take rows/maxRate seconds together; no wait
@@ -129,7 +153,7 @@ func (s *Store) pause(ctx context.Context, d time.Duration) error {
 
 // pgPurgeBatch is PostgreSQL's purge batch. PostgreSQL has no DELETE ...
 // LIMIT, so a subquery picks the rows by ctid: a sequential scan that stops
-// after ?2 matches (synchronized scans start it near where the previous
+// after ?3 matches (synchronized scans start it near where the previous
 // batch stopped, on a table larger than a quarter of shared_buffers), then
 // one TID scan of the sorted array; "ctid IN (subquery)" hashed the ctids
 // and fetched them one by one, and took about twice the time (psql, one
@@ -142,4 +166,4 @@ func (s *Store) pause(ctx context.Context, d time.Duration) error {
 // before the flush brings back rows that were due for deletion anyway, and
 // the next purge deletes them; nothing that is still needed can be lost.
 const pgPurgeBatch = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)) ` +
-	`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s, sync WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?))`
+	`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s, sync WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?))`

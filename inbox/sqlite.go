@@ -30,7 +30,7 @@ var SQLite = Dialect{
 		return c.Number == sqliteConstraintPrimaryKey || c.Number == sqliteConstraintUnique
 	}),
 	placeholder: questionMark,
-	purgeBatch:  `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND PROCESSED_AT < ? LIMIT ?)`,
+	purgeBatch:  `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?)`,
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
 

@@ -56,9 +56,14 @@ func (st Stats) OldestNonTerminal(consumer string) (time.Time, bool) {
 // over the table: cheap enough to run every few seconds, but a full scan
 // on a large table, so do not run it per message.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	q := s.d.Rebind(strings.ReplaceAll(`SELECT CONSUMER_NAME, STATUS, COUNT(*), MIN(CREATED_AT),
-	SUM(CASE WHEN ATTEMPTS >= ? THEN 1 ELSE 0 END), SUM(CASE WHEN ATTEMPTS = ? THEN 1 ELSE 0 END)
-	FROM {t} GROUP BY CONSUMER_NAME, STATUS`, "{t}", s.cfg.Table))
+	attempts := "ATTEMPTS"
+	if s.missing["ATTEMPTS"] {
+		attempts = "0" // a table before migration (ForReading)
+	}
+	// Statuses byte for byte: a legacy 'processed' is not PROCESSED.
+	q := s.d.Rebind(strings.NewReplacer("{t}", s.cfg.Table, "{attempts}", attempts, "{status}", s.d.exactStatus()).Replace(`SELECT CONSUMER_NAME, {status}, COUNT(*), MIN(CREATED_AT),
+	SUM(CASE WHEN {attempts} >= ? THEN 1 ELSE 0 END), SUM(CASE WHEN {attempts} = ? THEN 1 ELSE 0 END)
+	FROM {t} GROUP BY CONSUMER_NAME, {status}`))
 	out := Stats{At: s.now(), MaxAttempts: s.cfg.Retry.MaxAttempts, Counts: []StatusCount{}}
 	rows, err := s.db.QueryContext(ctx, q, s.cfg.Retry.MaxAttempts, s.cfg.Retry.MaxAttempts-1)
 	if err != nil {

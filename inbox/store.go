@@ -95,6 +95,8 @@ type Store struct {
 	forgot   map[[2]string]int // attempt markers to take back (see ForgetAttempt)
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
+
+	missing map[string]bool // columns the table lacks, read as stand-ins (ForReading only)
 }
 
 // New returns a Store on db, which must be opened with the driver of d.
@@ -128,16 +130,17 @@ func (s *Store) now() time.Time { return s.cfg.Clock.Now().UTC() }
 
 func (s *Store) t(t time.Time) any { return s.d.timeArg(t) }
 
-func (s *Store) truncate(msg string) string {
-	max := s.cfg.MaxErrorLength
-	if len(msg) <= max {
-		return msg
+func (s *Store) truncate(msg string) string { return cut(msg, s.cfg.MaxErrorLength) }
+
+// cut shortens s to at most n bytes at a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	cut := max
-	for cut > 0 && !utf8RuneStart(msg[cut]) {
-		cut--
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
 	}
-	return msg[:cut]
+	return s[:n]
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

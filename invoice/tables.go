@@ -135,7 +135,7 @@ func InsertLetter(ctx context.Context, q Querier, d inbox.Dialect, l Letter) err
 		ev = l.EventID
 	}
 	_, err := q.ExecContext(ctx, d.Rebind(`INSERT INTO shipping_letters (letter_id, invoice_no, customer_no, event_id, created_at) VALUES (?, ?, ?, ?, ?)`),
-		l.LetterID, l.InvoiceNo, l.CustomerNo, ev, timeArg(d, l.CreatedAt))
+		l.LetterID, l.InvoiceNo, l.CustomerNo, ev, d.TimeArg(l.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("invoice: insert shipping letter: %w", err)
 	}
@@ -153,20 +153,11 @@ type Document struct {
 // InsertDocument writes an archived_documents row.
 func InsertDocument(ctx context.Context, q Querier, d inbox.Dialect, doc Document) error {
 	_, err := q.ExecContext(ctx, d.Rebind(`INSERT INTO archived_documents (document_id, invoice_no, payload, created_at) VALUES (?, ?, ?, ?)`),
-		doc.DocumentID, doc.InvoiceNo, doc.Payload, timeArg(d, doc.CreatedAt))
+		doc.DocumentID, doc.InvoiceNo, doc.Payload, d.TimeArg(doc.CreatedAt))
 	if err != nil {
 		return fmt.Errorf("invoice: archive document: %w", err)
 	}
 	return nil
-}
-
-// timeArg binds a timestamp the way the inbox does: UTC text in SQLite
-// (fixed width, sorts in time order), time.Time elsewhere.
-func timeArg(d inbox.Dialect, t time.Time) any {
-	if d.Name() == "sqlite" {
-		return t.UTC().Format("2006-01-02 15:04:05.000000")
-	}
-	return t.UTC()
 }
 
 // CheckConfig is the invoice consumer's configuration of `inboxctl check`

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -29,15 +31,48 @@ type auditRow struct {
 	PayloadHash   string     `json:"payloadHash,omitempty"`
 	DLQTrace      string     `json:"dlqTrace,omitempty"`
 	EventIDSource string     `json:"eventIdSource,omitempty"`
+	// Legacy is true for a row written before the second of the table's
+	// baseline (its adoption by inboxctl migrate): a legacy consumer's.
+	Legacy bool `json:"legacy,omitempty"`
 }
 
-func auditRowOf(r inbox.Record) auditRow {
+// idSource is where the row's event id came from: its EVENT_ID_SOURCE,
+// "header" for inboxkit's rows without one, "-" (unknown) for a legacy
+// consumer's.
+func (a auditRow) idSource() string {
+	switch {
+	case a.EventIDSource != "":
+		return a.EventIDSource
+	case a.Legacy:
+		return "-"
+	}
+	return "header"
+}
+
+// auditRows are the audit lines of recs, rows of st.
+func auditRows(ctx context.Context, st *inbox.Store, recs []inbox.Record) ([]auditRow, error) {
+	adopted, err := st.Baseline(ctx)
+	if err != nil && !errors.Is(err, inbox.ErrNoBaseline) {
+		return nil, err
+	}
+	rows := make([]auditRow, 0, len(recs))
+	for _, r := range recs {
+		rows = append(rows, auditRowOf(r, adopted))
+	}
+	return rows, nil
+}
+
+// auditRowOf is the audit line of r. adopted is the table's baseline
+// (inbox.Store.Baseline; zero: none recorded, every row is a legacy
+// consumer's).
+func auditRowOf(r inbox.Record, adopted time.Time) auditRow {
 	a := auditRow{
 		EventID: r.EventID, Consumer: r.ConsumerName, CorrelationID: r.CorrelationID, Status: string(r.Status),
 		Reason: r.ReasonCode, ErrorClass: r.ErrorClass, Attempts: r.Attempts, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstFailedAt: r.FirstFailedAt, ProcessedAt: r.ProcessedAt,
 		ReplayCount: r.ReplayCount, PayloadHash: r.PayloadHash, EventIDSource: r.EventIDSource,
 	}
+	a.Legacy = adopted.IsZero() || r.CreatedAt.Before(adopted.Truncate(time.Second))
 	switch {
 	case r.Status == "DEAD_LETTERED":
 		a.DLQTrace = fmt.Sprintf("dead-lettered (%s, %s)", r.ErrorClass, r.ReasonCode)
@@ -87,9 +122,11 @@ func newAuditCmd() *cobra.Command {
 		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [-o json]",
 		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
 		Long: `audit prints every inbox row (of all consumers) with the correlation id, or with the
-event id, oldest first: event id, where a derived id came from (--event-id-from),
-consumer, status, reason, attempts, times, the last error and the DLQ trace
-(dead-lettered, replays).
+event id, oldest first: event id, where a derived id came from (--event-id-from;
+"header" for the eventId header, "-" for a legacy consumer's row, written before
+inboxctl migrate adopted the table), consumer, status, reason, attempts, times, the
+last error and the DLQ trace (dead-lettered, replays). It reads a table inboxctl
+migrate has not upgraded yet as it is.
 
 With --broker it also lists what the dead-letter queue (--dlq) and the reject queue
 (--reject-queue) hold for the case: messages with the event id, or with the
@@ -113,7 +150,7 @@ Exit 1 when nothing is found.`,
 				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events) or --event-id ID")
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStore(ctx)
+			st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -129,9 +166,9 @@ Exit 1 when nothing is found.`,
 			if err != nil {
 				return err
 			}
-			rows := make([]auditRow, 0, len(recs))
-			for _, r := range recs {
-				rows = append(rows, auditRowOf(r))
+			rows, err := auditRows(ctx, st, recs)
+			if err != nil {
+				return err
 			}
 			rep := auditReport{Rows: rows, Queues: []queueEntry{}}
 			if brokerURL != "" {
@@ -231,7 +268,7 @@ func printAudit(w interface{ Write([]byte) (int, error) }, title string, rows []
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "EVENT\tID SOURCE\tCONSUMER\tSTATUS\tREASON\tATTEMPTS\tCREATED\tFINISHED\tDLQ TRACE\tLAST ERROR")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.EventID, orDefault(r.EventIDSource, "header"), r.Consumer, r.Status, orDash(r.Reason), r.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.EventID, r.idSource(), r.Consumer, r.Status, orDash(r.Reason), r.Attempts,
 			fmtTime(&r.CreatedAt), fmtTime(r.ProcessedAt), orDash(r.DLQTrace), orDash(shorten(r.LastError, 60)))
 	}
 	tw.Flush()

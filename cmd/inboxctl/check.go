@@ -5,10 +5,12 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +25,9 @@ type finding struct {
 	Count   int      `json:"count"`
 	Samples []string `json:"samples"`
 	Skipped string   `json:"skipped,omitempty"`
+	// Since is the baseline of a check that looks only at rows finished
+	// at or after it (--since), in the database's clock.
+	Since *time.Time `json:"since,omitempty"`
 }
 
 const maxSamples = 10
@@ -39,6 +44,9 @@ type checkConfig struct {
 	// BusinessKeys: SQL returning the columns business_key and event_id of
 	// every business record (double effects when a key has several).
 	BusinessKeys businessCheck `json:"businessKeys"`
+	// Since: businessRowExists looks only at rows finished at or after it
+	// (--since); nil looks at every row.
+	Since *time.Time `json:"-"`
 }
 
 type businessCheck struct {
@@ -104,7 +112,7 @@ func loadCheckConfig(path, consumerName, rowSQL, keySQL string) (checkConfig, er
 
 func newCheckCmd() *cobra.Command {
 	var f dbFlags
-	var consumerName, configPath, rowSQL, keySQL string
+	var consumerName, configPath, rowSQL, keySQL, since string
 	var o outputFlags
 	c := &cobra.Command{
 		Use:   "check --db URL [--config FILE] [-o json]",
@@ -116,12 +124,27 @@ them, the invoice consumer's (invoice/check.json):
   businessRowExists  (invoice: processed-without-letter) PROCESSED events without their
                      business row: the inbox row and the business write were in separate
                      transactions. SQL returning a row when the record of {event_id} exists.
+                     Only rows finished since --since are looked at: by default the
+                     table's baseline, when inboxctl migrate first ran on it (a legacy
+                     consumer's rows, older, have their business rows elsewhere);
+                     --since all looks at every row, --since 2026-01-31 from that day.
   businessKeys       (invoice: duplicate-letters) business keys with more than one business
                      row: a purge inside the redelivery horizon, or a resend with a new event
                      id. SQL returning the columns business_key and event_id.
+  purged-then-redelivered  events processed again after a purge run deleted their inbox
+                     row: two business rows for one event id, or a business row beside an
+                     inbox row that is not PROCESSED (the business table refused the second
+                     row, as the invoice consumer's letter id keyed by the event does; what
+                     the handler did outside the database may have happened again). The duplicates
+                     that appear shortly after a cleanup; each names the purge run (its
+                     time, window and horizon) recorded in INBOXKIT_HISTORY.
 
 and on the inbox table of every consumer:
 
+  unknown-status            rows in a status the state machine does not know (a legacy
+                            consumer's FAILED, a lower-case processed) or RECEIVED/IN_PROGRESS
+                            rows no worker will process: their messages are dead-lettered with
+                            UNKNOWN_STATUS; map them with inboxctl migrate --map-status
   payload-hash-reuse        the same payload hash under different event ids (a resend with a new id)
   derived-id-payload-reuse  ... where an id was derived (--event-id-from): the derivation did not
                             catch that resend
@@ -159,6 +182,9 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 				return err
 			}
 			defer st.DB().Close()
+			if cfg.Since, err = checkSince(ctx, st, since); err != nil {
+				return err
+			}
 			fs, err := runChecks(ctx, st, cfg)
 			if err != nil {
 				return err
@@ -186,8 +212,30 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 	c.Flags().StringVar(&configPath, "config", "", "JSON file with the consumer's business-table SQL (default: the invoice consumer's)")
 	c.Flags().StringVar(&rowSQL, "business-row-sql", "", "SQL returning a row when the business record of {event_id} exists")
 	c.Flags().StringVar(&keySQL, "business-key-sql", "", "SQL returning business_key, event_id of every business record")
+	c.Flags().StringVar(&since, "since", "", "look for split transactions in rows finished since this time (2026-01-31, RFC 3339) or all (default: the table's baseline, when inboxctl migrate first ran on it)")
 	o.register(c)
 	return c
+}
+
+// checkSince is the baseline of the split-transaction check: --since, or
+// the table's baseline (inbox.Store.Baseline); nil for all rows.
+func checkSince(ctx context.Context, st *inbox.Store, v string) (*time.Time, error) {
+	switch v {
+	case "all":
+		return nil, nil
+	case "":
+		b, err := st.Baseline(ctx)
+		if errors.Is(err, inbox.ErrNoBaseline) {
+			return nil, nil
+		}
+		return &b, err
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return &t, nil
+		}
+	}
+	return nil, usageErr("--since %q: give a time (2026-01-31, 2026-01-31 08:00:00 in UTC, or RFC 3339) or all", v)
 }
 
 func printFindings(w io.Writer, fs []finding, total int) {
@@ -203,6 +251,9 @@ func printFindings(w io.Writer, fs []finding, total int) {
 				fmt.Fprintf(w, "        %s\n", s)
 			}
 		}
+		if x.Since != nil && x.Skipped == "" {
+			fmt.Fprintf(w, "        (only rows finished since %s; --since all looks at every row)\n", x.Since.UTC().Format("2006-01-02 15:04:05"))
+		}
 	}
 	if total > 0 {
 		fmt.Fprintf(w, "%d finding(s)\n", total)
@@ -217,11 +268,19 @@ func runChecks(ctx context.Context, st *inbox.Store, cfg checkConfig) ([]finding
 
 	// 1. PROCESSED events without their business row.
 	if br := cfg.BusinessRowExists; br.SQL != "" {
-		f1 := finding{Check: br.Name, Meaning: br.Meaning}
+		f1 := finding{Check: br.Name, Meaning: br.Meaning, Since: cfg.Since}
 		exists := strings.ReplaceAll(br.SQL, "{event_id}", "i.EVENT_ID")
-		q := d.Rebind(`SELECT i.EVENT_ID FROM ` + table + ` i WHERE i.STATUS = 'PROCESSED' AND i.CONSUMER_NAME = ?
-		AND NOT EXISTS (` + exists + `) ORDER BY i.EVENT_ID`)
-		ids, err := queryStrings(ctx, db, q, cfg.Consumer)
+		q, args := `SELECT i.EVENT_ID FROM `+table+` i WHERE i.STATUS = 'PROCESSED' AND i.CONSUMER_NAME = ?`, []any{cfg.Consumer}
+		if cfg.Since != nil {
+			// Rows finished before the baseline are a legacy consumer's.
+			// Those of the baseline's own second are looked at (a time
+			// without a fraction, as SQLite's CURRENT_TIMESTAMP writes, is
+			// of that second): a split transaction is never hidden.
+			q += ` AND COALESCE(i.PROCESSED_AT, i.CREATED_AT) > ?`
+			args = append(args, d.TimeArg(cfg.Since.Truncate(time.Second).Add(-time.Microsecond)))
+		}
+		q = d.Rebind(q + ` AND NOT EXISTS (` + exists + `) ORDER BY i.EVENT_ID`)
+		ids, err := queryStrings(ctx, db, q, args...)
 		if err != nil {
 			if br.Name == "processed-without-letter" && !hasInvoiceTables(ctx, db) {
 				f1.Skipped = "no invoice tables (shipping_letters): run inboxctl migrate"
@@ -273,6 +332,11 @@ func runChecks(ctx context.Context, st *inbox.Store, cfg checkConfig) ([]finding
 			}
 		}
 		out = append(out, f2)
+		fp, err := purgedThenRedelivered(ctx, st, cfg, f2.Skipped)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fp)
 	}
 
 	// 3. The same payload hash under different event ids; and where ids
@@ -335,7 +399,136 @@ func runChecks(ctx context.Context, st *inbox.Store, cfg checkConfig) ([]finding
 		f4.Samples = append(f4.Samples, fmt.Sprintf("%s (%s): %d attempts, %s", r.EventID, r.ConsumerName, r.Attempts, orDash(shorten(r.LastError, 80))))
 	}
 	out = append(out, f4)
+
+	// 6. Rows in a status the state machine does not know.
+	f6 := finding{Check: "unknown-status", Meaning: "rows in a status the state machine does not know, or RECEIVED/IN_PROGRESS rows no worker will process: " +
+		"their messages are dead-lettered (UNKNOWN_STATUS); map them with inboxctl migrate --map-status"}
+	unknown, err := st.UnknownStatuses(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("check unknown-status: %w", err)
+	}
+	for _, u := range unknown {
+		f6.Count += int(u.Rows)
+	}
+	if f6.Count > 0 {
+		samples, err := st.UnknownStatusRows(ctx, maxSamples)
+		if err != nil {
+			return nil, fmt.Errorf("check unknown-status: %w", err)
+		}
+		for _, u := range unknown {
+			f6.Samples = append(f6.Samples, "status "+u.String())
+		}
+		for _, r := range samples {
+			f6.Samples = append(f6.Samples, fmt.Sprintf("%s (%s): %s, created %s", r.EventID, r.ConsumerName, r.Status, fmtTime(&r.CreatedAt)))
+		}
+	}
+	out = append(out, f6)
 	return out, nil
+}
+
+// purgedThenRedelivered finds the events a recorded purge run let
+// through a second time: a business key with more than one business row
+// for one event id (processed twice), or an event whose business row
+// exists while its inbox row is not PROCESSED (processed again, and the
+// business table refused the second row: a unique key derived from the
+// event, as the invoice consumer's letter id; what the handler did outside
+// the database may have happened again). Each is tied to the run last before its current
+// inbox row was created (the last run, when that row is gone too); one with
+// no run before it is left to the other checks. skipped carries the
+// business checks' reason to skip.
+func purgedThenRedelivered(ctx context.Context, st *inbox.Store, cfg checkConfig, skipped string) (finding, error) {
+	const name = "purged-then-redelivered"
+	f := finding{Check: name, Skipped: skipped,
+		Meaning: "events processed again after a purge deleted their inbox row: a purge inside the redelivery horizon, the duplicates shortly after a cleanup"}
+	if skipped != "" {
+		return f, nil
+	}
+	runs, err := st.PurgeRuns(ctx)
+	if err != nil || len(runs) == 0 {
+		return f, err
+	}
+	// tie returns the purge run that let event through, and what became of
+	// it, or nil.
+	tie := func(event string) (*inbox.PurgeRun, *inbox.Record, error) {
+		r, err := st.Get(ctx, event, cfg.Consumer)
+		if errors.Is(err, inbox.ErrNotFound) {
+			return &runs[len(runs)-1], nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		var run *inbox.PurgeRun
+		for i := range runs {
+			if !runs[i].At.After(r.CreatedAt) {
+				run = &runs[i]
+			}
+		}
+		return run, &r, nil
+	}
+	add := func(line string) {
+		f.Count++
+		if len(f.Samples) < maxSamples {
+			f.Samples = append(f.Samples, line)
+		}
+	}
+	db, d := st.DB(), st.Dialect()
+	if bk := cfg.BusinessKeys.SQL; bk != "" {
+		rows, err := db.QueryContext(ctx, `SELECT k.business_key, k.event_id, COUNT(*) FROM (`+bk+`) k WHERE k.event_id IS NOT NULL GROUP BY k.business_key, k.event_id HAVING COUNT(*) > 1 ORDER BY 1, 2`)
+		if err != nil {
+			return f, fmt.Errorf("check %s: %w\n\tSQL: %s", name, err, bk)
+		}
+		type twice struct {
+			key, event string
+			n          int
+		}
+		var found []twice
+		for rows.Next() {
+			var x twice
+			if err := rows.Scan(&x.key, &x.event, &x.n); err != nil {
+				rows.Close()
+				return f, fmt.Errorf("check %s: %w", name, err)
+			}
+			found = append(found, x)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return f, fmt.Errorf("check %s: %w", name, err)
+		}
+		for _, x := range found {
+			run, r, err := tie(x.event)
+			if err != nil {
+				return f, fmt.Errorf("check %s: %w", name, err)
+			}
+			if run == nil {
+				continue // no purge before it came again: a hand-made row, or a split transaction
+			}
+			again := "its inbox row is gone too"
+			if r != nil {
+				again = "processed again at " + fmtTime(&r.CreatedAt)
+			}
+			add(fmt.Sprintf("%s: %d rows for event %s; its first inbox row was deleted by the %s; %s", x.key, x.n, x.event, run, again))
+		}
+	}
+	if br := cfg.BusinessRowExists.SQL; br != "" {
+		exists := strings.ReplaceAll(br, "{event_id}", "i.EVENT_ID")
+		q := d.Rebind(`SELECT i.EVENT_ID FROM ` + st.Config().Table + ` i WHERE i.STATUS <> 'PROCESSED' AND i.CONSUMER_NAME = ? AND EXISTS (` + exists + `) ORDER BY i.EVENT_ID`)
+		ids, err := queryStrings(ctx, db, q, cfg.Consumer)
+		if err != nil {
+			return f, fmt.Errorf("check %s: %w\n\tSQL: %s", name, err, br)
+		}
+		for _, id := range ids {
+			run, r, err := tie(id)
+			if err != nil {
+				return f, fmt.Errorf("check %s: %w", name, err)
+			}
+			if run == nil || r == nil {
+				continue
+			}
+			add(fmt.Sprintf("%s: has its business row, but its inbox row, created again at %s after the %s, is %s%s: it ran a second time",
+				id, fmtTime(&r.CreatedAt), run, r.Status, map[bool]string{true: " (" + r.ReasonCode + ")"}[r.ReasonCode != ""]))
+		}
+	}
+	return f, nil
 }
 
 func orDefault(s, def string) string {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -82,11 +83,36 @@ func unreachable(kind, display, what string, err error) error {
 // the schema is at the version this build needs: a schema that is missing,
 // behind or drifted is a configuration error (exit 2, "run inboxctl migrate").
 func (f *dbFlags) openStore(ctx context.Context) (*inbox.Store, target.DB, error) {
+	return f.openChecked(ctx, nil)
+}
+
+// openStoreForReading is openStore for the read-only commands (audit,
+// stats): a table behind this build's version, the legacy seed table
+// included, is read as it is (the columns it lacks as NULL), with a note
+// on stderr; a missing table is exit 2 as in openStore.
+func (f *dbFlags) openStoreForReading(ctx context.Context, stderr io.Writer) (*inbox.Store, target.DB, error) {
+	return f.openChecked(ctx, stderr)
+}
+
+// openChecked opens the store and checks its schema; with a note writer,
+// a table that exists but is behind is opened for reading (ForReading).
+func (f *dbFlags) openChecked(ctx context.Context, note io.Writer) (*inbox.Store, target.DB, error) {
 	st, t, err := f.openStoreUnchecked(ctx)
 	if err != nil {
 		return nil, t, err
 	}
-	if err := st.CheckSchema(ctx); err != nil {
+	err = st.CheckSchema(ctx)
+	var se *inbox.SchemaError
+	if note != nil && errors.As(err, &se) && !se.TableMissing {
+		if r, rerr := st.ForReading(ctx); rerr != nil {
+			err = rerr
+		} else {
+			fmt.Fprintf(note, "note: %s is at schema version %d, this build needs %d: read as it is (run inboxctl migrate before inboxctl run)\n",
+				se.Table, se.Current, se.Latest)
+			return r, t, nil
+		}
+	}
+	if err != nil {
 		st.DB().Close()
 		if errors.Is(err, inbox.ErrSchemaOutdated) {
 			return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s: %w", t.Display, err)}

@@ -313,9 +313,9 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	if err != nil {
 		return err
 	}
-	rows := make([]auditRow, 0, len(recs))
-	for _, r := range recs {
-		rows = append(rows, auditRowOf(r))
+	rows, err := auditRows(ctx, st, recs)
+	if err != nil {
+		return err
 	}
 	printAudit(out, "correlation id "+demoAuditCorr, rows)
 

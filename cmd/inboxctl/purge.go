@@ -33,8 +33,11 @@ func newPurgeCmd() *cobra.Command {
 		Use:   "purge --db URL --older-than DURATION [--dry-run] [-o json]",
 		Short: "Delete terminal inbox rows older than a retention window",
 		Long: `purge deletes terminal inbox rows (PROCESSED, REJECTED, DEAD_LETTERED) whose terminal
-time is older than --older-than, in batches of --batch-size rows, each in its own
-short transaction. TECHNICAL_FAILURE rows are never deleted.
+time (PROCESSED_AT; CREATED_AT where a legacy consumer left none) is older than
+--older-than, in batches of --batch-size rows, each in its own short transaction.
+TECHNICAL_FAILURE rows are never deleted. A run that deleted rows is recorded in
+INBOXKIT_HISTORY (time, cutoff, window, horizon, rows): 'inboxctl check' ties a
+duplicate it let through to it (purged-then-redelivered).
 
 Purge runs beside live consumers: it deletes at most --max-rows-per-second rows
 a second (pausing after each batch), so that the write-ahead log it writes

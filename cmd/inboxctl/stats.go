@@ -56,6 +56,7 @@ it also shows the dead-letter queue's depth: ActiveMQ browsed (up to 10000), Rab
 a passive declare's message count, JetStream the subject's messages in its stream;
 AMQP 1.0 cannot tell (the protocol has no request for it).
 
+It reads a table inboxctl migrate has not upgraded yet as it is (attempts as 0).
 --watch refreshes every --interval until interrupted (in place on a terminal).
 Exit 0, or 2 when the database cannot be reached.`,
 		Example: `  inboxctl stats --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -71,7 +72,7 @@ Exit 0, or 2 when the database cannot be reached.`,
 				return usageErr("--interval must be positive (got %s)", interval)
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStore(ctx)
+			st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -11,7 +11,7 @@ import (
 )
 
 // testStoreThenProcess runs the consumer in ModeStoreThenProcess: every
-// delivery is stored and acknowledged at once (duplicates too, changing
+// delivery is stored and acknowledged at once (copies too, changing
 // nothing); leased workers process the entries; poison, a message without
 // event id and one past the backout threshold end in the DLQ; a rejection is
 // REJECTED; every valid event is processed exactly once.
@@ -54,8 +54,10 @@ func testStoreThenProcess(t *testing.T, e *env) {
 			deadAtReceive++
 		}
 	}
-	if stored != n+3 || dups != n/5 || deadAtReceive != 1 {
-		t.Errorf("receiver: %d stored, %d duplicates acknowledged, %d dead-lettered at receive; want %d, %d, 1", stored, dups, deadAtReceive, n+3, n/5)
+	// A copy is a duplicate only once its first is terminal; one that
+	// finds the entry still waiting for a worker is "stored" (issue 23.1).
+	if stored+dups != n+3+n/5 || dups > n/5 || deadAtReceive != 1 {
+		t.Errorf("receiver: %d stored, %d duplicates acknowledged, %d dead-lettered at receive; want %d stored or duplicates (at most %d duplicates), 1", stored, dups, deadAtReceive, n+3+n/5, n/5)
 	}
 	rows, distinct := e.businessRows(t)
 	if rows != n || distinct != n {

@@ -307,3 +307,56 @@ func SeedDDL(backend string) string {
 	}
 	return strings.NewReplacer("VARCHAR2", "VARCHAR", "SYSTIMESTAMP", "CURRENT_TIMESTAMP").Replace(SeedOracleDDL)
 }
+
+// LegacyRow is a row a legacy consumer left in the seed table: its
+// PROCESSED_AT is "" for NULL, else a literal such as "2026-01-05 10:00:00".
+type LegacyRow struct {
+	EventID, Status, ProcessedAt string
+}
+
+// SeedLegacy creates the seed table (SeedDDL) on db with rows of consumer
+// invoice-consumer, each created at createdAt and with the correlation id
+// "order-" + its event id.
+func SeedLegacy(t testing.TB, db *DB, createdAt string, rows ...LegacyRow) {
+	t.Helper()
+	_, err := db.Exec(SeedDDL(db.Backend))
+	Must(t, err, "seed DDL")
+	for _, r := range rows {
+		processed := "NULL"
+		if r.ProcessedAt != "" {
+			processed = "'" + r.ProcessedAt + "'"
+		}
+		_, err := db.Exec(fmt.Sprintf(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT)
+			VALUES ('%s', 'invoice-consumer', '%s', 'order-%s', %s, '%s')`, r.EventID, r.Status, r.EventID, processed, createdAt))
+		Must(t, err, "legacy row %s", r.EventID)
+	}
+}
+
+// Dump is the columns and rows of table (ordered by its first column),
+// and which of the tables named in also exist: what a test compares to
+// show that nothing changed.
+func Dump(t testing.TB, db *DB, table string, also ...string) string {
+	t.Helper()
+	rows, err := db.Query(`SELECT * FROM ` + table + ` ORDER BY 1`)
+	Must(t, err, "read %s", table)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	Must(t, err, "columns of %s", table)
+	var b strings.Builder
+	fmt.Fprintln(&b, strings.ToUpper(strings.Join(cols, ",")))
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		Must(t, rows.Scan(ptrs...), "scan %s", table)
+		fmt.Fprintln(&b, vals)
+	}
+	Must(t, rows.Err(), "rows of %s", table)
+	for _, other := range also {
+		_, err := db.Exec(`SELECT COUNT(*) FROM ` + other)
+		fmt.Fprintf(&b, "%s exists: %v\n", other, err == nil)
+	}
+	return b.String()
+}
