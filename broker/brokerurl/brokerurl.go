@@ -219,17 +219,18 @@ func (b *Broker) Source(ctx context.Context, queue, name string, prefetch int) (
 	if queue == "" {
 		return nil, errors.New("brokerurl: Source needs a queue")
 	}
-	return b.open(ctx, queue, name, prefetch, b.AckWait)
+	return b.open(ctx, queue, name, prefetch, b.AckWait, false)
 }
 
 // Publisher opens a publisher-only adapter, which the broker confirms
 // every message to (see dlq.Publisher). Close closes it too.
 func (b *Broker) Publisher(ctx context.Context) (Adapter, error) {
-	return b.open(ctx, "", "", 0, 0)
+	return b.open(ctx, "", "", 0, 0, false)
 }
 
-// open opens an adapter; ackWait is JetStream's AckWait of a source.
-func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ackWait time.Duration) (Adapter, error) {
+// open opens an adapter; ackWait is JetStream's AckWait of a source, and
+// transient makes its durable transient (jetstream.Config.Transient).
+func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ackWait time.Duration, transient bool) (Adapter, error) {
 	var a Adapter
 	var err error
 	log := b.opts.Logger
@@ -248,7 +249,7 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ack
 			// that let the deliveries of a killed process (unacknowledged
 			// until AckWait) stop all the others. A process holds at most
 			// prefetch deliveries anyway: its workers pull one at a time.
-			cfg.Durable, cfg.Prefetch, cfg.AckWait = durableName(name), max(prefetch, sharedDurablePrefetch), ackWait
+			cfg.Durable, cfg.Prefetch, cfg.AckWait, cfg.Transient = durableName(name), max(prefetch, sharedDurablePrefetch), ackWait, transient
 		}
 		a, err = jetstream.Open(ctx, cfg)
 	}
@@ -347,10 +348,25 @@ func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, 
 // without a queue browser before it takes the queue as read.
 const browseWait = 1500 * time.Millisecond
 
-// browseDurable is the JetStream durable consumer Browse reads through:
-// the name inboxctl's dlq list has always used, so an existing one is
-// reused.
+// browseDurable is the JetStream durable consumer Browse and ToolSource
+// read through: the name inboxctl's dlq list has always used, so an
+// existing one is reused. It is transient (jetstream.Config.Transient): on
+// a work-queue stream it is deleted when the source closes, so that what
+// it handed back is there for the next command, also after a restart of
+// an embedded server (one per command with embedded:DIR), which holds a
+// kept durable's handed-back messages as pending until AckWait.
 const browseDurable = "inboxctl-dlq"
+
+// ToolSource opens a source on queue for a command that reads it now and
+// then and hands back what it does not take (inboxctl's dlq replay and dlq
+// drop): on JetStream through Browse's transient durable, with the
+// Broker's AckWait; elsewhere as Source.
+func (b *Broker) ToolSource(ctx context.Context, queue string, prefetch int) (Adapter, error) {
+	if queue == "" {
+		return nil, errors.New("brokerurl: ToolSource needs a queue")
+	}
+	return b.open(ctx, queue, browseDurable, prefetch, b.AckWait, true)
+}
 
 // Browse returns up to limit messages of queue (0: all) without removing
 // them. On ActiveMQ it is a queue browser (stomp.Browse). Other brokers
@@ -363,7 +379,7 @@ func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxki
 	if b.URL.Kind == STOMP {
 		return stomp.Browse(ctx, stomp.Config{URL: b.URL.URL}, queue, limit)
 	}
-	src, err := b.open(ctx, queue, browseDurable, 1000, time.Minute)
+	src, err := b.open(ctx, queue, browseDurable, 1000, time.Minute, true)
 	if err != nil {
 		return nil, err
 	}

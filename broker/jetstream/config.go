@@ -38,6 +38,16 @@ type Config struct {
 	// retention: the stream is a queue and forgets a message once it is
 	// acknowledged. It has no effect on an existing stream. Defaults to false.
 	KeepAcked bool
+	// Transient makes Close delete the durable consumer, after it handed
+	// back the deliveries not settled, when Stream is a work-queue stream
+	// (on another stream the durable is the record of what was
+	// acknowledged, and is kept). For tools that read a queue now and then
+	// (inboxctl's dlq commands): the work-queue stream keeps every message
+	// not acknowledged, and the next tool's durable starts from them. A
+	// kept durable would hold the messages handed back to it as pending
+	// after a server restart (an embedded server lives as long as one
+	// command) until AckWait passed. Defaults to false.
+	Transient bool
 	// AckWait is how long the server waits for an Ack or Requeue before it
 	// redelivers a delivery, also after a consumer crash. Defaults to 30s.
 	AckWait time.Duration

@@ -60,33 +60,37 @@ func (d *delivery) Ack(ctx context.Context) error {
 	return nil
 }
 
-// Requeue naks the delivery, with NakWithDelay when delay > 0, so the
-// server redelivers it after delay (at once without one). It never uses
-// Term, and the consumer has no MaxDeliver, so the message is never dropped.
-// The nak is not confirmed by the server; Requeue flushes the connection so
-// the server has read it. If the nak is lost the server redelivers after
-// AckWait anyway.
+// Requeue naks the delivery, with a delay when delay > 0, so the server
+// redelivers it after delay (at once without one). It never uses Term, and
+// the consumer has no MaxDeliver, so the message is never dropped. The nak
+// is sent as a request and Requeue returns after the server's reply, once
+// the server has processed it (see nak), at most 5s later; it is sent also
+// when ctx is already done (a delivery abandoned at a shutdown timeout is
+// handed back). If it is lost the server redelivers after AckWait anyway.
 func (d *delivery) Requeue(ctx context.Context, delay time.Duration) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return ErrSettled
 	}
 	d.a.forget(d)
-	var err error
-	if delay > 0 {
-		err = d.msg.NakWithDelay(delay)
-	} else {
-		err = d.msg.Nak()
-	}
-	if err == nil {
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-		}
-		err = d.a.nc.FlushWithContext(ctx)
-	}
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := d.nak(ctx, delay); err != nil {
 		return fmt.Errorf("jetstream: requeue %s seq %s: %w", d.m.Destination, d.m.BrokerMessageID, err)
 	}
 	return nil
+}
+
+// nak sends a negative acknowledgement ("-NAK", with {"delay": ns} when
+// delay > 0) to the delivery's reply subject as a request: the server
+// answers an acknowledgement that has a reply subject once it has
+// processed it. nats.go's Nak only publishes it, and a flush only says
+// that the server read it: a server stopped right after (an embedded one
+// at the end of a command) could keep the message pending for AckWait.
+func (d *delivery) nak(ctx context.Context, delay time.Duration) error {
+	body := []byte("-NAK")
+	if delay > 0 {
+		body = fmt.Appendf(body, ` {"delay": %d}`, delay.Nanoseconds())
+	}
+	_, err := d.a.nc.RequestWithContext(ctx, d.msg.Reply(), body)
+	return err
 }

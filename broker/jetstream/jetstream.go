@@ -20,6 +20,12 @@ import (
 // Config.Subject (a publisher-only Adapter).
 var ErrNoSubject = errors.New("jetstream: no Config.Subject: publisher-only adapter")
 
+// ErrSubjectTaken is wrapped by Open's error when Config.Subject is held
+// by a work-queue stream whose other durable consumer already reads it: a
+// work-queue stream gives each message to one consumer, so it refuses a
+// second durable on the same subject.
+var ErrSubjectTaken = errors.New("jetstream: another durable consumer reads this subject of a work-queue stream")
+
 var (
 	_ consumer.Source = (*Adapter)(nil)
 	_ dlq.Publisher   = (*Adapter)(nil)
@@ -35,6 +41,8 @@ type Adapter struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	cons jetstream.Consumer // nil without Config.Subject
+
+	retention jetstream.RetentionPolicy // of Config.Stream, with Config.Subject
 
 	closedCtx context.Context // done after Close
 	close     context.CancelFunc
@@ -92,9 +100,16 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 		if cfg.KeepAcked {
 			retention = jetstream.LimitsPolicy
 		}
-		if err := a.ensureStream(ctx, cfg.Stream, retention, cfg.Subject); err != nil {
+		got, err := a.ensureStream(ctx, cfg.Stream, retention, cfg.Subject)
+		if err != nil {
 			nc.Close()
 			return nil, err
+		}
+		a.retention = got
+		if got != jetstream.WorkQueuePolicy && !cfg.KeepAcked {
+			log.Warn("jetstream: the stream keeps acknowledged messages: a durable consumer under a new name reads every message it still holds",
+				"stream", cfg.Stream, "subject", cfg.Subject, "retention", retentionName(got), "durable", cfg.Durable,
+				"fix", "a stream for inboxkit is a work-queue stream (inboxkit creates it so); keep the consumer name, or move the subject to a work-queue stream")
 		}
 		a.cons, err = a.js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
 			Durable:       cfg.Durable,
@@ -105,6 +120,12 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 			MaxDeliver:    -1,
 			MaxAckPending: cfg.Prefetch,
 		})
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == errWQConsumerNotUnique || apiErr.ErrorCode == errWQMultipleUnfiltered) {
+			nc.Close()
+			return nil, fmt.Errorf("%w: create consumer %s on stream %s: %w; keep the consumer name that reads %s, or delete the durable that is no longer used (nats consumer rm %s NAME)",
+				ErrSubjectTaken, cfg.Durable, cfg.Stream, err, cfg.Subject, cfg.Stream)
+		}
 		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("jetstream: create consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
@@ -170,8 +191,8 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 // Publish sends body with headers to subject and returns nil only after the
 // stream that captures subject acknowledged it (a JetStream PubAck). For a
 // subject no stream captures it creates the stream StreamName(subject)
-// (file storage, limits retention), or adds the subject to it, and
-// publishes again; with Config.NoStreamCreation that is an error
+// (file storage, work-queue retention, as Open creates it), or adds the
+// subject to it, and publishes again; with Config.NoStreamCreation that is an error
 // (jetstream.ErrNoStreamResponse). A "Nats-Msg-Id" header enables the
 // server's duplicate detection for retried publishes. Without a deadline in
 // ctx the wait for the PubAck is bounded by 5s.
@@ -186,7 +207,7 @@ func (a *Adapter) Publish(ctx context.Context, subject string, headers map[strin
 	_, err := a.js.PublishMsg(ctx, msg)
 	if errors.Is(err, jetstream.ErrNoStreamResponse) && !a.cfg.NoStreamCreation {
 		// Nothing stored the message (no stream answered): create its
-		// stream and send it again.
+		// stream, a work-queue stream as Open would, and send it again.
 		if err := a.EnsureStream(ctx, StreamName(subject), subject); err != nil {
 			return fmt.Errorf("jetstream: publish to %s: no stream captures it, and creating one failed: %w", subject, err)
 		}
@@ -241,16 +262,23 @@ func (a *Adapter) Depth(ctx context.Context, subject string) (int, error) {
 
 // EnsureStream makes sure stream name exists and captures subjects, so that
 // Publish to them is stored (DLQ and reject subjects). A missing stream is
-// created with file storage and limits retention: dead letters stay until
-// they are replayed or purged. An existing stream keeps its settings; the
-// subjects it does not capture yet are added to it.
+// created with file storage and work-queue retention, as every stream the
+// Adapter creates: a message stays until a consumer acknowledges it (a dead
+// letter until it is replayed or dropped), and a durable consumer under a
+// new name does not read again what another one acknowledged. An existing
+// stream keeps its settings; the subjects it does not capture yet are
+// added to it.
 func (a *Adapter) EnsureStream(ctx context.Context, name string, subjects ...string) error {
-	return a.ensureStream(ctx, name, jetstream.LimitsPolicy, subjects...)
+	_, err := a.ensureStream(ctx, name, jetstream.WorkQueuePolicy, subjects...)
+	return err
 }
 
-func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetstream.RetentionPolicy, subjects ...string) error {
+// ensureStream is EnsureStream with the retention of a stream it creates;
+// it returns the retention of the stream, found or created, and logs a
+// stream it created.
+func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetstream.RetentionPolicy, subjects ...string) (jetstream.RetentionPolicy, error) {
 	if len(subjects) == 0 {
-		return fmt.Errorf("jetstream: ensure stream %s: no subjects", name)
+		return 0, fmt.Errorf("jetstream: ensure stream %s: no subjects", name)
 	}
 	for range 3 { // a concurrent creator may win the race
 		s, err := a.js.Stream(ctx, name)
@@ -265,12 +293,13 @@ func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetst
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("jetstream: create stream %s: %w", name, err)
+				return 0, fmt.Errorf("jetstream: create stream %s: %w", name, err)
 			}
-			return nil
+			a.cfg.Logger.Info("jetstream: created stream", "stream", name, "subjects", subjects, "retention", retentionName(retention), "storage", "file")
+			return retention, nil
 		}
 		if err != nil {
-			return fmt.Errorf("jetstream: look up stream %s: %w", name, err)
+			return 0, fmt.Errorf("jetstream: look up stream %s: %w", name, err)
 		}
 		cfg := s.CachedInfo().Config
 		added := false
@@ -281,19 +310,39 @@ func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetst
 			}
 		}
 		if !added {
-			return nil
+			return cfg.Retention, nil
 		}
 		if _, err := a.js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("jetstream: add subjects %v to stream %s: %w", subjects, name, err)
+			return 0, fmt.Errorf("jetstream: add subjects %v to stream %s: %w", subjects, name, err)
 		}
-		return nil
+		return cfg.Retention, nil
 	}
-	return fmt.Errorf("jetstream: ensure stream %s: %w", name, jetstream.ErrStreamNameAlreadyInUse)
+	return 0, fmt.Errorf("jetstream: ensure stream %s: %w", name, jetstream.ErrStreamNameAlreadyInUse)
+}
+
+// Work-queue errors of the JetStream API: a second durable consumer on a
+// subject another one reads, or a second one without a filter.
+const (
+	errWQConsumerNotUnique  jetstream.ErrorCode = 10100
+	errWQMultipleUnfiltered jetstream.ErrorCode = 10099
+)
+
+// retentionName names a retention policy as the docs do.
+func retentionName(r jetstream.RetentionPolicy) string {
+	switch r {
+	case jetstream.WorkQueuePolicy:
+		return "work-queue"
+	case jetstream.LimitsPolicy:
+		return "limits"
+	case jetstream.InterestPolicy:
+		return "interest"
+	}
+	return r.String()
 }
 
 // Close stops intake, returns every delivery not yet settled to the server
-// with a Nak (so it is redelivered at once, not after AckWait), and closes
-// the connection. Receive and Publish return consumer.ErrClosed afterwards.
+// with a Nak (so it is redelivered at once, not after AckWait), deletes a
+// Config.Transient durable, and closes the connection. Receive and Publish return consumer.ErrClosed afterwards.
 // Close is safe to call more than once.
 func (a *Adapter) Close() error {
 	a.closeOnce.Do(func() {
@@ -303,11 +352,20 @@ func (a *Adapter) Close() error {
 		pending := a.pending
 		a.pending = make(map[*delivery]struct{})
 		a.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var wg sync.WaitGroup
 		for d := range pending {
 			if d.settled.CompareAndSwap(false, true) {
-				_ = d.msg.Nak()
+				wg.Go(func() { _ = d.nak(ctx, 0) })
 			}
 		}
+		wg.Wait()
+		if a.cfg.Transient && a.cons != nil && a.retention == jetstream.WorkQueuePolicy {
+			if err := a.js.DeleteConsumer(ctx, a.cfg.Stream, a.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				a.cfg.Logger.Warn("jetstream: delete the transient durable consumer", "stream", a.cfg.Stream, "durable", a.cfg.Durable, "err", err)
+			}
+		}
+		cancel()
 		_ = a.nc.FlushTimeout(2 * time.Second)
 		a.nc.Close()
 	})

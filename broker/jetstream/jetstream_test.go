@@ -253,8 +253,8 @@ func TestPublish(t *testing.T) {
 	if d, err := a.Depth(ctx, created); err != nil || d != 1 {
 		t.Errorf("Depth of the created stream's subject = %d, %v; want 1", d, err)
 	}
-	if cs, err := a.js.Stream(ctx, createdStream); err != nil || cs.CachedInfo().Config.Retention != jetstream.LimitsPolicy {
-		t.Errorf("stream %s made by Publish: %v (want limits retention)", createdStream, err)
+	if cs, err := a.js.Stream(ctx, createdStream); err != nil || cs.CachedInfo().Config.Retention != jetstream.WorkQueuePolicy {
+		t.Errorf("stream %s made by Publish: %v (want work-queue retention)", createdStream, err)
 	}
 	for range 2 { // idempotent
 		if err := a.EnsureStream(ctx, dlqStream, dlqSubject); err != nil {
@@ -275,8 +275,8 @@ func TestPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := s.CachedInfo()
-	if info.State.Msgs != 2 || info.Config.Retention != jetstream.LimitsPolicy || info.Config.Storage != jetstream.FileStorage {
-		t.Errorf("DLQ stream: %d messages, %v, %v; want 2, limits, file", info.State.Msgs, info.Config.Retention, info.Config.Storage)
+	if info.State.Msgs != 2 || info.Config.Retention != jetstream.WorkQueuePolicy || info.Config.Storage != jetstream.FileStorage {
+		t.Errorf("DLQ stream: %d messages, %v, %v; want 2, work-queue, file", info.State.Msgs, info.Config.Retention, info.Config.Storage)
 	}
 	raw, err := s.GetMsg(ctx, 1)
 	if err != nil {
