@@ -11,9 +11,20 @@ import (
 
 // BatchObserver is implemented by an Observer that also wants the size of
 // every batch of Config.BatchSize > 1 (the deliveries of one database
-// transaction; package observe keeps a histogram of them).
+// transaction in ModeTransactional, the stored entries of one worker
+// transaction in ModeStoreThenProcess; package observe keeps a histogram
+// of them).
 type BatchObserver interface {
 	Batch(n int)
+}
+
+// batchFunc is the workers' inbox.WorkerConfig.BatchFunc: the Observer's
+// Batch when it is a BatchObserver and BatchSize is above 1, else nil.
+func batchFunc(cfg Config) func(n int) {
+	if o, ok := cfg.Observer.(BatchObserver); ok && cfg.BatchSize > 1 {
+		return o.Batch
+	}
+	return nil
 }
 
 // receiveBatch adds to first the deliveries the source has within

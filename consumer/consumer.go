@@ -303,6 +303,7 @@ func New(cfg Config) (*Consumer, error) {
 				Logger:         cfg.Logger,
 				ObserveFunc:    c.observeStored(),
 				BatchSize:      cfg.BatchSize,
+				BatchFunc:      batchFunc(cfg),
 			})
 			if err != nil {
 				return nil, fmt.Errorf("consumer: %w", err)
@@ -754,11 +755,20 @@ func (c *Consumer) requeue(ctx context.Context, d Delivery, s Settled, delay tim
 }
 
 // finish reports a settled delivery, in this order: its line in the log
-// (logLine), the summary and outage counts (logSettled), and
-// Config.OnSettled.
+// (logLine), then count.
 func (c *Consumer) finish(s Settled) {
 	c.logLine(s)
+	c.count(s)
+}
+
+// count reports a settled delivery without a log line: the summary and
+// outage counts (logSettled), and Config.OnSettled.
+func (c *Consumer) count(s Settled) {
 	c.logSettled(s)
+	c.onSettled(s)
+}
+
+func (c *Consumer) onSettled(s Settled) {
 	if c.cfg.OnSettled != nil {
 		c.cfg.OnSettled(s)
 	}
@@ -845,20 +855,18 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark)
 	s := Settled{Message: m, Result: res, Action: inboxkit.ActionDeadLetter}
 	s.Result.Status = inboxkit.StatusDeadLettered
-	c.finish(s)
+	c.onSettled(s) // the worker logs it, and observeStored counts it
 	return nil
 }
 
 // observeStored is the workers' inbox.WorkerConfig.ObserveFunc: the
-// Observer sees each processed entry like a delivery (nil without an
-// Observer), with the action its outcome stands for.
+// Observer sees each processed entry like a delivery, with the action its
+// outcome stands for, and the summary counts its outcome (countWorker).
 func (c *Consumer) observeStored() func(context.Context, inbox.Claimed) (context.Context, func(inbox.Result, error)) {
-	if c.cfg.Observer == nil {
-		return nil
-	}
 	return func(ctx context.Context, cl inbox.Claimed) (context.Context, func(inbox.Result, error)) {
-		ctx, done := c.cfg.Observer.Delivery(ctx, cl.Message)
+		ctx, done := c.observe(ctx, cl.Message)
 		return ctx, func(res inbox.Result, err error) {
+			c.countWorker(res, err)
 			s := Settled{Message: cl.Message, Result: res, Err: err}
 			switch res.Outcome {
 			case inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate:
@@ -892,7 +900,7 @@ func (c *Consumer) rejectFunc() inbox.RejectFunc {
 		if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 			return fmt.Errorf("consumer: publish rejection to %s: %w", c.cfg.RejectQueue, err)
 		}
-		c.finish(Settled{Message: m, Result: res, Action: inboxkit.ActionReject})
+		c.onSettled(Settled{Message: m, Result: res, Action: inboxkit.ActionReject}) // logged by the worker, counted by observeStored
 		return nil
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
 )
 
 // logState turns settlements into few log lines: a summary per
@@ -24,13 +25,16 @@ type logState struct {
 	outageN     int       // deliveries handed back in this outage
 }
 
+// summaryCounts are the counts of one summary line. settled counts the
+// deliveries settled with the broker; the others count outcomes, also
+// those of ModeStoreThenProcess's workers (countWorker), whose entries
+// were settled with the broker when they were stored.
 type summaryCounts struct {
+	settled                                                                    int
 	processed, stored, duplicates, rejected, deadLettered, retried, handedBack int
 }
 
-func (n summaryCounts) total() int {
-	return n.processed + n.stored + n.duplicates + n.rejected + n.deadLettered + n.retried + n.handedBack
-}
+func (n summaryCounts) empty() bool { return n == summaryCounts{} }
 
 // settled counts s and logs the outage's start, progress and end.
 func (c *Consumer) logSettled(s Settled) {
@@ -41,6 +45,7 @@ func (c *Consumer) logSettled(s Settled) {
 	if l.since.IsZero() {
 		l.since = now
 	}
+	l.counts.settled++
 	switch {
 	case s.Err != nil:
 		l.counts.handedBack++
@@ -79,6 +84,35 @@ func (c *Consumer) logSettled(s Settled) {
 	}
 }
 
+// countWorker counts the outcome of an entry a worker of
+// ModeStoreThenProcess processed (res, or err when it could not be
+// recorded: the worker logs that, and the entry is retried after its
+// lease). The worker logs the outcome's line; the entry was settled with
+// the broker when it was stored.
+func (c *Consumer) countWorker(res inbox.Result, err error) {
+	if err != nil {
+		return
+	}
+	l := &c.logs
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.since.IsZero() {
+		l.since = time.Now()
+	}
+	switch res.Outcome {
+	case inboxkit.OutcomeProcessed:
+		l.counts.processed++
+	case inboxkit.OutcomeDuplicate:
+		l.counts.duplicates++
+	case inboxkit.OutcomeRejected:
+		l.counts.rejected++
+	case inboxkit.OutcomeDeadLetter:
+		l.counts.deadLettered++
+	case inboxkit.OutcomeRetry:
+		l.counts.retried++
+	}
+}
+
 // logSummary logs the counts since the last summary, if anything happened.
 func (c *Consumer) logSummary() {
 	l := &c.logs
@@ -86,10 +120,10 @@ func (c *Consumer) logSummary() {
 	n, since := l.counts, l.since
 	l.counts, l.since = summaryCounts{}, time.Now()
 	l.mu.Unlock()
-	if n.total() == 0 {
+	if n.empty() {
 		return
 	}
-	attrs := []any{slog.String("consumer", c.cfg.Name), slog.Int("settled", n.total())}
+	attrs := []any{slog.String("consumer", c.cfg.Name), slog.Int("settled", n.settled)}
 	add := func(k string, v int) {
 		if v > 0 {
 			attrs = append(attrs, slog.Int(k, v))

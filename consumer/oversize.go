@@ -20,13 +20,10 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 	s := Settled{Message: m, Result: inbox.Result{
 		Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMessageTooLarge, Err: cause,
 	}}
-	c.cfg.Logger.Warn("message over the size limit", slog.String("consumer", c.cfg.Name), slog.String("event_id", m.ID),
-		slog.String("correlation_id", m.CorrelationID), slog.String("broker_message_id", m.BrokerMessageID),
-		slog.String("destination", m.Destination), slog.Int("size", size), slog.Int("limit", limit))
+	defer func() { c.logOversize(s, size, limit); c.count(s) }()
 	if err := d.Reject(ctx); err != nil {
 		// Still unacknowledged: it comes again after a reconnect.
 		s.Err = fmt.Errorf("consumer: hand the oversize message to the broker's dead-letter queue: %w", err)
-		c.finish(s)
 		return s
 	}
 	s.Action = inboxkit.ActionDeadLetter
@@ -36,6 +33,22 @@ func (c *Consumer) oversize(ctx context.Context, d OversizeDelivery, m inboxkit.
 		s.Err = fmt.Errorf("consumer: the oversize message is in the broker's dead-letter queue, but its inbox row was not written: %w", err)
 	}
 	s.Result.Status = st
-	c.finish(s)
 	return s
+}
+
+// logOversize is the one log line of an oversize delivery (at warn, as
+// every dead letter): what was done with it, its size and the limit.
+func (c *Consumer) logOversize(s Settled, size, limit int) {
+	m := s.Message
+	attrs := []any{slog.String("consumer", c.cfg.Name), slog.String("event_id", m.ID),
+		slog.String("correlation_id", m.CorrelationID), slog.String("broker_message_id", m.BrokerMessageID),
+		slog.String("destination", m.Destination), slog.Int("size", size), slog.Int("limit", limit),
+		slog.String("action", string(s.Action)), slog.String("reason", s.Result.Reason)}
+	if s.Result.Status != "" {
+		attrs = append(attrs, slog.String("status", string(s.Result.Status)))
+	}
+	if s.Err != nil {
+		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
+	}
+	c.cfg.Logger.Warn("message over the size limit", attrs...)
 }

@@ -109,6 +109,9 @@ type WorkerConfig struct {
 	BatchSize int
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
+	// BatchFunc, if set, is called by Run and RunOnce with the number of
+	// entries of every batch before it is processed (for metrics).
+	BatchFunc func(n int)
 	// ObserveFunc, if set, is called by Run and RunOnce for every claimed
 	// entry before it is processed: the entry is processed with the
 	// context it returns, and the returned function is called once with
@@ -569,6 +572,9 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 		}
 		batch := rest[:min(w.cfg.BatchSize, len(rest))]
 		rest = rest[len(batch):]
+		if w.cfg.BatchFunc != nil {
+			w.cfg.BatchFunc(len(batch))
+		}
 		ctxs, observed := make([]context.Context, len(batch)), make([]func(Result, error), len(batch))
 		for i, c := range batch {
 			ctxs[i], observed[i] = work, func(Result, error) {}
@@ -599,7 +605,11 @@ func (w *Worker) logOutcome(c Claimed, res Result, err error) {
 	case err != nil:
 		w.cfg.Logger.Error("inbox worker: outcome not recorded; the entry is retried after its lease", "owner", w.cfg.Owner, "event_id", c.Message.ID, "error", err)
 	case res.Outcome != inboxkit.OutcomeProcessed:
-		w.cfg.Logger.Info("inbox worker", "owner", w.cfg.Owner, "event_id", c.Message.ID, "correlation_id", c.Message.CorrelationID,
+		level := slog.LevelInfo
+		if res.Outcome == inboxkit.OutcomeDeadLetter {
+			level = slog.LevelWarn // the one line of a dead letter
+		}
+		w.cfg.Logger.Log(context.Background(), level, "inbox worker", "owner", w.cfg.Owner, "event_id", c.Message.ID, "correlation_id", c.Message.CorrelationID,
 			"outcome", string(res.Outcome), "status", string(res.Status), "reason", res.Reason, "attempts", res.Attempts, "error", res.Err)
 	}
 }

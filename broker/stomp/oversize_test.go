@@ -107,6 +107,11 @@ func TestOversizeMessageIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 	if !strings.Contains(logs.String(), "message over the size limit") || !strings.Contains(logs.String(), "size=6291456") {
 		t.Errorf("the log does not say what happened:\n%s", logs)
 	}
+	// Issue 23.11: it said it twice ("message over the size limit", then
+	// the dead letter's "settled" line); one line, at warn, has it all.
+	if n := strings.Count(logs.String(), "event_id=big-1"); n != 1 || !strings.Contains(logs.String(), "action=dead-letter reason=MESSAGE_TOO_LARGE status=DEAD_LETTERED") {
+		t.Errorf("the oversize dead letter has %d log lines, want 1 with its action, reason and status:\n%s", n, logs)
+	}
 	// ActiveMQ holds the whole message in its dead-letter queue.
 	bcfg := b.cfg
 	bcfg.Limits.MaxBodySize = 8 << 20
