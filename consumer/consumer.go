@@ -94,7 +94,8 @@ type Config struct {
 	EventIDFunc EventIDFunc
 	// CorrelationIDHeader is the header holding the correlation id. Defaults
 	// to "correlationId"; when it is absent the broker's own correlation id
-	// ("correlation-id", as JMS producers set JMSCorrelationID) is used.
+	// ("correlation-id", as JMS producers set JMSCorrelationID) is used (see
+	// CorrelationID). The event id source "correlation-id" reads the same.
 	CorrelationIDHeader string
 	// Mode is the inbox variant. Defaults to ModeTransactional.
 	Mode Mode
@@ -174,7 +175,7 @@ func (c *Config) setDefaults() {
 		c.EventIDHeader = "eventId"
 	}
 	if c.CorrelationIDHeader == "" {
-		c.CorrelationIDHeader = "correlationId"
+		c.CorrelationIDHeader = DefaultCorrelationIDHeader
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 1
@@ -498,13 +499,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // id filled from the configured headers.
 func (c *Consumer) Message(d Delivery) inboxkit.Message {
 	m := d.Message()
+	// The correlation id first: the event id source "correlation-id" reads it.
+	m.CorrelationID = CorrelationID(m, c.cfg.CorrelationIDHeader)
 	m.ID = m.Header(c.cfg.EventIDHeader)
 	if c.cfg.EventIDFunc != nil {
 		m.ID, m.EventIDSource = c.cfg.EventIDFunc(m)
-	}
-	m.CorrelationID = m.Header(c.cfg.CorrelationIDHeader)
-	if m.CorrelationID == "" {
-		m.CorrelationID = m.Header("correlation-id")
 	}
 	return m
 }

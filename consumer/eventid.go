@@ -36,10 +36,14 @@ type EventIDFunc func(m inboxkit.Message) (id, source string)
 //     built anew. Does NOT tell a second, different event about the same key
 //     (an invoice correction) from a duplicate: the second is dropped. Choose
 //     a key that is unique per event, not per business object.
-//   - correlation-id (header:JMSCorrelationID) — the broker's correlation id.
-//     Catches redeliveries and resends that keep it. Many producers reuse one
-//     correlation id for every event of a business case: then every event
-//     after the first is dropped. Use it only where it is unique per event.
+//   - correlation-id — the message's correlation id, the one the consumer
+//     records in CORRELATION_ID (see CorrelationID): the "correlationId"
+//     header, else the broker's correlation id. header:JMSCorrelationID is
+//     the broker's correlation id only (what a JMS producer set with
+//     setJMSCorrelationID). Catches redeliveries and resends that keep it.
+//     Many producers reuse one correlation id for every event of a business
+//     case: then every event after the first is dropped. Use it only where
+//     it is unique per event.
 //   - message-id (header:JMSMessageID) — the broker's message id. Catches
 //     broker redeliveries of the same message only (and a requeued copy on
 //     ActiveMQ, which carries the original id). It does NOT catch a producer
@@ -67,9 +71,7 @@ const MaxEventIDSourceLength = inbox.MaxEventIDSourceLength
 func HeaderSource(name string) IDSource {
 	switch name {
 	case "JMSCorrelationID":
-		s := CorrelationIDSource()
-		s.Name = "header:" + name
-		return s
+		return IDSource{Name: "header:" + name, Extract: brokerCorrelationID}
 	case "JMSMessageID":
 		s := MessageIDSource()
 		s.Name = "header:" + name
@@ -78,15 +80,45 @@ func HeaderSource(name string) IDSource {
 	return IDSource{Name: "header:" + name, Extract: func(m inboxkit.Message) string { return m.Header(name) }}
 }
 
-// CorrelationIDSource reads the broker's correlation id: the header
-// "correlation-id" (STOMP; a JMS producer's JMSCorrelationID; RabbitMQ's
-// correlation_id property as the adapter maps it), else "JMSCorrelationID".
+// DefaultCorrelationIDHeader is the header that holds the correlation id
+// unless Config.CorrelationIDHeader names another.
+const DefaultCorrelationIDHeader = "correlationId"
+
+// CorrelationID is the correlation id of m, the one a consumer records in
+// CORRELATION_ID, logs as correlation_id and puts on a dead letter: the
+// header named header (Config.CorrelationIDHeader; "" means
+// DefaultCorrelationIDHeader), else the broker's correlation id (the header
+// "correlation-id": STOMP's, a JMS producer's JMSCorrelationID, RabbitMQ's
+// correlation_id and AMQP 1.0's correlation-id property as the adapters map
+// them; else a header "JMSCorrelationID"). "" when m has none.
+func CorrelationID(m inboxkit.Message, header string) string {
+	if header == "" {
+		header = DefaultCorrelationIDHeader
+	}
+	if v := m.Header(header); v != "" {
+		return v
+	}
+	return brokerCorrelationID(m)
+}
+
+func brokerCorrelationID(m inboxkit.Message) string {
+	if v := m.Header("correlation-id"); v != "" {
+		return v
+	}
+	return m.Header("JMSCorrelationID")
+}
+
+// CorrelationIDSource reads the correlation id the consumer records (see
+// CorrelationID): the message's CorrelationID when the runtime filled it
+// (with Config.CorrelationIDHeader), else the "correlationId" header, else
+// the broker's correlation id. So an event id taken from it is the
+// CORRELATION_ID audit shows.
 func CorrelationIDSource() IDSource {
 	return IDSource{Name: "correlation-id", Extract: func(m inboxkit.Message) string {
-		if v := m.Header("correlation-id"); v != "" {
-			return v
+		if m.CorrelationID != "" {
+			return m.CorrelationID
 		}
-		return m.Header("JMSCorrelationID")
+		return CorrelationID(m, "")
 	}}
 }
 
@@ -233,7 +265,7 @@ func EventIDChain(sources ...IDSource) EventIDFunc {
 //	header:NAME   a header (header:JMSCorrelationID, header:JMSMessageID: the broker's ids)
 //	json:PATH     a field of a JSON body (dot-separated, numbers index arrays)
 //	xml:PATH      an element of an XML body (slash-separated from the root)
-//	correlation-id  the broker's correlation id
+//	correlation-id  the correlation id the consumer records (see CorrelationID)
 //	message-id      the broker's message id (does not survive a producer resend)
 //
 // Example: "header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id".

@@ -159,3 +159,45 @@ func TestDerivedEventIDIsStoredAndDeduplicates(t *testing.T) {
 		t.Errorf("the log does not name the source:\n%s", logs.String())
 	}
 }
+
+// Issue 23.8: the README's producers send the correlation id in the
+// "correlationId" header, which the consumer records as CORRELATION_ID,
+// but the source correlation-id read only the broker's correlation id, so
+// --event-id-from correlation-id,message-id fell back to the message id
+// without a word. correlation-id now reads the correlation id the
+// consumer records (CorrelationID); header:JMSCorrelationID stays the
+// broker's.
+func TestCorrelationIDSourceIsTheRecordedCorrelationID(t *testing.T) {
+	chain, _, err := consumer.ParseEventIDChain("correlation-id,message-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jms, _, err := consumer.ParseEventIDChain("header:JMSCorrelationID,message-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                 string
+		m                    inboxkit.Message
+		corr, chainID, jmsID string
+	}{
+		{"the correlationId header (README)", inboxkit.Message{Headers: map[string]string{"correlationId": "order-42"}, BrokerMessageID: "ID:1"}, "order-42", "order-42", "ID:1"},
+		{"the broker's correlation id", inboxkit.Message{Headers: map[string]string{"correlation-id": "JMS-7"}, BrokerMessageID: "ID:2"}, "JMS-7", "JMS-7", "JMS-7"},
+		{"both: the header wins", inboxkit.Message{Headers: map[string]string{"correlationId": "order-43", "correlation-id": "JMS-8"}, BrokerMessageID: "ID:3"}, "order-43", "order-43", "JMS-8"},
+		{"filled by the runtime (another CorrelationIDHeader)", inboxkit.Message{CorrelationID: "X-9", Headers: map[string]string{"X-Corr": "X-9"}, BrokerMessageID: "ID:4"}, "", "X-9", "ID:4"},
+		{"none", inboxkit.Message{BrokerMessageID: "ID:5"}, "", "ID:5", "ID:5"},
+	} {
+		if got := consumer.CorrelationID(tc.m, ""); got != tc.corr {
+			t.Errorf("%s: CorrelationID = %q, want %q", tc.name, got, tc.corr)
+		}
+		if id, _ := chain(tc.m); id != tc.chainID {
+			t.Errorf("%s: correlation-id,message-id gives %q, want %q", tc.name, id, tc.chainID)
+		}
+		if id, _ := jms(tc.m); id != tc.jmsID {
+			t.Errorf("%s: header:JMSCorrelationID,message-id gives %q, want %q", tc.name, id, tc.jmsID)
+		}
+	}
+	if got := consumer.CorrelationID(inboxkit.Message{Headers: map[string]string{"X-Corr": "x", "correlationId": "c"}}, "X-Corr"); got != "x" {
+		t.Errorf("CorrelationID with header X-Corr = %q", got)
+	}
+}

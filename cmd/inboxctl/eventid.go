@@ -13,7 +13,8 @@ of sources; the first one that holds a value is the event id, and its name is lo
   header:NAME      a header (header:JMSCorrelationID / header:JMSMessageID: the broker's ids)
   json:PATH        a field of a JSON body, dot-separated (json:invoice.number, json:lines.0.id)
   xml:PATH         an element of an XML body, from the root (xml:Invoice/Header/Number)
-  correlation-id   the broker's correlation id
+  correlation-id   the correlation id audit shows: the correlationId header, else the
+                   broker's (header:JMSCorrelationID reads the broker's only)
   message-id       the broker's message id
 
 What each protects against: a header the producer sets catches redeliveries and
