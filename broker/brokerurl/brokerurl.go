@@ -32,6 +32,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/amqp10"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
@@ -284,9 +287,11 @@ func (b *Broker) track(c io.Closer) {
 // broker answered and refused what the adapter asked for, a matter of
 // configuration and not of the network: a RabbitMQ declaration or consume
 // refused with PRECONDITION_FAILED (rabbitmq.ErrPreconditionFailed), an
-// AMQP 1.0 broker that settles deliveries itself (amqp10.ErrPresettled).
+// AMQP 1.0 broker that settles deliveries itself (amqp10.ErrPresettled), a
+// JetStream work-queue subject that another durable consumer reads
+// (jetstream.ErrSubjectTaken).
 func Refused(err error) bool {
-	return errors.Is(err, rabbitmq.ErrPreconditionFailed) || errors.Is(err, amqp10.ErrPresettled)
+	return errors.Is(err, rabbitmq.ErrPreconditionFailed) || errors.Is(err, amqp10.ErrPresettled) || errors.Is(err, jetstream.ErrSubjectTaken)
 }
 
 // ErrDepthUnknown is returned by Depth on a broker that cannot tell a
@@ -406,6 +411,31 @@ func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxki
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// StreamName is the JetStream stream that holds queue on a NATS or
+// embedded broker (jetstream.StreamName), "" on another broker.
+func (b *Broker) StreamName(queue string) string {
+	if b.URL.Kind == NATS || b.URL.Kind == Embedded {
+		return jetstream.StreamName(queue)
+	}
+	return ""
+}
+
+// AuthFailed reports whether err is a broker refusing a login, which is
+// not a broker out of reach: RabbitMQ's ACCESS_REFUSED (403) over AMQP
+// 0-9-1, a SASL outcome other than ok over AMQP 1.0 (go-amqp says so only
+// in its text), NATS's authorization errors.
+func AuthFailed(err error) bool {
+	var ae *amqp091.Error
+	if errors.As(err, &ae) && ae.Code == amqp091.AccessRefused {
+		return true
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SASL") && strings.Contains(msg, "auth failed")
 }
 
 // QueueExists tells whether queue exists, without creating it: a passive

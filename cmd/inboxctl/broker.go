@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
@@ -38,6 +39,26 @@ func (b *broker) requireQueue(ctx context.Context, queue string) error {
 		return &exitError{code: exitFindings, err: fmt.Errorf("queue %s does not exist on %s (nothing was created): check the name, e.g. DLQ.<queue> for the dead letters of <queue>", queue, b.t.Display)}
 	}
 	return nil
+}
+
+// streamCreated looks, on JetStream, whether the stream of queue
+// (brokerurl.Broker.StreamName) exists, and returns a function that says,
+// after a publish, the name of the stream if the publish created it (""
+// if it existed, or on another broker).
+func (b *broker) streamCreated(ctx context.Context, queue string) func() string {
+	if b.StreamName(queue) == "" {
+		return func() string { return "" }
+	}
+	before, _, err := b.QueueExists(ctx, queue)
+	return func() string {
+		if err != nil || before {
+			return ""
+		}
+		if now, _, err := b.QueueExists(ctx, queue); err != nil || !now {
+			return "" // another stream captures the subject
+		}
+		return b.StreamName(queue)
+	}
 }
 
 // noteSTOMPQueue says, when a look at queue on ActiveMQ found nothing, that
@@ -78,6 +99,13 @@ func openBroker(raw string, logger *slog.Logger) (*broker, error) {
 }
 
 func (b *broker) fail(what string, err error) error {
+	if brokerurl.AuthFailed(err) {
+		paren := what
+		if paren != "" {
+			paren = " (" + what + ")"
+		}
+		return &exitError{code: exitUsage, err: fmt.Errorf("broker %s: authentication failed%s: %w\n\tthe broker answered and refused the login: check the user and password in the URL", b.t.Display, paren, err)}
+	}
 	if brokerurl.Refused(err) {
 		// The broker runs and said no: exit 2 as for a wrong URL, but
 		// not worded as an outage.
@@ -119,6 +147,21 @@ func (b *broker) ready(ctx context.Context) error {
 		return fmt.Errorf("broker %s: not consuming yet", b.t.Display)
 	}
 	return src.Ready(ctx)
+}
+
+// toolSource opens the source of a command that looks at a queue now and
+// then and hands back what it does not take (dlq replay, dlq drop), with
+// the JetStream AckWait ackWait (0: the default): brokerurl.ToolSource,
+// whose JetStream durable is transient.
+func (b *broker) toolSource(ctx context.Context, queue string, prefetch int, ackWait time.Duration) (consumer.Source, error) {
+	saved := b.AckWait
+	b.AckWait = ackWait
+	defer func() { b.AckWait = saved }()
+	a, err := b.ToolSource(ctx, queue, prefetch)
+	if err != nil {
+		return nil, b.fail("consume "+queue, err)
+	}
+	return a, nil
 }
 
 // Browse returns up to limit messages of queue without removing them

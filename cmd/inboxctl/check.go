@@ -159,7 +159,8 @@ A config file (JSON):
    "businessKeys": {"name": "duplicate-cases", "sql": "SELECT claim_no AS business_key, event_id FROM claim_cases"}}
 
 It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found,
-1 when anything is found, 2 on a usage or connection error.`,
+1 when anything is found, 2 on a usage or connection error, and when a check cannot
+run (its SQL fails: the message names the check and quotes the SQL).`,
 		Example: `  inboxctl check --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl check --db sqlite:./inbox.db --json --max-attempts 5
   inboxctl check --db sqlite:./claims.db --config examples/claims/check.json
@@ -187,13 +188,20 @@ It prints counts and up to 10 sample ids per check. Exit 0 when nothing is found
 			}
 			fs, err := runChecks(ctx, st, cfg)
 			if err != nil {
-				return err
+				// Exit 1 means findings: a check that could not run (its
+				// SQL is wrong, the database failed) is exit 2.
+				return &exitError{code: exitUsage, err: err}
 			}
 			found := 0
 			for _, x := range fs {
 				found += x.Count
 			}
 			if asJSON {
+				for i := range fs {
+					if fs[i].Samples == nil {
+						fs[i].Samples = []string{} // "samples": [], as every empty list of -o json
+					}
+				}
 				if err := writeJSON(cmd.OutOrStdout(), map[string]any{"findings": fs, "total": found}); err != nil {
 					return err
 				}

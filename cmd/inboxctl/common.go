@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
+	"github.com/inboxkit/inboxkit/dberr"
 	_ "github.com/inboxkit/inboxkit/driver/mysql"    // database/sql driver "mysql" and its errors
 	_ "github.com/inboxkit/inboxkit/driver/oracle"   // database/sql driver "oracle" (go-ora), pure Go
 	_ "github.com/inboxkit/inboxkit/driver/postgres" // database/sql driver "pgx"
@@ -62,9 +64,32 @@ func openDB(ctx context.Context, raw string) (*sql.DB, target.DB, error) {
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
+		if authFailed(err) {
+			return nil, t, &exitError{code: exitUsage, err: fmt.Errorf("database %s: authentication failed: %w\n\tthe server answered and refused the login: check the user and password in the URL", t.Display, err)}
+		}
 		return nil, t, unreachable("database", t.Display, "", err)
 	}
 	return db, t, nil
+}
+
+// authFailed reports whether err is a database refusing a login (the
+// server answered, so it is not unreachable): PostgreSQL's SQLSTATE class
+// 28 (invalid authorization: unknown role, wrong password, no pg_hba
+// entry), MySQL/MariaDB's access-denied errors 1044, 1045 and 1698,
+// Oracle's ORA-01017 (invalid username/password), ORA-28000 (account
+// locked) and ORA-01045 (no CREATE SESSION).
+func authFailed(err error) bool {
+	if c, ok := dberr.Of(err); ok {
+		switch c.Database {
+		case dberr.Postgres:
+			return strings.HasPrefix(c.SQLState, "28")
+		case dberr.MySQL:
+			return c.Number == 1044 || c.Number == 1045 || c.Number == 1698
+		}
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "ORA-01017") || strings.Contains(msg, "ORA-28000") || strings.Contains(msg, "ORA-01045")
 }
 
 // unreachable is the error of a database or broker that cannot be reached:
@@ -76,7 +101,7 @@ func unreachable(kind, display, what string, err error) error {
 	if what != "" {
 		what = " (" + what + ")"
 	}
-	return &exitError{code: exitUsage, err: fmt.Errorf("%s %s unreachable%s: %v\n\tcheck the URL and that the %s runs", kind, display, what, err, kind)}
+	return &exitError{code: exitUsage, err: fmt.Errorf("%s %s unreachable%s: %w\n\tcheck the URL and that the %s runs", kind, display, what, err, kind)}
 }
 
 // openStore opens the database and the inbox store on it, and checks that

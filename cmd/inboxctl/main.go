@@ -4,7 +4,9 @@
 // checks.
 //
 // Exit codes: 0 ok, 1 findings or failed verification, 2 usage or
-// configuration error. Run `inboxctl --help` for the commands.
+// configuration error, 130 interrupted (SIGINT, Ctrl-C), 143 terminated
+// (SIGTERM) — except run, which exits 0 once SIGTERM drained it. Run
+// `inboxctl --help` for the commands.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -27,6 +30,13 @@ const (
 	exitOK       = 0
 	exitFindings = 1
 	exitUsage    = 2
+	// exitInterrupted is the exit code of a command stopped by SIGINT
+	// (Ctrl-C), whatever it was doing: 128 + the signal's number, as a
+	// shell reports it.
+	exitInterrupted = 130
+	// exitTerminated is the exit code of a command that SIGTERM stopped
+	// before it finished (run drains and exits 0 instead).
+	exitTerminated = 143
 )
 
 // exitError carries an exit code. A nil err with code 1 means "findings
@@ -57,7 +67,7 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signalContext(stderr)
+	ctx, sig, stop := signalContext(stderr)
 	defer stop()
 	root := newRoot()
 	root.SetArgs(args)
@@ -65,14 +75,57 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return exitOK
-	}
-	code, err := exitCode(err)
+	code, err := interruptedCode(sig(), err)
 	if err != nil {
 		fmt.Fprintln(stderr, "inboxctl: "+target.Scrub(err.Error()))
 	}
 	return code
+}
+
+// interruptedCode is the exit code, and the error to print, of a command
+// that returned err after the signal s (nil: none came). SIGINT is
+// exitInterrupted whatever the command returned (Ctrl-C means "stop", not
+// "something failed"). After SIGTERM a command that finished cleanly (run,
+// drained) exits 0, one that stopped half-way exitTerminated, and one that
+// failed on its own (run's shutdown timeout) keeps its code. An error that
+// only says the context was cancelled becomes "interrupted": the database
+// was not unreachable, the command was stopped.
+func interruptedCode(s os.Signal, err error) (int, error) {
+	stopped := errors.Is(err, context.Canceled) || codeOf(err) == exitInterrupted
+	if stopped || (s == os.Interrupt && err == nil) {
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitInterrupted { // its own words (publish: what was confirmed)
+			err = fmt.Errorf("interrupted by %s", signalName(s))
+		}
+	}
+	switch {
+	case s == os.Interrupt:
+		return exitInterrupted, err
+	case s == syscall.SIGTERM && stopped:
+		return exitTerminated, err
+	case err == nil:
+		return exitOK, nil
+	}
+	return exitCode(err)
+}
+
+// codeOf is the exit code of err (0 for nil).
+func codeOf(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	code, _ := exitCode(err)
+	return code
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return "a signal"
 }
 
 // exitCode is the exit code of a command's error, and the error to print
@@ -96,28 +149,40 @@ func exitCode(err error) (int, error) {
 }
 
 // signalContext returns a context cancelled by the first SIGINT or SIGTERM
-// (commands then finish what they hold: run drains); a second one exits the
-// process at once with exit code 1.
-func signalContext(stderr io.Writer) (context.Context, func()) {
+// (commands then finish what they hold: run drains) and a function that
+// returns that signal (nil before one came); a second signal exits the
+// process at once, with exitInterrupted when it is SIGINT, else
+// exitTerminated.
+func signalContext(stderr io.Writer) (context.Context, func() os.Signal, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
+	var first atomic.Value // os.Signal
 	go func() {
 		select {
-		case <-sigs:
+		case s := <-sigs:
+			first.Store(s)
 			cancel()
 		case <-done:
 			return
 		}
 		select {
 		case s := <-sigs:
-			fmt.Fprintf(stderr, "inboxctl: second signal (%v): exiting at once; messages in hand were not acknowledged and come again from the broker\n", s)
-			os.Exit(exitFindings)
+			fmt.Fprintf(stderr, "inboxctl: second signal (%s): exiting at once; messages in hand were not acknowledged and come again from the broker\n", signalName(s))
+			code := exitTerminated
+			if s == os.Interrupt {
+				code = exitInterrupted
+			}
+			os.Exit(code)
 		case <-done:
 		}
 	}()
-	return ctx, func() {
+	got := func() os.Signal {
+		s, _ := first.Load().(os.Signal)
+		return s
+	}
+	return ctx, got, func() {
 		signal.Stop(sigs)
 		close(done)
 		cancel()
@@ -146,7 +211,8 @@ Brokers (--broker, or INBOXKIT_BROKER):
   nats://host:4222                          NATS JetStream
   embedded[:DIR]                            JetStream inside this process
 
-Exit codes: 0 ok, 1 findings or failed verification, 2 usage or configuration error.
+Exit codes: 0 ok, 1 findings or failed verification, 2 usage or configuration error,
+130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM (run: 0 once drained).
 Passwords never appear in the output.`,
 		Example: `  go run ./cmd/inboxctl demo
   inboxctl migrate --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable`,

@@ -52,7 +52,7 @@ func parseEventLine(line []byte) (map[string]string, []byte, error) {
 }
 
 func newPublishCmd() *cobra.Command {
-	var brokerURL, queue, file string
+	var brokerURL, queue, file, eventIDFrom string
 	var allowInvalid bool
 	var o outputFlags
 	var skip int
@@ -68,8 +68,13 @@ send malformed payloads). Empty lines are skipped. The whole file is checked
 before anything is sent: a bad line, or a message without an "eventId" header, with an
 event id over 120 bytes or not valid UTF-8, or a body over 4 MiB, is reported with its
 line number and nothing is sent (exit 2); --allow-invalid sends such messages on purpose.
+For a consumer that derives the event id (run --event-id-from), give publish the same
+--event-id-from: it checks each message with that chain instead of the eventId header.
 Each message is confirmed by the broker before the next is sent; a progress bar shows
-on a terminal. Interrupted, it says how many were confirmed and exits 130: resume with
+on a terminal. On JetStream a subject no stream captures gets the stream
+INBOXKIT_<SUBJECT> with work-queue retention, as 'run' would create it (a consumer
+under any name reads each message once, and an acknowledged message is removed);
+publish says when it created one. Interrupted, it says how many were confirmed and exits 130: resume with
 --skip N.`,
 		Example: `  inboxctl publish --broker stomp://127.0.0.1:61613 --queue invoices --file events.jsonl
   echo '{"headers":{"eventId":"ev-1","correlationId":"order-1"},"body":{"invoiceNo":"INV-1","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}}' \
@@ -105,6 +110,10 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 			if err != nil {
 				return err
 			}
+			ids, err := newEventIDCheck(eventIDFrom)
+			if err != nil {
+				return err
+			}
 			var msgs []msg
 			var problems []string
 			sc := bufio.NewScanner(r)
@@ -123,7 +132,7 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 					if !utf8.Valid(line) {
 						problems = append(problems, fmt.Sprintf("%s line %d: not valid UTF-8 (its event id or body would arrive altered)", name, n))
 					}
-					for _, p := range eventProblems(h, body) {
+					for _, p := range eventProblems(h, body, ids) {
 						problems = append(problems, fmt.Sprintf("%s line %d: %s", name, n, p))
 					}
 				}
@@ -154,6 +163,7 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 			if err != nil {
 				return err
 			}
+			created := b.streamCreated(ctx, queue)
 			var bar *progress
 			if isTerminal(cmd.ErrOrStderr()) && !j {
 				bar = &progress{w: cmd.ErrOrStderr(), n: len(msgs), last: -1}
@@ -168,16 +178,25 @@ on a terminal. Interrupted, it says how many were confirmed and exits 130: resum
 				}
 				bar.set(i + 1)
 			}
+			stream := created()
 			if j {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"queue": queue, "broker": b.t.Display, "published": len(msgs) - skip, "skipped": skip, "total": len(msgs)})
+				rep := map[string]any{"queue": queue, "broker": b.t.Display, "published": len(msgs) - skip, "skipped": skip, "total": len(msgs)}
+				if stream != "" {
+					rep["createdStream"] = stream
+				}
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "published %d message(s) to %s on %s\n", len(msgs)-skip, queue, b.t.Display)
+			if stream != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "created JetStream stream %s for %s: work-queue retention (a message stays until a consumer acknowledges it, then it is removed), file storage\n", stream, queue)
+			}
 			return nil
 		},
 	}
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL: stomp://, amqp://, nats:// (default $"+envBroker+")")
 	c.Flags().StringVar(&queue, "queue", "", "queue (or subject) to publish to (required)")
 	c.Flags().StringVar(&file, "file", "", "JSON-lines file, '-' for stdin (required)")
+	c.Flags().StringVar(&eventIDFrom, "event-id-from", "", "check each message's event id with this chain, as 'run --event-id-from' derives it (default: the eventId header)")
 	c.Flags().BoolVar(&allowInvalid, "allow-invalid", false, "send messages without event id, with a bad event id or an over-size body (for tests)")
 	c.Flags().IntVar(&skip, "skip", 0, "skip the first N messages (resume an interrupted publish)")
 	o.register(c)

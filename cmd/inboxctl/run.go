@@ -103,10 +103,12 @@ each message is processed in one database transaction with its inbox row
 --max-attempts, then dead-lettered to --dlq with their reason.
 
 On SIGINT or SIGTERM it logs "draining N deliveries", stops taking messages,
-finishes those in hand (commit, then acknowledge) and exits 0. If that takes
-longer than --shutdown-timeout (a hung database connection), the deliveries
-still in hand are handed back unacknowledged (the broker delivers them again),
-each is logged, and it exits 1. A second SIGINT or SIGTERM exits 1 at once.
+finishes those in hand (commit, then acknowledge) and exits: 0 after SIGTERM
+(a service manager's stop), 130 after SIGINT (Ctrl-C), as every command does.
+If that takes longer than --shutdown-timeout (a hung database connection), the
+deliveries still in hand are handed back unacknowledged (the broker delivers
+them again), each is logged, and it exits 1 (130 after SIGINT). A second signal
+exits at once: 130 for SIGINT, 143 for SIGTERM.
 Every log line carries event_id and correlation_id.
 
 Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
