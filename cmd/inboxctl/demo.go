@@ -151,7 +151,7 @@ have sent for the same deliveries.`,
 func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error {
 	start := time.Now()
 	step := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
-	where := "files kept in " + dir
+	where, kept := "files kept in "+dir, dir != ""
 	if dir == "" {
 		where = "temporary files removed; keep them with --dir"
 		tmp, err := os.MkdirTemp("", "inboxctl-demo-")
@@ -196,15 +196,20 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 		return err
 	}
 	step("publishing %d messages to %s", len(demoStream), demoQueue)
+	fmt.Fprintf(out, "    %-8s %-12s %s\n", "EVENT", "CORRELATION", "WHAT HAPPENS")
 	for _, ev := range demoStream {
 		h := map[string]string{"eventId": ev.eventID, "correlationId": ev.corr}
 		if err := pub.Publish(ctx, demoQueue, h, []byte(ev.body)); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "    %-8s %-8s %s\n", ev.eventID, ev.corr, ev.note)
+		fmt.Fprintf(out, "    %-8s %-12s %s\n", ev.eventID, ev.corr, ev.note)
 	}
 
 	step("running the refactored invoice consumer (inbox + classification + DLQ)")
+	deliveryLine := func(event, outcome, status, action string) {
+		fmt.Fprintf(out, "    %-8s %-12s %-18s %s\n", event, outcome, status, action)
+	}
+	deliveryLine("EVENT", "OUTCOME", "INBOX STATUS", "BROKER ACTION")
 	letters := newDemoLetters()
 	br, err := breaker.New(breaker.Config{Name: "letter-service"})
 	if err != nil {
@@ -231,7 +236,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 			} else if s.Result.Reason != "" {
 				what += " (" + s.Result.Reason + ")"
 			}
-			fmt.Fprintf(out, "    %-8s %-10s %-22s %s\n", orDash(s.Message.ID), s.Result.Outcome, s.Result.Status, what)
+			deliveryLine(orDash(s.Message.ID), string(s.Result.Outcome), string(s.Result.Status), what)
 			mu.Lock()
 			if s.Action != inboxkit.ActionRequeue {
 				settled[s.Message.ID]++
@@ -335,7 +340,27 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	fmt.Fprintf(tw, "shipping_letters rows\t%d\t%d\n", legacyRows, inboxRows)
 	tw.Flush()
 	fmt.Fprintf(out, "\n4 invoices deserve a letter. demo finished in %s; %s\n", time.Since(start).Round(10*time.Millisecond), where)
+	fmt.Fprintln(out)
+	printDemoNextSteps(out, dir, kept)
 	return nil
+}
+
+// printDemoNextSteps prints the commands that look at what the demo left:
+// check on the legacy database finds the legacy bean's double letters,
+// the same check on the inbox database finds none.
+func printDemoNextSteps(out io.Writer, dir string, kept bool) {
+	fmt.Fprintln(out, "==> next steps")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	if !kept {
+		dir = "demo-data"
+		fmt.Fprintf(tw, "    inboxctl demo --dir %s\t# keep the databases and the JetStream store, then:\n", dir)
+	}
+	legacyDB, inboxDB := "sqlite:"+filepath.Join(dir, "legacy.db"), "sqlite:"+filepath.Join(dir, "inbox.db")
+	fmt.Fprintf(tw, "    inboxctl check --db %s\t# the legacy bean's double letters: FOUND duplicate-letters, exit 1\n", legacyDB)
+	fmt.Fprintf(tw, "    inboxctl check --db %s\t# the inbox consumer's tables: no findings\n", inboxDB)
+	fmt.Fprintf(tw, "    inboxctl audit --db %s --correlation-id %s\t# one business case, row by row\n", inboxDB, demoAuditCorr)
+	fmt.Fprintf(tw, "    inboxctl dlq list --broker embedded:%s --queue %s\t# the dead letter, with its reason\n", filepath.Join(dir, "jetstream"), demoDLQ)
+	tw.Flush()
 }
 
 // demoDB opens (creating) a SQLite file with the inbox and invoice tables

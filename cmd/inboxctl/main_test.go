@@ -226,7 +226,22 @@ func TestDemo(t *testing.T) {
 		"ev-1003  DUPLICATE", // the redelivery after the crash
 		"ev-1001  DUPLICATE", // the producer resend
 		"dead-letter queue DLQ.invoices: 1 message(s)",
-		"audit of correlation id order-6: 1 row(s)")
+		"audit of correlation id order-6: 1 row(s)",
+		// Issue 23.11: the delivery lines have column headers, and the
+		// demo ends with what to look at next.
+		"    EVENT    CORRELATION  WHAT HAPPENS\n",
+		"    EVENT    OUTCOME      INBOX STATUS       BROKER ACTION\n",
+		"==> next steps")
+	legacyCheck := regexp.MustCompile(`inboxctl (check --db sqlite:\S+legacy\.db)\s+# `).FindStringSubmatch(r.stdout)
+	if legacyCheck == nil {
+		t.Fatalf("the next steps do not point to check on the legacy database:\n%s", r.stdout)
+	}
+	// The command it prints finds the legacy bean's double letters; the
+	// same check on the inbox database finds nothing.
+	wantCode(t, inboxctl(t, "", strings.Fields(legacyCheck[1])...), 1, "FOUND duplicate-letters", "INV-1001: 2 rows", "INV-1003: 2 rows")
+	wantCode(t, inboxctl(t, "", "check", "--db", "sqlite:"+filepath.Join(dir, "inbox.db")), 0, "no findings")
+	wantCode(t, inboxctl(t, "", "dlq", "list", "--broker", "embedded:"+filepath.Join(dir, "jetstream"), "--queue", "DLQ.invoices"), 0,
+		"DLQ.invoices: 1 message(s)", "ev-1005")
 	for _, re := range []string{
 		`ev-1001\s+order-1\s+PROCESSED\s+-\s+1`,
 		`ev-1004\s+order-4\s+REJECTED\s+CUSTOMER_UNKNOWN\s+1`,
