@@ -266,11 +266,21 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // Requeue hands the message back without ActiveMQ's dead-letter queue: it
 // sends a persistent copy (same headers and body, HeaderRequeued
 // incremented, AMQ_SCHEDULED_DELAY set when delay >= 1ms) to the same queue,
-// waits for the receipt, and only then acknowledges the original. When the
+// waits for the receipt, and only then acknowledges the original. An
+// oversize delivery (see Oversize), whose body was not read, is not copied
+// and stays unacknowledged: the broker delivers it again once the
+// connection it came on ends. When the
 // send fails the original stays unacknowledged (it comes again after a
 // reconnect); when the final ACK fails both the copy and the original exist,
 // a duplicate the inbox absorbs.
 func (d *Delivery) Requeue(ctx context.Context, delay time.Duration) error {
+	if d.oversize > 0 {
+		// Its body was not read: a copy would be empty, and acknowledging
+		// the original would lose the body. Left unacknowledged, it comes
+		// again when the subscription's connection ends (a tool that hands
+		// back what it does not take, such as dlq replay or drop).
+		return nil
+	}
 	n, _ := strconv.Atoi(d.msg.Header(HeaderRequeued))
 	headers := make([]Header, 0, len(d.msg.Headers)+3)
 	for k, v := range d.msg.Headers {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +24,8 @@ type dlqEntry struct {
 	OriginalDestination string     `json:"originalDestination,omitempty"`
 	Error               string     `json:"error,omitempty"`
 	DeadLetteredAt      *time.Time `json:"deadLetteredAt,omitempty"`
+	Size                int        `json:"size"`
+	BrokerMessageID     string     `json:"brokerMessageId,omitempty"`
 	Body                string     `json:"body"`
 	NotEnvelope         bool       `json:"notEnvelope,omitempty"`
 }
@@ -30,11 +33,15 @@ type dlqEntry struct {
 func dlqEntryOf(m inboxkit.Message) dlqEntry {
 	env, err := dlq.Parse(m.Headers, m.Body)
 	if err != nil {
-		return dlqEntry{EventID: m.Header("eventId"), Reason: "(not an inboxkit envelope: " + err.Error() + ")", Body: string(m.Body), NotEnvelope: true}
+		return dlqEntry{EventID: m.Header("eventId"), CorrelationID: m.Header("correlationId"), Reason: foreignReason(m),
+			OriginalDestination: orDefault(m.Header("original-destination"), m.Destination),
+			Error:               "not an inboxkit dead letter: the broker or another program put it there; it cannot be replayed ('inboxctl dlq drop' removes it)",
+			Size:                consumer.MessageSize(m), BrokerMessageID: consumer.BrokerID(m), Body: string(m.Body), NotEnvelope: true}
 	}
 	e := dlqEntry{
 		EventID: env.EventID, CorrelationID: env.CorrelationID, Reason: env.Reason, Class: env.Class, Attempts: env.Attempts,
-		Consumer: env.Consumer, OriginalDestination: env.OriginalDestination, Error: env.Error, Body: string(env.Body),
+		Consumer: env.Consumer, OriginalDestination: env.OriginalDestination, Error: env.Error,
+		Size: consumer.MessageSize(m), BrokerMessageID: consumer.BrokerID(m), Body: string(env.Body),
 	}
 	if !env.DeadLetteredAt.IsZero() {
 		t := env.DeadLetteredAt
@@ -43,32 +50,62 @@ func dlqEntryOf(m inboxkit.Message) dlqEntry {
 	return e
 }
 
+// foreignReason is the reason of a message that is not an inboxkit
+// envelope, as far as the message tells: the cause ActiveMQ records, a
+// body over the consumer's default limit (maxPublishBody; the consumer
+// hands such a message to the broker's dead-letter queue:
+// inboxkit.ReasonMessageTooLarge), RabbitMQ's x-death reason, else
+// "UNKNOWN".
+func foreignReason(m inboxkit.Message) string {
+	switch {
+	case m.Header("dlqDeliveryFailureCause") != "":
+		return "BROKER: " + m.Header("dlqDeliveryFailureCause")
+	case consumer.MessageSize(m) > maxPublishBody:
+		return inboxkit.ReasonMessageTooLarge
+	case m.Header("x-first-death-reason") != "":
+		return "BROKER: " + m.Header("x-first-death-reason")
+	}
+	return "UNKNOWN"
+}
+
 func printDLQ(w io.Writer, queue string, es []dlqEntry) {
 	fmt.Fprintf(w, "dead-letter queue %s: %d message(s)\n", queue, len(es))
 	if len(es) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "EVENT\tCORRELATION\tREASON\tCLASS\tATTEMPTS\tFROM\tERROR")
+	fmt.Fprintln(tw, "EVENT\tCORRELATION\tREASON\tCLASS\tATTEMPTS\tSIZE\tFROM\tERROR")
+	foreign := 0
 	for _, e := range es {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(e.EventID), orDash(e.CorrelationID), e.Reason, orDash(e.Class), e.Attempts,
-			orDash(e.OriginalDestination), orDash(shorten(e.Error, 60)))
+		class, attempts := orDash(e.Class), strconv.Itoa(e.Attempts)
+		errText := shorten(e.Error, 60)
+		if e.NotEnvelope {
+			foreign++
+			class, attempts = "-", "-"
+			errText = "not an inboxkit envelope; broker message id " + orDash(e.BrokerMessageID)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", orDash(e.EventID), orDash(e.CorrelationID), e.Reason, class, attempts, e.Size,
+			orDash(e.OriginalDestination), orDash(errText))
 	}
 	tw.Flush()
+	if foreign > 0 {
+		fmt.Fprintf(w, "%d message(s) are not inboxkit dead letters (the broker moved them itself, e.g. a body over the consumer's limit): they cannot be replayed;\n"+
+			"\tremove them with 'inboxctl dlq drop --queue %s --not-envelope' (or one with --message-id ID), --dry-run first\n", foreign, queue)
+	}
 }
 
 func newDLQCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "dlq",
-		Short: "List or replay the dead-letter queue",
+		Short: "List, replay or drop the dead letters of a queue",
 		Example: `  inboxctl dlq list --broker stomp://127.0.0.1:61613 --queue DLQ.invoices
   inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("dlq needs a subcommand: list or replay (see 'inboxctl dlq --help')")
+			return usageErr("dlq needs a subcommand: list, replay or drop (see 'inboxctl dlq --help')")
 		},
 	}
-	c.AddCommand(newDLQListCmd(), newDLQReplayCmd())
+	c.AddCommand(newDLQListCmd(), newDLQReplayCmd(), newDLQDropCmd())
 	return c
 }
 
@@ -80,9 +117,12 @@ func newDLQListCmd() *cobra.Command {
 		Use:   "list --broker URL --queue NAME [-o json]",
 		Short: "List the dead letters of a queue without removing them",
 		Long: `list shows the dead letters with the envelope inboxkit puts on them: event id,
-correlation id, reason, class, attempts, original destination and the last error.
-On ActiveMQ it uses a queue browser; on RabbitMQ and JetStream the messages are
-received and handed back unchanged.`,
+correlation id, reason, class, attempts, size, original destination and the last error.
+A message without the envelope, which the broker moved there itself (the consumer hands a
+message over its body limit to the broker's dead-letter queue: reason MESSAGE_TOO_LARGE),
+is listed with the reason it tells, its size and its broker message id ('dlq drop'
+removes it). On ActiveMQ it uses a queue browser; on RabbitMQ and JetStream the
+messages are received and handed back unchanged.`,
 		Example: `  inboxctl dlq list --broker stomp://127.0.0.1:61613 --queue DLQ.invoices
   inboxctl dlq list --broker amqp://guest:guest@127.0.0.1:5672/ --queue DLQ.invoices --json`,
 		Args: cobra.NoArgs,
@@ -128,22 +168,25 @@ received and handed back unchanged.`,
 	return c
 }
 
-// replayReport is what dlq replay -o json prints: the event ids replayed and
-// the dead letters left on the queue (each with its reason).
+// replayReport is what dlq replay -o json prints: the event ids replayed
+// (with --dry-run: that would be), the dead letters selected and left on
+// the queue (each with its reason), and how many others were left there.
 type replayReport struct {
-	Queue    string   `json:"queue"`
-	Replayed []string `json:"replayed"`
-	Left     []string `json:"left"`
-	Error    string   `json:"error,omitempty"`
+	Queue       string   `json:"queue"`
+	DryRun      bool     `json:"dryRun"`
+	Replayed    []string `json:"replayed"`
+	Left        []string `json:"left"`
+	NotSelected int      `json:"notSelected"`
+	Error       string   `json:"error,omitempty"`
 }
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
 	var brokerURL, queue, eventID, dest string
-	var all bool
+	var all, dryRun bool
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --all) --db URL [-o json]",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --all) --db URL [--dry-run] [-o json]",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -155,7 +198,9 @@ On a reject queue (--queue invoices.rejected) replay reopens the REJECTED row of
 rejection whose business case was clarified (e.g. the customer now exists): the
 event is processed once, and its audit shows the rejection, the replay and the
 processing. A message whose row is in another state (already processed) is not
-replayed: it stays on the queue and the command exits 1.`,
+replayed: it stays on the queue and the command exits 1. So does a message that is
+not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' removes it.
+--dry-run changes nothing and says what a replay would do.`,
 		Example: `  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 \
     --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db`,
@@ -187,7 +232,7 @@ replayed: it stays on the queue and the command exits 1.`,
 			if err := b.requireQueue(ctx, queue); err != nil {
 				return err
 			}
-			src, err := b.Source(ctx, queue, "inboxctl-dlq", 10)
+			src, err := b.toolSource(ctx, queue, 10, 0)
 			if err != nil {
 				return err
 			}
@@ -196,11 +241,11 @@ replayed: it stays on the queue and the command exits 1.`,
 				src.Close()
 				return err
 			}
-			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest})
+			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest, DryRun: dryRun})
 			src.Close()
 			out := cmd.OutOrStdout()
 			if j {
-				jr := replayReport{Queue: queue, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...)}
+				jr := replayReport{Queue: queue, DryRun: dryRun, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...), NotSelected: rep.Kept}
 				if err != nil {
 					jr.Error = err.Error()
 				}
@@ -208,18 +253,13 @@ replayed: it stays on the queue and the command exits 1.`,
 					err = werr
 				}
 			} else {
-				for _, id := range rep.Replayed {
-					fmt.Fprintf(out, "replayed %s\n", id)
-				}
-				for _, s := range rep.Skipped {
-					fmt.Fprintf(out, "left in the DLQ: %s\n", s)
-				}
-				fmt.Fprintf(out, "%d replayed, %d left in %s\n", len(rep.Replayed), len(rep.Skipped), queue)
+				printReplay(out, queue, eventID, dryRun, rep)
 			}
 			if err != nil {
 				return err
 			}
-			if len(rep.Replayed) == 0 && len(rep.Skipped) == 0 {
+			looked := len(rep.Replayed) + len(rep.Skipped) + rep.Kept
+			if looked == 0 {
 				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
 			if len(rep.Skipped) > 0 {
@@ -227,7 +267,7 @@ replayed: it stays on the queue and the command exits 1.`,
 				return errFindings
 			}
 			if eventID != "" && len(rep.Replayed) == 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "no dead letter with event id %q in %s\n", eventID, queue)
+				fmt.Fprintf(cmd.ErrOrStderr(), "no dead letter with event id %q in %s (%s); nothing was changed\n", eventID, queue, holds(rep.Kept))
 				return errFindings
 			}
 			return nil
@@ -239,6 +279,162 @@ replayed: it stays on the queue and the command exits 1.`,
 	c.Flags().StringVar(&eventID, "event-id", "", "replay the dead letters of this event id")
 	c.Flags().BoolVar(&all, "all", false, "replay every dead letter")
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say which dead letters would be replayed, and which left")
+	o.register(c)
+	return c
+}
+
+// holds says how many other messages a queue held, for "not found".
+func holds(others int) string {
+	if others == 0 {
+		return "it holds no message"
+	}
+	return fmt.Sprintf("it holds %d other message(s)", others)
+}
+
+// printReplay prints what dlq replay did: a line per dead letter replayed
+// and per one left with its reason, then the counts of what the queue
+// held.
+func printReplay(out io.Writer, queue, eventID string, dryRun bool, rep consumer.ReplayReport) {
+	verb := "replayed"
+	if dryRun {
+		verb = "would replay"
+	}
+	for _, id := range rep.Replayed {
+		fmt.Fprintf(out, "%s %s\n", verb, id)
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintf(out, "left in the DLQ: %s\n", s)
+	}
+	line := fmt.Sprintf("%d %s", len(rep.Replayed), verb)
+	if dryRun {
+		line = fmt.Sprintf("dry run, nothing changed: %d would be replayed", len(rep.Replayed))
+	}
+	left := len(rep.Skipped) + rep.Kept
+	if dryRun {
+		left += len(rep.Replayed) // all of them are still there
+	}
+	switch {
+	case len(rep.Skipped) > 0 && rep.Kept > 0:
+		line += fmt.Sprintf("; %d left in %s (%d could not be replayed, %d not selected)", left, queue, len(rep.Skipped), rep.Kept)
+	case rep.Kept > 0 && eventID != "":
+		line += fmt.Sprintf("; %d left in %s (none has event id %s)", left, queue, eventID)
+	default:
+		line += fmt.Sprintf("; %d left in %s", left, queue)
+	}
+	fmt.Fprintln(out, line)
+}
+
+func newDLQDropCmd() *cobra.Command {
+	var brokerURL, queue, eventID, messageID string
+	var notEnvelope, all, dryRun bool
+	var o outputFlags
+	c := &cobra.Command{
+		Use:   "drop --broker URL --queue NAME (--event-id ID | --message-id ID | --not-envelope | --all) [--dry-run] [-o json]",
+		Short: "Remove dead letters that cannot or need not be replayed",
+		Long: `drop removes messages from a dead-letter queue for good: what cannot be replayed,
+such as a message the broker moved there itself (not an inboxkit envelope: a body over
+the consumer's limit goes to the broker's dead-letter queue, reason MESSAGE_TOO_LARGE),
+or a dead letter that is given up. It changes no inbox row: the event stays
+DEAD_LETTERED (replay it instead to have it processed). Select by --event-id (the
+envelope's, or the eventId header of a message without one), --message-id (the broker
+message id 'dlq list' shows), --not-envelope (every message that is not an inboxkit
+dead letter) or --all. --dry-run removes nothing and lists what would go. Every message
+not selected stays on the queue. Exit 1 when nothing matched.`,
+		Example: `  inboxctl dlq drop --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --not-envelope --dry-run
+  inboxctl dlq drop --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --message-id 'ID:host-1:1:1:1:7'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n := 0
+			for _, set := range []bool{eventID != "", messageID != "", notEnvelope, all} {
+				if set {
+					n++
+				}
+			}
+			switch {
+			case queue == "":
+				return usageErr("dlq drop needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
+			case n != 1:
+				return usageErr("dlq drop takes one of --event-id ID, --message-id ID, --not-envelope or --all")
+			}
+			j, err := o.json()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			b, err := openLastingBroker(brokerURL, "dlq drop")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := b.requireQueue(ctx, queue); err != nil {
+				return err
+			}
+			src, err := b.toolSource(ctx, queue, 10, 0)
+			if err != nil {
+				return err
+			}
+			sel := func(m inboxkit.Message) bool {
+				e := dlqEntryOf(m)
+				switch {
+				case eventID != "":
+					return e.EventID == eventID
+				case messageID != "":
+					return e.BrokerMessageID == messageID || m.BrokerMessageID == messageID
+				case notEnvelope:
+					return e.NotEnvelope
+				}
+				return all
+			}
+			rep, err := consumer.Drop(ctx, consumer.DropConfig{DLQ: src, SelectFunc: sel, DryRun: dryRun})
+			src.Close()
+			es := make([]dlqEntry, 0, len(rep.Dropped))
+			for _, m := range rep.Dropped {
+				es = append(es, dlqEntryOf(m))
+			}
+			out := cmd.OutOrStdout()
+			if j {
+				jr := map[string]any{"queue": queue, "dryRun": dryRun, "dropped": es, "left": rep.Kept}
+				if err != nil {
+					jr["error"] = err.Error()
+				}
+				if werr := writeJSON(out, jr); werr != nil && err == nil {
+					err = werr
+				}
+			} else {
+				verb := "dropped"
+				if dryRun {
+					verb = "would drop"
+				}
+				for _, e := range es {
+					fmt.Fprintf(out, "%s %s (event id %s, reason %s, %d bytes)\n", verb, orDash(e.BrokerMessageID), orDash(e.EventID), e.Reason, e.Size)
+				}
+				if dryRun {
+					fmt.Fprintf(out, "dry run, nothing changed: %d would be dropped; %d left in %s\n", len(es), len(es)+rep.Kept, queue)
+				} else {
+					fmt.Fprintf(out, "%d dropped; %d left in %s\n", len(es), rep.Kept, queue)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if len(es) == 0 {
+				if rep.Kept == 0 {
+					b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "no message in %s matched (%s); nothing was changed\n", queue, holds(rep.Kept))
+				return errFindings
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL (default $"+envBroker+")")
+	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
+	c.Flags().StringVar(&eventID, "event-id", "", "drop the messages of this event id")
+	c.Flags().StringVar(&messageID, "message-id", "", "drop the message with this broker message id (as 'dlq list' shows it)")
+	c.Flags().BoolVar(&notEnvelope, "not-envelope", false, "drop every message that is not an inboxkit dead letter")
+	c.Flags().BoolVar(&all, "all", false, "drop every message")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "remove nothing: list what would be dropped")
 	o.register(c)
 	return c
 }
