@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit/dberr"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/invoice"
 )
@@ -61,6 +62,13 @@ func TestRunRecordsDeadlock(t *testing.T) {
 	// without a marker: the row is not committed yet). It waits until
 	// PostgreSQL aborted the consumer's transaction, then goes on.
 	_, err = other.ExecContext(ctx, `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS) VALUES ($1, 'invoice-consumer', 'PROCESSED')`, eventID)
+	if c, ok := dberr.Of(err); ok && c.SQLState == "23505" {
+		// On a loaded machine the consumer's failure row (its own
+		// transaction, after the rollback PostgreSQL forced on it) can
+		// commit before this insert resumes: the deadlock happened all the
+		// same, and this key is taken.
+		err = nil
+	}
 	dbtest.Must(t, err, "insert the inbox row's key (the test's side of the deadlock)")
 	dbtest.Must(t, other.Rollback(), "roll back the test's transaction")
 
