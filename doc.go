@@ -80,8 +80,9 @@
 // Commands:
 //
 //   - cmd/inboxctl: the command line (demo, migrate, run, publish, audit,
-//     dlq, purge, check, stats, golden); cmd/inboxctl/internal/target its
-//     URL parsing.
+//     dlq, purge, check, stats, golden, mq lint); cmd/inboxctl/internal/target
+//     its URL parsing, cmd/inboxctl/internal/mqsc the IBM MQ queue
+//     definitions `mq lint` reads (MQSC text).
 //   - cmd/inboxbench: end-to-end throughput on every broker.
 //   - cmd/inboxtorture: the torture rig (kill -9, restarts, a ledger).
 //
