@@ -615,39 +615,13 @@ func MigrateDBWith(ctx context.Context, db *sql.DB, d Dialect, table string, opt
 	if err := ValidateStatusMapping(opt.MapStatus); err != nil {
 		return Plan{}, err
 	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return Plan{}, fmt.Errorf("inbox: migrate: %w", err)
-	}
-	defer conn.Close()
-	lock, unlock := d.schema.lock, d.schema.unlock
-	if d.schema.lockIsTx {
-		if _, err := conn.ExecContext(ctx, lock); err != nil {
-			return Plan{}, fmt.Errorf("inbox: migrate: take the write lock: %w", err)
-		}
-		p, err := migrateLocked(ctx, conn, d, table, opt)
-		if err != nil {
-			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
-			return p, err
-		}
-		if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
-			return p, fmt.Errorf("inbox: migrate: commit: %w", err)
-		}
-		return p, nil
-	}
-	if d.schema.lockReportsGrant {
-		var got sql.NullInt64
-		if err := conn.QueryRowContext(ctx, lock, table).Scan(&got); err != nil {
-			return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
-		}
-		if got.Int64 != 1 {
-			return Plan{}, errors.New("inbox: migrate: the migration lock was not granted within 600 s: another instance is migrating")
-		}
-	} else if _, err := conn.ExecContext(ctx, lock, table); err != nil {
-		return Plan{}, fmt.Errorf("inbox: migrate: take the migration lock: %w", err)
-	}
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), unlock, table) }()
-	return migrateLocked(ctx, conn, d, table, opt)
+	var p Plan
+	err := d.WithMigrationLock(ctx, db, table, func(ctx context.Context, conn *sql.Conn) error {
+		var err error
+		p, err = migrateLocked(ctx, conn, d, table, opt)
+		return err
+	})
+	return p, err
 }
 
 func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string, opt MigrateOptions) (Plan, error) {
