@@ -291,6 +291,7 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Observer != nil {
 		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}
+	cfg.Handler = withMessage(cfg.Handler)
 	c := &Consumer{cfg: cfg, inHand: map[uint64]inboxkit.Message{}}
 	if cfg.Mode == ModeStoreThenProcess {
 		for i := 0; i < cfg.Concurrency; i++ {
@@ -506,6 +507,15 @@ func (c *Consumer) Message(d Delivery) inboxkit.Message {
 		m.ID, m.EventIDSource = c.cfg.EventIDFunc(m)
 	}
 	return m
+}
+
+// withMessage puts the message into the handler's ctx
+// (inboxkit.ContextWithMessage), so that an outbox write from the handler
+// records the event that caused it.
+func withMessage(h Handler) Handler {
+	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+		return h(inboxkit.ContextWithMessage(ctx, m), tx, m)
+	}
 }
 
 // PayloadHash is the hex SHA-256 of a body, as stored in PAYLOAD_HASH.
