@@ -75,3 +75,16 @@ func Split(dialect, text string) []string {
 	flush()
 	return out
 }
+
+// OutboxFile returns the DDL of the outbox tables (INBOXKIT_OUTBOX and
+// INBOXKIT_OUTBOX_KEY) for a dialect: the script outbox.MigrateDB runs on
+// an empty database, generated from package outbox's migration steps (a
+// test there keeps them equal). For Oracle it is the text only: the
+// outbox's relay runs on PostgreSQL, MySQL/MariaDB and SQLite.
+func OutboxFile(dialect string) (string, error) {
+	b, err := files.ReadFile("outbox_" + dialect + ".sql")
+	if err != nil {
+		return "", fmt.Errorf("schema: no outbox DDL for dialect %q (have postgres, mysql, sqlite, oracle)", dialect)
+	}
+	return string(b), nil
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
 	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 	"github.com/inboxkit/inboxkit/observe"
 )
@@ -45,27 +46,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// declare creates queue on RabbitMQ (the AMQP 1.0 adapter receives only
-// from an existing queue) and deletes it at test end.
-func declare(t *testing.T, queue string) {
-	t.Helper()
-	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
-		t.Fatalf("RabbitMQ not reachable (start it with rabbitmq-server -detached): %v", err)
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		conn.Close()
-	})
 }
 
 // readyz returns /readyz's status code and its "broker" check.
@@ -123,7 +103,7 @@ func TestReadinessFollowsTheConnection(t *testing.T) {
 			t.Cleanup(func() { b.Close() })
 			queue := queueName(t)
 			if b.URL.Kind == brokerurl.AMQP10 {
-				declare(t, queue)
+				rabbittest.Declare(t, queue)
 			}
 			ctx := ctxFor(t, 2*time.Minute)
 			src, err := b.Source(ctx, queue, "readiness", 1)
@@ -182,7 +162,7 @@ func threeDeadLetters(t *testing.T, name, url, start string) (*brokerurl.Broker,
 	ctx := ctxFor(t, time.Minute)
 	queue := "DLQ." + queueName(t)
 	if b.URL.Kind == brokerurl.AMQP10 {
-		declare(t, queue)
+		rabbittest.Declare(t, queue)
 	}
 	pub, err := b.Publisher(ctx)
 	if err != nil {

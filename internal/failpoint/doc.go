@@ -28,10 +28,13 @@ const (
 	AfterCommitBeforeAck      = "after-commit-before-ack"
 	MidHandler                = "mid-handler"
 	AfterDLQPublishBeforeMark = "after-dlq-publish-before-mark"
+	// AfterSendBeforeMark is an outbox relay's: the destination confirmed
+	// a message that is not yet marked SENT.
+	AfterSendBeforeMark = "after-send-before-mark"
 )
 
 // Known lists the point names; Parse refuses others.
-var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark}
+var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark, AfterSendBeforeMark}
 
 // Line is the prefix of the line a firing point writes to standard error.
 const Line = "inboxkit failpoint: "

@@ -1,0 +1,180 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/driver/postgres"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
+	"github.com/inboxkit/inboxkit/outbox"
+)
+
+// TestHTTPDestination posts to a real HTTP server: the message id is the
+// Idempotency-Key of every attempt, a 503 is tried again after its
+// Retry-After, a 400 parks the message at once with the answer, a redirect
+// is refused.
+func TestHTTPDestination(t *testing.T) {
+	type call struct{ key, body, ctype, corr, cause, custom string }
+	var mu sync.Mutex
+	var calls []call
+	busy := 1
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		calls = append(calls, call{r.Header.Get("Idempotency-Key"), string(b), r.Header.Get("Content-Type"), r.Header.Get("X-Correlation-ID"), r.Header.Get("X-Causation-ID"), r.Header.Get("X-Letter-Type")})
+		first := busy > 0 && r.URL.Path == "/letters"
+		busy--
+		mu.Unlock()
+		switch {
+		case r.Method != http.MethodPost:
+			w.WriteHeader(http.StatusMethodNotAllowed)
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "/letters", http.StatusMovedPermanently)
+		case r.URL.Path == "/bad":
+			http.Error(w, `{"error":"customer unknown"}`, http.StatusBadRequest)
+		case first:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		default:
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	defer srv.Close()
+	st, _ := setup(t, dbtest.SQLite)
+	ctx := inboxkit.ContextWithMessage(context.Background(), inboxkit.Message{ID: "evt-1", CorrelationID: "order-1"})
+	ids := add(t, ctx, st,
+		outbox.Message{ID: "letter-1", Destination: srv.URL + "/letters", Headers: map[string]string{"Content-Type": "application/json", "X-Letter-Type": "reminder"}, Body: []byte(`{"n":1}`)},
+		outbox.Message{Destination: srv.URL + "/bad", Body: []byte("x")},
+		outbox.Message{Destination: srv.URL + "/moved", Body: []byte("y")},
+	)
+	relay := newRelay(t, st, outbox.RelayConfig{Retry: fastRetry(5)})
+	runRelays(t, func() bool {
+		return countStatus(t, st, outbox.StatusSent) == 1 && countStatus(t, st, outbox.StatusParked) == 2
+	}, relay)
+	mu.Lock()
+	defer mu.Unlock()
+	var letters []call
+	for _, c := range calls {
+		if c.key == "letter-1" {
+			letters = append(letters, c)
+		}
+	}
+	if len(letters) != 2 || letters[1] != (call{"letter-1", `{"n":1}`, "application/json", "order-1", "evt-1", "reminder"}) {
+		t.Errorf("calls of letter-1: %+v: want a 503, then the same request again", letters)
+	}
+	rows := list(t, st, outbox.ListOptions{Statuses: all})
+	for _, r := range rows {
+		switch r.ID {
+		case ids[0]:
+			if r.Status != outbox.StatusSent || r.Attempts != 2 {
+				t.Errorf("letter-1: %s after %d attempts, want SENT after 2", r.Status, r.Attempts)
+			}
+		case ids[1]:
+			if r.Status != outbox.StatusParked || r.Attempts != 1 || !strings.Contains(r.LastError, "400 Bad Request") || !strings.Contains(r.LastError, "customer unknown") {
+				t.Errorf("400: %+v: want parked at once with the answer", r)
+			}
+		case ids[2]:
+			if r.Status != outbox.StatusParked || !strings.Contains(r.LastError, "redirect") {
+				t.Errorf("301: %+v: want parked, saying it is a redirect", r)
+			}
+		}
+	}
+}
+
+// brokers are the machine's brokers, one adapter each.
+var brokers = []struct{ name, url string }{
+	{"stomp", "stomp://127.0.0.1:61613"},
+	{"rabbitmq", "amqp://guest:guest@127.0.0.1:5672/"},
+	{"jetstream", "nats://127.0.0.1:4222"},
+	{"amqp10", "amqp10://guest:guest@127.0.0.1:5672"},
+}
+
+// TestRelayPublishesThroughEveryBroker sends through each adapter's
+// confirmed publish (STOMP receipt, RabbitMQ publisher confirm, JetStream
+// PubAck, AMQP 1.0 accepted) and receives what arrived: the message id in
+// eventId (what an inboxkit consumer reads), the key in JMSXGroupID, the
+// causing event and correlation ids, the key's order.
+func TestRelayPublishesThroughEveryBroker(t *testing.T) {
+	for _, b := range brokers {
+		t.Run(b.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			queue := fmt.Sprintf("outbox-test-%s-%d", b.name, time.Now().UnixNano())
+			br, err := brokerurl.Open(b.url, brokerurl.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer br.Close()
+			if b.name == "amqp10" || b.name == "rabbitmq" {
+				rabbittest.Declare(t, queue) // RabbitMQ's AMQP 1.0 plugin sends only to an existing queue
+			}
+			pub, err := br.Publisher(ctx)
+			if err != nil {
+				t.Fatalf("%s is not reachable at %s (scripts/activemq start; rabbitmq-server -detached; nats-server -js): %v", b.name, b.url, err)
+			}
+			st, _ := setup(t, dbtest.SQLite)
+			hctx := inboxkit.ContextWithMessage(ctx, inboxkit.Message{ID: "evt-7", CorrelationID: "case-7"})
+			var ms []outbox.Message
+			for i := 1; i <= 3; i++ {
+				ms = append(ms, outbox.Message{Destination: queue, Key: "customer-1", Headers: map[string]string{"type": "LetterRequested"}, Body: []byte(fmt.Sprint(i))})
+			}
+			ids := add(t, hctx, st, ms...)
+			relay := newRelay(t, st, outbox.RelayConfig{Broker: pub})
+			runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == 3 }, relay)
+			src, err := br.Source(ctx, queue, "outbox-test", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			for i := 0; i < 3; i++ {
+				d, err := src.Receive(ctx)
+				if err != nil {
+					t.Fatalf("receive %d: %v", i, err)
+				}
+				m := d.Message()
+				if m.Header("eventId") != ids[i] || string(m.Body) != fmt.Sprint(i+1) || m.Header("orderKey") != "customer-1" ||
+					m.Header("causationId") != "evt-7" || m.Header("correlationId") != "case-7" || m.Header("type") != "LetterRequested" {
+					t.Errorf("message %d: body %q headers %v: want eventId %s, the key, causation, correlation and own headers", i, m.Body, m.Headers, ids[i])
+				}
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestListenWakesTheRelay: on PostgreSQL Add notifies with its commit, and
+// a relay that polls once an hour sends the message at once.
+func TestListenWakesTheRelay(t *testing.T) {
+	st, db := setup(t, dbtest.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dst := &recorder{}
+	relay := newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, PollInterval: time.Hour,
+		Wake: postgres.Listen(ctx, db.DSN, st.NotifyChannel(), nil)})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(ctx) }()
+	for i := 1; i <= 3; i++ {
+		add(t, ctx, st, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint(i))})
+		deadline := time.Now().Add(30 * time.Second)
+		for len(dst.sent()) < i {
+			if time.Now().After(deadline) {
+				t.Fatalf("message %d not sent: the relay was not woken by the commit", i)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	cancel()
+	<-done
+}

@@ -1,0 +1,93 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/outbox"
+	"github.com/inboxkit/inboxkit/schema"
+)
+
+var updateSchema = flag.Bool("update-schema", false, "rewrite schema/outbox_<dialect>.sql from the migration steps")
+
+// TestSchemaFilesAreTheMigration keeps schema/outbox_<dialect>.sql equal to
+// what MigrateDB runs on an empty database (go test ./outbox -run
+// TestSchemaFiles -update-schema rewrites them).
+func TestSchemaFilesAreTheMigration(t *testing.T) {
+	for _, d := range []inbox.Dialect{inbox.Postgres, inbox.MySQL, inbox.SQLite, inbox.Oracle} {
+		want, err := outbox.CreateScript(d, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *updateSchema {
+			if err := os.WriteFile(filepath.Join("..", "schema", "outbox_"+d.Name()+".sql"), []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := schema.OutboxFile(d.Name())
+		if err != nil || got != want {
+			t.Errorf("schema/outbox_%s.sql differs from the migration (%v): run go test ./outbox -run TestSchemaFiles -update-schema", d.Name(), err)
+		}
+	}
+}
+
+func TestMigrateCreatesOnceAndRecordsTheVersion(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			d, _ := inbox.DialectByName(backend)
+			ctx := context.Background()
+			st, err := outbox.New(db.DB, d, outbox.Config{Table: "APP_OUTBOX"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var se *outbox.SchemaError
+			if err := st.CheckSchema(ctx); !errors.As(err, &se) || !se.Missing || !errors.Is(err, inbox.ErrSchemaOutdated) {
+				t.Fatalf("CheckSchema before migrating: %v, want a SchemaError (missing) wrapping inbox.ErrSchemaOutdated", err)
+			}
+			p, err := st.Migrate(ctx)
+			if err != nil || p.Current != 0 || len(p.Steps) != outbox.SchemaVersion {
+				t.Fatalf("first migration: %+v, %v", p, err)
+			}
+			// Beside an inbox migrated into the same version table.
+			if _, err := inbox.MigrateDB(ctx, db.DB, d, ""); err != nil {
+				t.Fatal(err)
+			}
+			p, err = st.Migrate(ctx)
+			if err != nil || p.Current != outbox.SchemaVersion || len(p.Steps) != 0 {
+				t.Fatalf("second migration: %+v, %v: want nothing to do", p, err)
+			}
+			if err := st.CheckSchema(ctx); err != nil {
+				t.Fatalf("CheckSchema after migrating: %v", err)
+			}
+			if plan, err := st.PlanMigration(ctx); err != nil || len(plan.Steps) != 0 || len(plan.Prelude) != 0 {
+				t.Fatalf("plan after migrating: %+v, %v", plan, err)
+			}
+		})
+	}
+}
+
+func TestNewRefuses(t *testing.T) {
+	db := dbtest.New(t, dbtest.SQLite)
+	for _, tc := range []struct {
+		d     inbox.Dialect
+		table string
+	}{
+		{inbox.Oracle, ""},
+		{inbox.Dialect{}, ""},
+		{inbox.SQLite, "X; DROP TABLE Y"},
+		{inbox.SQLite, "A_VERY_LONG_OUTBOX_NAME"},
+	} {
+		if _, err := outbox.New(db.DB, tc.d, outbox.Config{Table: tc.table}); err == nil {
+			t.Errorf("New(%q, %q) accepted", tc.d.Name(), tc.table)
+		}
+	}
+}

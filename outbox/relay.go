@@ -1,0 +1,737 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/failpoint"
+)
+
+// PoisonPolicy says what a parked message does to the later messages of
+// its key.
+type PoisonPolicy string
+
+// Poison policies.
+const (
+	// ParkKey: the key waits behind its parked message until an operator
+	// retries or drops it (Store.Retry, Store.Drop); every other key goes
+	// on. Per-key order holds without exception.
+	ParkKey PoisonPolicy = "park-key"
+	// SkipMessage: the key's later messages go on without it; a retried
+	// parked message is sent after the key's messages written until then.
+	SkipMessage PoisonPolicy = "skip"
+)
+
+// Outgoing is one outbox message as a send sees it.
+type Outgoing struct {
+	// ID is the message id, the same on every attempt.
+	ID string
+	// Key is Message.Key ("" for a message without one).
+	Key         string
+	Destination string
+	// Headers are Message.Headers (without the relay's own: see
+	// BrokerHeaders).
+	Headers map[string]string
+	Body    []byte
+	// CauseEventID and CorrelationID are the ids recorded at Add.
+	CauseEventID, CorrelationID string
+	// CreatedAt is when Add wrote it.
+	CreatedAt time.Time
+	// Attempt is 1 on the first send attempt.
+	Attempt int
+}
+
+// BrokerHeaders returns the headers a broker destination gets: Headers and
+// eventId (the message id), correlationId, causationId, and the key in
+// orderKey and JMSXGroupID; all but eventId only when set.
+func (o Outgoing) BrokerHeaders() map[string]string {
+	h := make(map[string]string, len(o.Headers)+4)
+	for k, v := range o.Headers {
+		h[k] = v
+	}
+	h[HeaderMessageID] = o.ID
+	if o.CorrelationID != "" {
+		h[HeaderCorrelationID] = o.CorrelationID
+	}
+	if o.CauseEventID != "" {
+		h[HeaderCausationID] = o.CauseEventID
+	}
+	if o.Key != "" {
+		h[HeaderKey] = o.Key
+		h[HeaderGroup] = o.Key
+	}
+	return h
+}
+
+// RelayObserver watches a relay's sends (package observe implements it
+// with Prometheus metrics). Its methods must not block for long; they are
+// called from many goroutines.
+type RelayObserver interface {
+	// Sent reports a message its destination confirmed, with the time from
+	// its write (Add) to the confirm.
+	Sent(destination string, lag time.Duration)
+	// Failed reports a send that failed and will be tried again.
+	Failed(destination string, err error)
+	// Parked reports a message parked with its last error.
+	Parked(destination string, err error)
+}
+
+// RelayConfig configures a Relay. The zero value of every field means its
+// default.
+type RelayConfig struct {
+	// Name names this relay in the key table's LEASE_OWNER (followed by a
+	// random suffix). Defaults to "relay-<hostname>-<pid>".
+	Name string
+	// Broker publishes to every destination that is not an http(s):// URL
+	// (a broker adapter: it returns nil only once the broker confirmed the
+	// message). Without it such messages fail, and are parked after their
+	// attempts, with an error naming this field.
+	Broker dlq.Publisher
+	// HTTPClient POSTs to http:// and https:// destinations. Defaults to a
+	// client that follows no redirect; SendTimeout bounds each request.
+	HTTPClient *http.Client
+	// SendFunc, if set, sends every message in place of Broker and
+	// HTTPClient (a shadow run records instead of sending). It must return
+	// nil only once the destination confirmed the message.
+	SendFunc func(ctx context.Context, m Outgoing) error
+	// Retry is the retry policy of a failed send: the send is tried again
+	// after Retry.Redelivery's jittered backoff (a Retry-After hint wins),
+	// and after Retry.MaxAttempts attempts the message is parked. A send the
+	// destination refused for good (a classify.Poison or classify.Reject
+	// error, such as an HTTP 400) is parked at once. Defaults are those of
+	// inboxkit.RetryPolicy.
+	Retry inboxkit.RetryPolicy
+	// OnPoison says what a parked message does to its key. Defaults to
+	// ParkKey.
+	OnPoison PoisonPolicy
+	// Concurrency is the number of keys sent at once (one message of a key
+	// at a time). Defaults to 16.
+	Concurrency int
+	// PerKey is the number of a key's messages sent per claim of the key.
+	// Defaults to 100.
+	PerKey int
+	// Lease is how long a claim holds a key; another relay takes the key
+	// after it (the lease's holder died). Defaults to 30s.
+	Lease time.Duration
+	// SendTimeout bounds one send. Defaults to 10s; at most a third of
+	// Lease, so that no send of a key is in flight when its lease ends.
+	SendTimeout time.Duration
+	// PollInterval is how often an idle relay looks for messages to send.
+	// Defaults to 250ms.
+	PollInterval time.Duration
+	// Wake, if set, wakes an idle relay at once: a PostgreSQL LISTEN on
+	// Store.NotifyChannel (driver/postgres.Listen) delivers Add's commits
+	// there.
+	Wake <-chan struct{}
+	// Observer, if set, watches every send.
+	Observer RelayObserver
+	// Logger logs failed sends and database errors. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RelayConfig) setDefaults() {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("relay-%s-%d", host, os.Getpid())
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.OnPoison == "" {
+		c.OnPoison = ParkKey
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.PerKey == 0 {
+		c.PerKey = 100
+	}
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = min(10*time.Second, c.Lease/3)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 250 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+}
+
+func (c *RelayConfig) validate() error {
+	switch {
+	case c.OnPoison != ParkKey && c.OnPoison != SkipMessage:
+		return fmt.Errorf("outbox: RelayConfig.OnPoison %q is unknown: use %q (the key waits for an operator) or %q (the key goes on without the message)", c.OnPoison, ParkKey, SkipMessage)
+	case c.Concurrency < 1:
+		return fmt.Errorf("outbox: RelayConfig.Concurrency is %d: it must be at least 1", c.Concurrency)
+	case c.PerKey < 1:
+		return fmt.Errorf("outbox: RelayConfig.PerKey is %d: it must be at least 1", c.PerKey)
+	case c.Lease <= 0 || c.SendTimeout <= 0 || c.PollInterval <= 0:
+		return errors.New("outbox: RelayConfig.Lease, SendTimeout and PollInterval must be positive")
+	case c.SendTimeout*3 > c.Lease:
+		return fmt.Errorf("outbox: RelayConfig.SendTimeout (%s) is more than a third of Lease (%s): a send could outlive the lease, and another relay send the key's next message before it", c.SendTimeout, c.Lease)
+	case len(c.Name) > 80:
+		return fmt.Errorf("outbox: RelayConfig.Name has %d bytes, at most 80", len(c.Name))
+	}
+	if err := c.Retry.Validate(); err != nil {
+		return fmt.Errorf("outbox: RelayConfig.Retry: %w", err)
+	}
+	return nil
+}
+
+// Relay sends the outbox's messages after their transactions committed,
+// and marks each SENT once its destination confirmed it. Any number of
+// relays (goroutines or processes) may run on one outbox: a key is held by
+// one claim at a time (a lease in the key table), and its messages leave in
+// sequence, each after the previous one was confirmed.
+type Relay struct {
+	s     *Store
+	cfg   RelayConfig
+	owner string
+	n     atomic.Uint64 // claims made
+
+	mu      sync.Mutex
+	dbErr   error // the last claim's error (nil: it worked)
+	dbSince time.Time
+	failing map[string]destFailure // by destination label: the last send failed
+}
+
+type destFailure struct {
+	since time.Time
+	err   error
+}
+
+// NewRelay returns a relay of the outbox s.
+func NewRelay(s *Store, cfg RelayConfig) (*Relay, error) {
+	if s == nil {
+		return nil, errors.New("outbox: NewRelay: store is nil")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return &Relay{s: s, cfg: cfg, owner: cut(cfg.Name, 80) + "-" + hex.EncodeToString(b), failing: map[string]destFailure{}}, nil
+}
+
+// Config returns the relay's configuration with defaults applied.
+func (r *Relay) Config() RelayConfig { return r.cfg }
+
+// claimed is a key held by one claim, with the messages read after its
+// DONE_SEQ.
+type claimed struct {
+	key      string
+	token    string
+	done     int64
+	rows     []row
+	leaseEnd time.Time
+}
+
+type row struct {
+	Outgoing
+	seq      int64
+	status   Status
+	attempts int
+}
+
+// settled is what a send round did to one key, written by record.
+type settled struct {
+	key, token string
+	// sentFrom..sentTo are the sequence numbers of the messages confirmed
+	// (0, 0: none).
+	sentFrom, sentTo int64
+	done             int64
+	failed           *row
+	failErr          string
+	park             bool
+	// next is NEXT_AT when messages remain after done (nil: NULL, the key
+	// is parked).
+	next *time.Time
+}
+
+// Run sends until ctx is done, then finishes the sends in hand (each
+// bounded by SendTimeout), records them and returns nil. A database that
+// cannot be reached is retried every PollInterval (Ready reports it);
+// nothing is lost meanwhile.
+func (r *Relay) Run(ctx context.Context) error {
+	work := context.WithoutCancel(ctx)
+	slots := make(chan struct{}, r.cfg.Concurrency)
+	for i := 0; i < r.cfg.Concurrency; i++ {
+		slots <- struct{}{}
+	}
+	more := make(chan struct{}, 1) // a released key has messages left
+	results := make(chan settled, r.cfg.Concurrency)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		r.recorder(work, results, slots, more)
+	}()
+	var wg sync.WaitGroup
+	for ctx.Err() == nil {
+		n := 0
+		select {
+		case <-slots:
+			n = 1
+		case <-ctx.Done():
+			continue
+		}
+	take:
+		for n < r.cfg.Concurrency {
+			select {
+			case <-slots:
+				n++
+			default:
+				break take
+			}
+		}
+		keys, err := r.claim(ctx, n)
+		r.dbResult(err)
+		if err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("outbox relay: claim failed; trying again", "relay", r.owner, "error", err.Error())
+		}
+		for i := len(keys); i < n; i++ {
+			slots <- struct{}{}
+		}
+		for _, k := range keys {
+			wg.Add(1)
+			go func(k claimed) {
+				defer wg.Done()
+				results <- r.sendKey(work, ctx, k)
+			}(k)
+		}
+		if len(keys) < n {
+			r.idle(ctx, more)
+		}
+	}
+	wg.Wait()
+	close(results)
+	<-recorded
+	return nil
+}
+
+// idle waits for a wake-up, a released key with messages left, or the
+// next poll.
+func (r *Relay) idle(ctx context.Context, more <-chan struct{}) {
+	t := time.NewTimer(r.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-r.cfg.Wake:
+	case <-more:
+	case <-t.C:
+	}
+}
+
+func (r *Relay) now() time.Time { return r.s.now() }
+
+// claim takes up to n due keys for one lease and reads their next
+// messages.
+func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
+	s := r.s
+	now := r.now()
+	until := now.Add(r.cfg.Lease)
+	token := fmt.Sprintf("%s-%d", r.owner, r.n.Add(1))
+	var keys []claimed
+	byKey := map[string]int{}
+	scan := func(rows *sql.Rows) error {
+		defer rows.Close()
+		for rows.Next() {
+			var key string
+			var done int64
+			var id, okey, dest, status sql.NullString
+			var seq, attempts sql.NullInt64
+			var headers, cause, corr sql.NullString
+			var body []byte
+			var created inbox.NullTime
+			if err := rows.Scan(&key, &done, &id, &okey, &seq, &dest, &headers, &body, &cause, &corr, &status, &attempts, &created); err != nil {
+				return err
+			}
+			i, ok := byKey[key]
+			if !ok {
+				i = len(keys)
+				byKey[key] = i
+				keys = append(keys, claimed{key: key, token: token, done: done, leaseEnd: until})
+			}
+			if !id.Valid {
+				continue // a due key without messages after DONE_SEQ
+			}
+			h, err := decodeHeaders(headers)
+			if err != nil {
+				h = map[string]string{"inboxkit-outbox-bad-headers": headers.String}
+			}
+			m := row{seq: seq.Int64, status: Status(status.String), attempts: int(attempts.Int64)}
+			m.ID, m.Destination, m.Headers, m.Body = id.String, dest.String, h, body
+			if okey.String != id.String {
+				m.Key = okey.String
+			}
+			m.CauseEventID, m.CorrelationID, m.CreatedAt = cause.String, corr.String, created.Time
+			keys[i].rows = append(keys[i].rows, m)
+		}
+		return rows.Err()
+	}
+	switch s.d.Name() {
+	case "postgres":
+		rows, err := s.db.QueryContext(ctx, s.q.claimRead, token, s.t(until), s.t(now), n, r.cfg.PerKey)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: claim keys: %w", err)
+		}
+		if err := scan(rows); err != nil {
+			return nil, fmt.Errorf("outbox: claim keys: %w", err)
+		}
+		return keys, nil
+	case "mysql":
+		tx, err := s.db.BeginTx(ctx, s.d.LockingTx())
+		if err != nil {
+			return nil, fmt.Errorf("outbox: claim keys: %w", err)
+		}
+		defer tx.Rollback()
+		names, err := queryStrings(ctx, tx, s.q.claimSelect, s.t(now), n)
+		if err != nil || len(names) == 0 {
+			return nil, wrapErr("outbox: claim keys", err)
+		}
+		args := append([]any{token, s.t(until)}, anys(names)...)
+		if _, err := tx.ExecContext(ctx, inList(s.q.claimUpdate, len(names)), args...); err != nil {
+			return nil, fmt.Errorf("outbox: claim keys: %w", err)
+		}
+		if err := r.read(ctx, tx, names, scan); err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("outbox: claim keys: commit: %w", err)
+		}
+		return keys, nil
+	default: // sqlite
+		names, err := queryStrings(ctx, s.db, s.q.claim, token, s.t(until), s.t(now), n)
+		if err != nil || len(names) == 0 {
+			return nil, wrapErr("outbox: claim keys", err)
+		}
+		if err := r.read(ctx, s.db, names, scan); err != nil {
+			return nil, err
+		}
+		return keys, nil
+	}
+}
+
+func (r *Relay) read(ctx context.Context, q querier, names []string, scan func(*sql.Rows) error) error {
+	args := append([]any{r.cfg.PerKey}, anys(names)...)
+	rows, err := q.QueryContext(ctx, inList(r.s.q.readRows, len(names)), args...)
+	if err != nil {
+		return fmt.Errorf("outbox: read messages: %w", err)
+	}
+	if err := scan(rows); err != nil {
+		return fmt.Errorf("outbox: read messages: %w", err)
+	}
+	return nil
+}
+
+// sendKey sends the claimed messages of one key in sequence, each after the
+// previous one was confirmed, until one fails, the lease nears its end or
+// stop is done, and returns what record must write.
+func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
+	st := settled{key: k.key, token: k.token, done: k.done}
+	now := r.now()
+	st.next = &now
+	for i := range k.rows {
+		m := &k.rows[i]
+		switch m.status {
+		case StatusSent, StatusDropped:
+			st.done = m.seq // settled by a relay that died before releasing, or by an operator
+			continue
+		case StatusParked:
+			if r.cfg.OnPoison == SkipMessage {
+				st.done = m.seq
+				continue
+			}
+			st.next = nil
+			return st
+		}
+		if stop.Err() != nil || r.now().Add(r.cfg.SendTimeout+r.cfg.Lease/10).After(k.leaseEnd) {
+			break
+		}
+		m.Attempt = m.attempts + 1
+		err := r.send(work, m.Outgoing)
+		if err == nil {
+			failpoint.Hit(failpoint.AfterSendBeforeMark)
+			if st.sentFrom == 0 {
+				st.sentFrom = m.seq
+			}
+			st.sentTo, st.done = m.seq, m.seq
+			r.sendResult(m.Destination, nil)
+			if r.cfg.Observer != nil {
+				r.cfg.Observer.Sent(m.Destination, r.now().Sub(m.CreatedAt))
+			}
+			continue
+		}
+		dec := classify.Of(err)
+		permanent := dec.Class == inboxkit.ClassPoison || dec.Class == inboxkit.ClassBusiness
+		if !permanent {
+			r.sendResult(m.Destination, err)
+		}
+		st.failed, st.failErr = m, cut(err.Error(), maxErrorLength)
+		st.park = permanent || (!dec.NoAttempt && m.Attempt >= r.cfg.Retry.MaxAttempts)
+		switch {
+		case st.park && r.cfg.OnPoison == ParkKey:
+			st.next = nil
+		case st.park:
+			st.done = m.seq // skipped: the key goes on
+		default:
+			delay := dec.RetryAfter
+			if delay <= 0 {
+				delay = r.cfg.Retry.RedeliveryDelay(m.Attempt)
+			}
+			at := r.now().Add(delay)
+			st.next = &at
+		}
+		if r.cfg.Observer != nil {
+			if st.park {
+				r.cfg.Observer.Parked(m.Destination, err)
+			} else {
+				r.cfg.Observer.Failed(m.Destination, err)
+			}
+		}
+		lvl := slog.LevelWarn
+		if st.park {
+			lvl = slog.LevelError
+		}
+		r.cfg.Logger.Log(work, lvl, "outbox send failed", "relay", r.owner, "message_id", m.ID, "key", m.Key,
+			"destination", DestinationLabel(m.Destination), "attempt", m.Attempt, "parked", st.park, "error", err.Error())
+		return st
+	}
+	return st
+}
+
+// send sends one message with a deadline.
+func (r *Relay) send(ctx context.Context, m Outgoing) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+	defer cancel()
+	switch {
+	case r.cfg.SendFunc != nil:
+		return r.cfg.SendFunc(ctx, m)
+	case IsHTTP(m.Destination):
+		return postHTTP(ctx, r.cfg.HTTPClient, m)
+	case r.cfg.Broker == nil:
+		return fmt.Errorf("outbox: no broker to send to queue %s: set RelayConfig.Broker (inboxctl relay --broker URL)", m.Destination)
+	}
+	return r.cfg.Broker.Publish(ctx, m.Destination, m.BrokerHeaders(), m.Body)
+}
+
+// recorder writes the settled keys in batches, one transaction per batch,
+// then gives their slots back and says when a key has messages left.
+func (r *Relay) recorder(ctx context.Context, in <-chan settled, slots chan<- struct{}, more chan<- struct{}) {
+	for first := range in {
+		batch := []settled{first}
+	fill:
+		for len(batch) < 256 {
+			select {
+			case s, ok := <-in:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, s)
+			default:
+				break fill
+			}
+		}
+		r.recordRetrying(ctx, batch)
+		left := false
+		for _, s := range batch {
+			slots <- struct{}{}
+			left = left || s.next != nil
+		}
+		if left {
+			select {
+			case more <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// recordRetrying records a batch, trying again while the database fails,
+// until the batch's leases would have ended: after that another relay has
+// taken the keys and sends their messages again (at least once).
+func (r *Relay) recordRetrying(ctx context.Context, batch []settled) {
+	deadline := r.now().Add(r.cfg.Lease)
+	for try := 1; ; try++ {
+		err := r.record(ctx, batch)
+		if err == nil {
+			return
+		}
+		r.dbResult(err)
+		if r.now().After(deadline) {
+			r.cfg.Logger.Error("outbox relay: could not record sends; their keys' leases end and the messages are sent again", "relay", r.owner, "keys", len(batch), "error", err.Error())
+			return
+		}
+		r.cfg.Logger.Warn("outbox relay: record sends failed; trying again", "relay", r.owner, "error", err.Error())
+		time.Sleep(r.cfg.Retry.RedeliveryDelay(try))
+	}
+}
+
+// record writes one batch: confirmed messages SENT, a failed one's attempt
+// (PARKED after the last), and each key released with its progress. Keys
+// are written in key order, so two batches never wait for each other in
+// a cycle.
+func (r *Relay) record(ctx context.Context, batch []settled) error {
+	s := r.s
+	sort.Slice(batch, func(i, j int) bool { return batch[i].key < batch[j].key })
+	tx, err := s.db.BeginTx(ctx, s.d.LockingTx())
+	if err != nil {
+		return fmt.Errorf("outbox: record sends: %w", err)
+	}
+	defer tx.Rollback()
+	now := s.t(r.now())
+	for _, st := range batch {
+		if st.sentTo > 0 {
+			if _, err := tx.ExecContext(ctx, s.q.markSent, now, now, st.key, st.sentFrom, st.sentTo); err != nil {
+				return fmt.Errorf("outbox: mark sent: %w", err)
+			}
+		}
+		if st.failed != nil {
+			status := StatusPending
+			if st.park {
+				status = StatusParked
+			}
+			if _, err := tx.ExecContext(ctx, s.q.markFail, string(status), st.failErr, now, st.failed.ID); err != nil {
+				return fmt.Errorf("outbox: record failed send: %w", err)
+			}
+		}
+		var next any
+		if st.next != nil {
+			next = s.t(*st.next)
+		}
+		if _, err := tx.ExecContext(ctx, s.q.release, st.done, st.done, next, st.key, st.token); err != nil {
+			return fmt.Errorf("outbox: release key: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: record sends: commit: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) dbResult(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.dbErr = nil
+		return
+	}
+	if r.dbErr == nil {
+		r.dbSince = r.now()
+	}
+	r.dbErr = err
+}
+
+func (r *Relay) sendResult(destination string, err error) {
+	label := DestinationLabel(destination)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		delete(r.failing, label)
+		return
+	}
+	f, ok := r.failing[label]
+	if !ok {
+		f.since = r.now()
+	}
+	f.err = err
+	r.failing[label] = f
+}
+
+// Ready returns nil while the relay reaches its database and every
+// destination it sent to lately, and otherwise an error naming each one it
+// cannot reach since when, with the last error (a readiness check: a
+// destination is reachable again with its next confirmed send). It does
+// not block.
+func (r *Relay) Ready(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var msgs []string
+	if r.dbErr != nil {
+		msgs = append(msgs, fmt.Sprintf("database unreachable since %s: %v", r.dbSince.Format(time.RFC3339), r.dbErr))
+	}
+	labels := make([]string, 0, len(r.failing))
+	for l := range r.failing {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	for _, l := range labels {
+		f := r.failing[l]
+		msgs = append(msgs, fmt.Sprintf("cannot send to %s since %s: %v", l, f.since.Format(time.RFC3339), f.err))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New("outbox relay: " + strings.Join(msgs, "; "))
+}
+
+// DestinationLabel is a destination as metrics and logs name it: a queue
+// as it is, a URL as scheme://host (its path may hold ids, which would
+// make a metric label per message).
+func DestinationLabel(destination string) string {
+	if !IsHTTP(destination) {
+		return destination
+	}
+	i := strings.Index(destination, "://") + 3
+	if j := strings.IndexAny(destination[i:], "/?#"); j >= 0 {
+		return destination[:i+j]
+	}
+	return destination
+}
+
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryStrings(ctx context.Context, q querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func wrapErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
