@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/inboxkit/inboxkit/consumer"
@@ -125,12 +126,21 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // Mux serves /metrics (o's registry; nil o: none), /healthz and /readyz
 // (h; nil h: always ready).
 func Mux(o *Observer, h *Health) *http.ServeMux {
+	if o == nil {
+		return MuxFor(nil, h)
+	}
+	return MuxFor(o.cfg.Registry, h)
+}
+
+// MuxFor is Mux for a registry without a consumer's Observer (a relay of
+// its own: inboxctl relay); nil reg serves no /metrics.
+func MuxFor(reg *prometheus.Registry, h *Health) *http.ServeMux {
 	if h == nil {
 		h = NewHealth()
 	}
 	mux := http.NewServeMux()
-	if o != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(o.cfg.Registry, promhttp.HandlerOpts{Registry: o.cfg.Registry}))
+	if reg != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	}
 	mux.HandleFunc("GET /healthz", serveAlive)
 	mux.HandleFunc("GET /readyz", h.serveReady)

@@ -187,20 +187,9 @@ func (o *Observer) RunInboxStats(ctx context.Context) {
 	if o.cfg.Store == nil {
 		return
 	}
-	t := time.NewTicker(o.cfg.StatsInterval)
-	defer t.Stop()
-	for {
-		rctx, cancel := context.WithTimeout(ctx, o.cfg.StatsInterval)
-		if err := o.RefreshInbox(rctx); err != nil && ctx.Err() == nil {
-			o.cfg.Logger.Debug("inbox gauges not refreshed", "consumer", o.cfg.Consumer, "error", err)
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	refreshEvery(ctx, o.cfg.StatsInterval, o.RefreshInbox, func(err error) {
+		o.cfg.Logger.Debug("inbox gauges not refreshed", "consumer", o.cfg.Consumer, "error", err)
+	})
 }
 
 // ObservePurge records one retention purge. [Observer.Purge] calls it;

@@ -33,7 +33,9 @@ func TestHTTPDestination(t *testing.T) {
 		mu.Lock()
 		calls = append(calls, call{r.Header.Get("Idempotency-Key"), string(b), r.Header.Get("Content-Type"), r.Header.Get("X-Correlation-ID"), r.Header.Get("X-Causation-ID"), r.Header.Get("X-Letter-Type")})
 		first := busy > 0 && r.URL.Path == "/letters"
-		busy--
+		if first {
+			busy--
+		}
 		mu.Unlock()
 		switch {
 		case r.Method != http.MethodPost:

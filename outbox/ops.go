@@ -262,6 +262,11 @@ func (s *Store) repairKey(ctx context.Context, k string, ps []parked, retry bool
 	if _, err := tx.ExecContext(ctx, s.d.Rebind(`UPDATE `+kt+` SET LAST_SEQ = ?, NEXT_AT = CASE WHEN NEXT_AT IS NULL THEN `+tsParam(s.d)+` ELSE NEXT_AT END WHERE MSG_KEY = ?`), last, now, k); err != nil {
 		return 0, err
 	}
+	if s.q.notify != "" {
+		if _, err := tx.ExecContext(ctx, s.q.notify); err != nil {
+			return 0, err
+		}
+	}
 	return n, tx.Commit()
 }
 

@@ -306,9 +306,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 		}
 		keys, err := r.claim(ctx, n)
-		r.dbResult(err)
-		if err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Warn("outbox relay: claim failed; trying again", "relay", r.owner, "error", err.Error())
+		if ctx.Err() == nil {
+			r.dbResult(err)
 		}
 		for i := len(keys); i < n; i++ {
 			slots <- struct{}{}
@@ -330,10 +329,16 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// idle waits for a wake-up, a released key with messages left, or the
-// next poll.
+// idle waits for a wake-up, a released key with messages left, the next
+// poll, or the moment the next key is due (a backoff or a lease ends),
+// whichever comes first.
 func (r *Relay) idle(ctx context.Context, more <-chan struct{}) {
-	t := time.NewTimer(r.cfg.PollInterval)
+	wait := r.cfg.PollInterval
+	var next inbox.NullTime
+	if err := r.s.db.QueryRowContext(ctx, r.s.q.nextDue).Scan(&next); err == nil && next.Valid {
+		wait = min(wait, max(next.Time.Sub(r.now()), time.Millisecond))
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -485,11 +490,11 @@ func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
 		}
 		dec := classify.Of(err)
 		permanent := dec.Class == inboxkit.ClassPoison || dec.Class == inboxkit.ClassBusiness
-		if !permanent {
-			r.sendResult(m.Destination, err)
-		}
 		st.failed, st.failErr = m, cut(err.Error(), maxErrorLength)
 		st.park = permanent || (!dec.NoAttempt && m.Attempt >= r.cfg.Retry.MaxAttempts)
+		if !permanent {
+			r.sendResult(m.Destination, err) // it did not answer, or not with a verdict on the message
+		}
 		switch {
 		case st.park && r.cfg.OnPoison == ParkKey:
 			st.next = nil
@@ -515,6 +520,7 @@ func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
 			lvl = slog.LevelError
 		}
 		r.cfg.Logger.Log(work, lvl, "outbox send failed", "relay", r.owner, "message_id", m.ID, "key", m.Key,
+			"event_id", m.CauseEventID, "correlation_id", m.CorrelationID,
 			"destination", DestinationLabel(m.Destination), "attempt", m.Attempt, "parked", st.park, "error", err.Error())
 		return st
 	}
@@ -583,7 +589,6 @@ func (r *Relay) recordRetrying(ctx context.Context, batch []settled) {
 			r.cfg.Logger.Error("outbox relay: could not record sends; their keys' leases end and the messages are sent again", "relay", r.owner, "keys", len(batch), "error", err.Error())
 			return
 		}
-		r.cfg.Logger.Warn("outbox relay: record sends failed; trying again", "relay", r.owner, "error", err.Error())
 		time.Sleep(r.cfg.Retry.RedeliveryDelay(try))
 	}
 }
@@ -630,17 +635,21 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 	return nil
 }
 
+// dbResult follows the database's state from the relay's statements and
+// logs an outage once when it starts and once when it ends.
 func (r *Relay) dbResult(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err == nil {
+	switch {
+	case err == nil && r.dbErr != nil:
+		r.cfg.Logger.Info("outbox relay: database reachable again", "relay", r.owner, "down_for", r.now().Sub(r.dbSince).Round(time.Millisecond).String())
 		r.dbErr = nil
-		return
+	case err != nil && r.dbErr == nil:
+		r.cfg.Logger.Warn("outbox relay: database unreachable; trying again every poll", "relay", r.owner, "error", err.Error())
+		r.dbErr, r.dbSince = err, r.now()
+	case err != nil:
+		r.dbErr = err
 	}
-	if r.dbErr == nil {
-		r.dbSince = r.now()
-	}
-	r.dbErr = err
 }
 
 func (r *Relay) sendResult(destination string, err error) {
@@ -659,18 +668,18 @@ func (r *Relay) sendResult(destination string, err error) {
 	r.failing[label] = f
 }
 
-// Ready returns nil while the relay reaches its database and every
-// destination it sent to lately, and otherwise an error naming each one it
-// cannot reach since when, with the last error (a readiness check: a
-// destination is reachable again with its next confirmed send). It does
-// not block.
+// Ready returns nil while no destination failed the relay since its last
+// confirmed send there, and otherwise an error naming each such
+// destination, since when, and the last error (a readiness check: a
+// destination counts as reachable again with its next confirm, which the
+// next message to it, or an operator's retry of a parked one, brings). A
+// message its destination refused for good does not count: the destination
+// answered. The database is not part of it (the database's own check
+// reports it). It does not block.
 func (r *Relay) Ready(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var msgs []string
-	if r.dbErr != nil {
-		msgs = append(msgs, fmt.Sprintf("database unreachable since %s: %v", r.dbSince.Format(time.RFC3339), r.dbErr))
-	}
 	labels := make([]string, 0, len(r.failing))
 	for l := range r.failing {
 		labels = append(labels, l)

@@ -334,3 +334,34 @@ func sortedByKey(bodies []string) []string {
 	}
 	return out
 }
+
+// TestReadyNamesADestinationThatFails: readiness names a destination the
+// relay cannot send to, and is ready again after the next confirm there; a
+// message refused for good does not count (the destination answered).
+func TestReadyNamesADestinationThatFails(t *testing.T) {
+	st, _ := setup(t, dbtest.SQLite)
+	ctx := context.Background()
+	var down sync.Map
+	down.Store("letters", true)
+	dst := &recorder{fail: func(m outbox.Outgoing) error {
+		if string(m.Body) == "refused" {
+			return classify.Poison("HTTP_400", errors.New("400 Bad Request"))
+		}
+		if _, ok := down.Load(m.Destination); ok {
+			return errors.New("dial tcp: connection refused")
+		}
+		return nil
+	}}
+	add(t, ctx, st, outbox.Message{Destination: "letters", Body: []byte("1")}, outbox.Message{Destination: "mails", Body: []byte("refused")})
+	relay := newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, Retry: fastRetry(1000)})
+	var err error
+	runRelays(t, func() bool {
+		err = relay.Ready(ctx)
+		return err != nil && countStatus(t, st, outbox.StatusParked) == 1
+	}, relay)
+	if msg := err.Error(); !strings.Contains(msg, "cannot send to letters since") || !strings.Contains(msg, "connection refused") || strings.Contains(msg, "mails") {
+		t.Fatalf("Ready = %q: want letters named with its error, mails not", msg)
+	}
+	down.Delete("letters")
+	runRelays(t, func() bool { err = relay.Ready(ctx); return err == nil && countStatus(t, st, outbox.StatusSent) == 1 }, relay)
+}

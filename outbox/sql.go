@@ -40,6 +40,11 @@ type queries struct {
 	claim, claimSelect, claimUpdate string
 	// readRows reads the next messages of the keys of an IN list (@keys).
 	readRows string
+	// notify wakes the relays at commit (PostgreSQL; "" elsewhere or with
+	// Config.NoNotify).
+	notify string
+	// nextDue is when the next key is due.
+	nextDue  string
 	markSent string
 	markFail string
 	release  string
@@ -59,7 +64,8 @@ func buildQueries(d inbox.Dialect, table string, notify bool) queries {
 	case "postgres":
 		final := `SELECT 1 FROM m`
 		if notify {
-			final = `SELECT pg_notify('` + notifyChannel(table) + `', '') FROM m`
+			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
+			final = q.notify + ` FROM m`
 		}
 		q.add = []stmt{{
 			sql: r(`WITH k AS (INSERT INTO {k} AS k (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES (?, 1, 0, CAST(? AS TIMESTAMP))
@@ -111,6 +117,7 @@ ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = LAST_SEQ + 1, NEXT_AT = CASE WHEN
 	}
 	q.readRows = r(`SELECT k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
 WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
+	q.nextDue = r(`SELECT MIN(NEXT_AT) FROM {k}`)
 	q.markSent = r(`UPDATE {t} SET STATUS = 'SENT', ATTEMPTS = ATTEMPTS + 1, SENT_AT = ?, UPDATED_AT = ? WHERE MSG_KEY = ? AND SEQ >= ? AND SEQ <= ? AND STATUS = 'PENDING'`)
 	q.markFail = r(`UPDATE {t} SET STATUS = ?, ATTEMPTS = ATTEMPTS + 1, LAST_ERROR = ?, UPDATED_AT = ? WHERE MESSAGE_ID = ? AND STATUS = 'PENDING'`)
 	q.release = r(`UPDATE {k} SET DONE_SEQ = ?, LEASE_OWNER = NULL, NEXT_AT = CASE WHEN LAST_SEQ > ? THEN ` + tsParam(d) + ` ELSE NULL END WHERE MSG_KEY = ? AND LEASE_OWNER = ?`)

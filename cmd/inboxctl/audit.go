@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/outbox"
 )
 
 type auditRow struct {
@@ -34,6 +35,8 @@ type auditRow struct {
 	// Legacy is true for a row written before the second of the table's
 	// baseline (its adoption by inboxctl migrate): a legacy consumer's.
 	Legacy bool `json:"legacy,omitempty"`
+	// Outbox are the outbox messages written while the event was handled.
+	Outbox []outbox.Row `json:"outbox,omitempty"`
 }
 
 // idSource is where the row's event id came from: its EVENT_ID_SOURCE,
@@ -118,6 +121,7 @@ func newAuditCmd() *cobra.Command {
 	var f dbFlags
 	var corr, eventID, brokerURL, dlqName, rejectQueue string
 	var o outputFlags
+	var of outboxFlags
 	c := &cobra.Command{
 		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [-o json]",
 		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
@@ -125,8 +129,9 @@ func newAuditCmd() *cobra.Command {
 event id, oldest first: event id, where a derived id came from (--event-id-from;
 "header" for the eventId header, "-" for a legacy consumer's row, written before
 inboxctl migrate adopted the table), consumer, status, reason, attempts, times, the
-last error and the DLQ trace (dead-lettered, replays). It reads a table inboxctl
-migrate has not upgraded yet as it is.
+last error and the DLQ trace (dead-lettered, replays), and the outbox messages each
+event's handling wrote (where the outbox table exists): destination, key, status,
+attempts, last error. It reads a table inboxctl migrate has not upgraded yet as it is.
 
 With --broker it also lists what the dead-letter queue (--dlq) and the reject queue
 (--reject-queue) hold for the case: messages with the event id, or with the
@@ -150,7 +155,7 @@ Exit 1 when nothing is found.`,
 				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events) or --event-id ID")
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
+			st, t, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -168,6 +173,9 @@ Exit 1 when nothing is found.`,
 			}
 			rows, err := auditRows(ctx, st, recs)
 			if err != nil {
+				return err
+			}
+			if err := attachOutbox(ctx, st.DB(), t, of, rows); err != nil {
 				return err
 			}
 			rep := auditReport{Rows: rows, Queues: []queueEntry{}}
@@ -220,6 +228,7 @@ Exit 1 when nothing is found.`,
 				}
 			} else {
 				printAudit(out, title, rows)
+				printAuditOutbox(out, rows)
 				if brokerURL != "" {
 					if rep.Browsing != "" {
 						fmt.Fprintln(out, "note: "+rep.Browsing)
@@ -249,6 +258,7 @@ Exit 1 when nothing is found.`,
 	c.Flags().StringVar(&brokerURL, "broker", "", "also list the case's messages on --dlq and --reject-queue of this broker")
 	c.Flags().StringVar(&dlqName, "dlq", "DLQ.invoices", "dead-letter queue to look into (with --broker)")
 	c.Flags().StringVar(&rejectQueue, "reject-queue", "", "reject queue to look into (with --broker)")
+	of.register(c)
 	o.register(c)
 	return c
 }

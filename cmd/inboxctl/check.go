@@ -47,6 +47,10 @@ type checkConfig struct {
 	// Since: businessRowExists looks only at rows finished at or after it
 	// (--since); nil looks at every row.
 	Since *time.Time `json:"-"`
+	// OutboxRowExists: SQL returning the column event_id of every business
+	// row whose handling must have written an outbox message (business rows
+	// without it when none was written).
+	OutboxRowExists businessCheck `json:"outboxRowExists"`
 }
 
 type businessCheck struct {
@@ -114,6 +118,8 @@ func newCheckCmd() *cobra.Command {
 	var f dbFlags
 	var consumerName, configPath, rowSQL, keySQL, since string
 	var o outputFlags
+	var of outboxFlags
+	var stuckAfter time.Duration
 	c := &cobra.Command{
 		Use:   "check --db URL [--config FILE] [-o json]",
 		Short: "Find the typical inbox inconsistencies in the data (exit 1 when found)",
@@ -153,6 +159,14 @@ and on the inbox table of every consumer:
   stuck-technical-failure   TECHNICAL_FAILURE rows at or over the backout threshold (--max-attempts)
                             that were never dead-lettered (consumer down, DLQ publish failing)
 
+and, where the outbox table exists:
+
+  outbox-stuck-pending      outbox messages still PENDING after --outbox-stuck-after (no relay
+                            runs, or a destination has been failing that long)
+  outbox-parked             outbox messages PARKED: waiting for inboxctl outbox retry or drop
+  outboxRowExists           (from --config) business rows whose handling must have written an
+                            outbox message, without one: SQL returning the column event_id
+
 A config file (JSON):
   {"consumer": "claims-service",
    "businessRowExists": {"name": "processed-without-case", "sql": "SELECT 1 FROM claim_cases c WHERE c.event_id = {event_id}"},
@@ -178,7 +192,7 @@ run (its SQL fails: the message names the check and quotes the SQL).`,
 				return err
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStore(ctx)
+			st, t, err := f.openStore(ctx)
 			if err != nil {
 				return err
 			}
@@ -192,6 +206,11 @@ run (its SQL fails: the message names the check and quotes the SQL).`,
 				// SQL is wrong, the database failed) is exit 2.
 				return &exitError{code: exitUsage, err: err}
 			}
+			ofs, err := outboxChecks(ctx, st.DB(), t, of, cfg.OutboxRowExists, stuckAfter)
+			if err != nil {
+				return err
+			}
+			fs = append(fs, ofs...)
 			found := 0
 			for _, x := range fs {
 				found += x.Count
@@ -221,6 +240,8 @@ run (its SQL fails: the message names the check and quotes the SQL).`,
 	c.Flags().StringVar(&rowSQL, "business-row-sql", "", "SQL returning a row when the business record of {event_id} exists")
 	c.Flags().StringVar(&keySQL, "business-key-sql", "", "SQL returning business_key, event_id of every business record")
 	c.Flags().StringVar(&since, "since", "", "look for split transactions in rows finished since this time (2026-01-31, RFC 3339) or all (default: the table's baseline, when inboxctl migrate first ran on it)")
+	of.register(c)
+	c.Flags().DurationVar(&stuckAfter, "outbox-stuck-after", 15*time.Minute, "an outbox message still PENDING after this long is a finding")
 	o.register(c)
 	return c
 }

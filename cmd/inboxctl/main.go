@@ -230,7 +230,8 @@ Passwords never appear in the output.`,
 		return usageErr("%v\n\trun '%s --help' for the flags and an example", err, c.CommandPath())
 	})
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
-		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newMQCmd(), newVersionCmd())
+		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newMQCmd(), newVersionCmd(),
+		newRelayCmd(), newOutboxCmd())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -84,7 +84,13 @@ func inboxctlEnv(t *testing.T, env []string, stdin string, args ...string) resul
 // runs.
 func startRun(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	run := exec.CommandContext(ctx, binary, append([]string{"run"}, args...)...)
+	return startCommand(ctx, t, append([]string{"run"}, args...)...)
+}
+
+// startCommand is startRun for any command that runs until SIGTERM.
+func startCommand(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	run := exec.CommandContext(ctx, binary, args...)
 	run.Env = cleanEnv()
 	logs := &lockedBuffer{}
 	run.Stdout, run.Stderr = logs, logs
@@ -407,7 +413,7 @@ func runRoundTrip(t *testing.T, mode string) {
 	settled := 0
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if strings.Contains(line, `"msg":"consumer started"`) || strings.Contains(line, `"msg":"consumer stopped: drained"`) ||
-			strings.Contains(line, `"msg":"draining 0 deliveries"`) ||
+			strings.Contains(line, `"msg":"draining 0 deliveries"`) || strings.Contains(line, `"msg":"outbox relay started"`) ||
 			strings.Contains(line, `"msg":"summary"`) {
 			continue
 		}

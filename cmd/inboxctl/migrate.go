@@ -32,19 +32,25 @@ type migrateReport struct {
 	InvoiceTables     bool                  `json:"invoiceTables"`
 	InvoiceStatements []string              `json:"invoiceStatements"`
 	SeededCustomers   int                   `json:"seededCustomers"`
+	// Outbox is the outbox tables' plan (dry run) or what ran; nil with
+	// --no-outbox.
+	Outbox *inbox.Plan `json:"outbox,omitempty"`
 }
 
 func newMigrateCmd() *cobra.Command {
 	var f dbFlags
-	var seed, dryRun, noInvoice bool
+	var seed, dryRun, noInvoice, noOutbox bool
 	var mapStatus string
 	var o outputFlags
+	var of outboxFlags
 	c := &cobra.Command{
 		Use:   "migrate --db URL [--dry-run] [-o json]",
 		Short: "Create or upgrade the inbox table (versioned steps, under a lock) and create the invoice tables",
 		Long: `migrate brings the inbox table (INBOX_EVENT_PROCESSING, or --table) to the version this
-build needs, and creates the invoice consumer's business tables (invoice_customers,
-shipping_letters, archived_documents) if they do not exist.
+build needs, creates or upgrades the outbox tables (INBOXKIT_OUTBOX and its key table,
+or --outbox-table; leave them out with --no-outbox), and creates the invoice consumer's
+business tables (invoice_customers, shipping_letters, archived_documents) if they do
+not exist.
 
 Any earlier state is upgraded in place: a table created from the design document's
 seed DDL (seven columns, primary key PK_INBOX_EVENT) gets the missing columns
@@ -105,6 +111,11 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 						return err
 					}
 				}
+				if !noOutbox {
+					if rep.Outbox, err = planOutbox(ctx, st.DB(), t, of); err != nil {
+						return err
+					}
+				}
 				if j {
 					rep.From, rep.To, rep.Prelude = p.Current, p.Latest, p.Prelude
 					rep.Steps = append(rep.Steps, p.Steps...)
@@ -113,6 +124,9 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 					return writeJSON(out, rep)
 				}
 				fmt.Fprint(out, p.Text())
+				if rep.Outbox != nil {
+					fmt.Fprint(out, "\n"+rep.Outbox.Text())
+				}
 				if !noInvoice {
 					fmt.Fprintln(out, "\n-- the invoice consumer's tables (idempotent; leave out with --no-invoice-tables)")
 					for _, s := range stmts {
@@ -145,6 +159,14 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 					return err
 				}
 			}
+			if !noOutbox {
+				if rep.Outbox, err = migrateOutbox(ctx, st.DB(), t, of); err != nil {
+					return err
+				}
+				if !j && rep.Outbox != nil {
+					fmt.Fprintf(out, "migrated outbox %s: schema version %d -> %d\n", rep.Outbox.Table, rep.Outbox.Current, rep.Outbox.Latest)
+				}
+			}
 			if seed {
 				if err := invoice.SeedCustomers(ctx, st.DB(), t.Dialect); err != nil {
 					return err
@@ -170,6 +192,8 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print the SQL that would run on this database; change nothing")
 	c.Flags().BoolVar(&noInvoice, "no-invoice-tables", false, "only the inbox table (for a consumer other than the invoice consumer)")
 	c.Flags().StringVar(&mapStatus, "map-status", "", "map status values the state machine does not know: FROM=TO[,FROM=TO...], TO one of "+inbox.MappableList())
+	c.Flags().BoolVar(&noOutbox, "no-outbox", false, "leave out the outbox tables (INBOXKIT_OUTBOX and its key table)")
+	of.register(c)
 	o.register(c)
 	c.AddCommand(newMigrateStatusCmd())
 	return c

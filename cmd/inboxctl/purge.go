@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/outbox"
 )
 
 // purgeReport is what purge -o json prints. Rows counts the rows deleted (or,
@@ -20,6 +21,9 @@ type purgeReport struct {
 	Rows            int64   `json:"rows"`
 	DurationSeconds float64 `json:"durationSeconds"`
 	Interrupted     bool    `json:"interrupted,omitempty"`
+	// OutboxRows counts the SENT and DROPPED outbox rows deleted (or, with
+	// dryRun, that would be); absent without an outbox table.
+	OutboxRows *int64 `json:"outboxRows,omitempty"`
 }
 
 func newPurgeCmd() *cobra.Command {
@@ -29,6 +33,8 @@ func newPurgeCmd() *cobra.Command {
 	var batch int
 	var maxRate int
 	var o outputFlags
+	var of outboxFlags
+	var outboxOlderThan time.Duration
 	c := &cobra.Command{
 		Use:   "purge --db URL --older-than DURATION [--dry-run] [-o json]",
 		Short: "Delete terminal inbox rows older than a retention window",
@@ -47,7 +53,11 @@ after batch without pauses, for a maintenance window.
 The redelivery horizon guard: a window shorter than --horizon (default 168h = 7 days,
 how long after an event the brokers and producers may still deliver it again) is
 refused with exit 2, because a row deleted too early lets a late duplicate be
-processed a second time. Lower --horizon only if your brokers really cannot
+processed a second time.
+
+Where the outbox table exists, its SENT and DROPPED rows written longer ago than
+--outbox-older-than (default 7d) are deleted too, and the keys left with nothing;
+PENDING and PARKED rows never are. Lower --horizon only if your brokers really cannot
 redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 		Example: `  inboxctl purge --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --older-than 720h --dry-run
   inboxctl purge --db sqlite:./inbox.db --older-than 720h`,
@@ -89,15 +99,21 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			if err != nil {
 				return err
 			}
+			if rep.OutboxRows, err = purgeOutbox(ctx, st.DB(), t, of, outbox.PurgeOptions{OlderThan: outboxOlderThan, BatchSize: batch, DryRun: dryRun}); err != nil {
+				return err
+			}
 			if j {
 				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			took := time.Duration(rep.DurationSeconds * float64(time.Second)).Round(time.Millisecond)
 			if dryRun {
 				fmt.Fprintf(cmd.OutOrStdout(), "dry run: %d terminal row(s) older than %s would be deleted from %s on %s (counted in %s)\n", n, olderThan, st.Config().Table, t.Display, took)
-				return nil
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %d terminal row(s) older than %s from %s on %s in %s\n", n, olderThan, st.Config().Table, t.Display, took)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d terminal row(s) older than %s from %s on %s in %s\n", n, olderThan, st.Config().Table, t.Display, took)
+			if rep.OutboxRows != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %d SENT or DROPPED outbox row(s) older than %s in %s\n", map[bool]string{true: "dry run: would delete", false: "deleted"}[dryRun], *rep.OutboxRows, outboxOlderThan, of.table)
+			}
 			return nil
 		},
 	}
@@ -107,6 +123,9 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 	c.Flags().Var(dayDuration{&f.horizon}, "horizon", "redelivery horizon: the shortest window allowed (e.g. 7d)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	c.Flags().IntVar(&batch, "batch-size", 1000, "rows deleted per transaction")
+	of.register(c)
+	outboxOlderThan = 7 * 24 * time.Hour
+	c.Flags().Var(dayDuration{&outboxOlderThan}, "outbox-older-than", "delete SENT and DROPPED outbox rows written longer ago than this (receivers deduplicate in their own inbox; the rows are kept for audit only)")
 	c.Flags().IntVar(&maxRate, "max-rows-per-second", inbox.DefaultPurgeMaxRowsPerSecond, "cap on the rows deleted per second, so consumers running meanwhile keep their throughput (-1: no cap)")
 	o.register(c)
 	return c

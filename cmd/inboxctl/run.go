@@ -89,6 +89,8 @@ type runFlags struct {
 	eventIDFrom  string
 	logLevel     string
 	metricsAddr  string
+	noRelay      bool
+	relay        relayFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -117,7 +119,9 @@ by logging it. A technical failure is redelivered after --requeue-delay, doublin
 per attempt up to one minute. With --batch N up to N messages share one database
 transaction (closed at N or --batch-wait after its first message), and are
 acknowledged after its commit (in store-then-process mode: the workers process
-N stored entries per transaction). The tables must exist at this build's schema version: run 'inboxctl migrate' first
+N stored entries per transaction). An outbox relay runs beside the consumer (see
+'inboxctl relay'; --relay-* flags) and sends what handlers wrote to the outbox
+table after their commits; --no-relay leaves that to 'inboxctl relay' processes. The tables must exist at this build's schema version: run 'inboxctl migrate' first
 (run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
@@ -212,6 +216,16 @@ N stored entries per transaction). The tables must exist at this build's schema 
 				src.Close()
 				return usageErr("%v", err)
 			}
+			relayCtx, stopRelay := context.WithCancel(ctx)
+			defer stopRelay()
+			if !f.noRelay {
+				r, err := startRunRelay(relayCtx, st, t, pub, f.relay, o, f.metricsAddr != "", logger)
+				if err != nil {
+					src.Close()
+					return err
+				}
+				defer func() { stopRelay(); <-r.done }()
+			}
 			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display,
 				"broker", b.t.Display, "max_attempts", st.Config().Retry.MaxAttempts, "concurrency", f.concurrency, "batch", f.batch, "mode", f.mode)
 			err = cons.Run(ctx)
@@ -244,5 +258,7 @@ N stored entries per transaction). The tables must exist at this build's schema 
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
 	c.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug (a line per message), info (a summary per minute, outages), warn, error")
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. 127.0.0.1:9464; default: off)")
+	c.Flags().BoolVar(&f.noRelay, "no-relay", false, "run no outbox relay in this process (run 'inboxctl relay' on its own instead)")
+	f.relay.register(c, "relay-")
 	return c
 }

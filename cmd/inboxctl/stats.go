@@ -30,6 +30,8 @@ type statsReport struct {
 	AtThreshold                 int64      `json:"atThreshold"`
 	NearThreshold               int64      `json:"nearThreshold"`
 	DLQ                         *dlqDepth  `json:"dlq,omitempty"`
+	// Outbox is the outbox's rows, where its table exists.
+	Outbox *outboxStats `json:"outbox,omitempty"`
 }
 
 type dlqDepth struct {
@@ -46,6 +48,7 @@ func newStatsCmd() *cobra.Command {
 	var watch bool
 	var o outputFlags
 	var interval time.Duration
+	var of outboxFlags
 	c := &cobra.Command{
 		Use:   "stats --db URL [-o json] [--watch]",
 		Short: "Show the inbox: rows per consumer and status, the oldest open row, rows near the threshold",
@@ -54,7 +57,9 @@ not terminal (RECEIVED, IN_PROGRESS, TECHNICAL_FAILURE) and its age, and the row
 or one attempt below the backout threshold (--max-attempts). With --broker and --dlq
 it also shows the dead-letter queue's depth: ActiveMQ browsed (up to 10000), RabbitMQ
 a passive declare's message count, JetStream the subject's messages in its stream;
-AMQP 1.0 cannot tell (the protocol has no request for it).
+AMQP 1.0 cannot tell (the protocol has no request for it). Where the outbox table
+exists it also counts its rows per destination and status, with the oldest PENDING
+row's age and the PARKED rows that wait for an operator.
 
 It reads a table inboxctl migrate has not upgraded yet as it is (attempts as 0).
 --watch refreshes every --interval until interrupted (in place on a terminal).
@@ -72,7 +77,7 @@ Exit 0, or 2 when the database cannot be reached.`,
 				return usageErr("--interval must be positive (got %s)", interval)
 			}
 			ctx := cmd.Context()
-			st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
+			st, t, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -88,6 +93,9 @@ Exit 0, or 2 when the database cannot be reached.`,
 			tty := isTerminal(out)
 			for {
 				r, err := collectStats(ctx, st, b, dlqName)
+				if err == nil {
+					r.Outbox, err = collectOutboxStats(ctx, st.DB(), t, of, r.At)
+				}
 				if err != nil {
 					if ctx.Err() != nil && watch {
 						return nil
@@ -103,6 +111,7 @@ Exit 0, or 2 when the database cannot be reached.`,
 					}
 				} else {
 					printStats(out, r)
+					printOutboxStats(out, r.Outbox)
 					if watch {
 						fmt.Fprintf(out, "\nrefreshing every %s; Ctrl-C ends\n", interval)
 					}
@@ -125,6 +134,7 @@ Exit 0, or 2 when the database cannot be reached.`,
 	o.register(c)
 	c.Flags().BoolVar(&watch, "watch", false, "refresh until interrupted")
 	c.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval of --watch")
+	of.register(c)
 	return c
 }
 
