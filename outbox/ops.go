@@ -332,7 +332,9 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 	}
 	cutoff := s.t(s.now().Add(-opt.OlderThan))
 	t, k := s.cfg.Table, keyTable(s.cfg.Table)
-	done := `STATUS IN ('SENT', 'DROPPED') AND CREATED_AT < ?`
+	// Only rows the key's progress has passed: the rows after DONE_SEQ are
+	// read by their numbers, which must stay without gaps.
+	done := `STATUS IN ('SENT', 'DROPPED') AND CREATED_AT < ? AND SEQ <= (SELECT k.DONE_SEQ FROM ` + k + ` k WHERE k.MSG_KEY = ` + t + `.MSG_KEY)`
 	if opt.DryRun {
 		var n int64
 		err := s.db.QueryRowContext(ctx, s.d.Rebind(`SELECT COUNT(*) FROM `+t+` WHERE `+done), cutoff).Scan(&n)

@@ -296,3 +296,43 @@ func TestRelaySendsEachMessageOnceInKeyOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestPurgeDeletesOnlySettledRows: SENT and DROPPED rows older than the
+// window go, with the keys left with nothing; PENDING and PARKED rows stay.
+func TestPurgeDeletesOnlySettledRows(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			st, db := setup(t, backend)
+			ctx := context.Background()
+			add(t, ctx, st, outbox.Message{Destination: "q", Body: []byte("a")}, outbox.Message{Destination: "q", Key: "K", Body: []byte("b")},
+				outbox.Message{Destination: "q", Key: "K", Body: []byte("c")}, outbox.Message{Destination: "q", Key: "L", Body: []byte("poison")})
+			dst := &recorder{fail: func(m outbox.Outgoing) error {
+				if string(m.Body) == "poison" {
+					return errors.New("no")
+				}
+				return nil
+			}}
+			runRelays(t, func() bool {
+				return countStatus(t, st, outbox.StatusSent) == 3 && countStatus(t, st, outbox.StatusParked) == 1
+			},
+				newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, Retry: fastRetry(1)}))
+			add(t, ctx, st, outbox.Message{Destination: "q", Key: "K", Body: []byte("pending")})
+			time.Sleep(10 * time.Millisecond) // the rows are older than the window below
+			if n, err := st.Purge(ctx, outbox.PurgeOptions{OlderThan: time.Millisecond, DryRun: true}); err != nil || n != 3 {
+				t.Fatalf("dry run: %d, %v; want 3", n, err)
+			}
+			if n, err := st.Purge(ctx, outbox.PurgeOptions{OlderThan: time.Millisecond, BatchSize: 2}); err != nil || n != 3 {
+				t.Fatalf("purge: %d, %v; want 3", n, err)
+			}
+			left := list(t, st, outbox.ListOptions{Statuses: all})
+			if len(left) != 2 {
+				t.Fatalf("left %v, want the pending and the parked row", left)
+			}
+			var keys int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+st.KeyTable()).Scan(&keys); err != nil || keys != 2 {
+				t.Fatalf("%d key rows (%v), want 2 (K and L: the keyless message's key is gone)", keys, err)
+			}
+		})
+	}
+}

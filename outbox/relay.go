@@ -457,6 +457,14 @@ func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
 	st := settled{key: k.key, token: k.token, done: k.done}
 	now := r.now()
 	st.next = &now
+	if len(k.rows) == 0 {
+		// Woken with nothing after DONE_SEQ (an operator's retry or drop
+		// behind it): released idle. Should messages exist that were not
+		// read, the key comes back after a lease rather than at once.
+		later := now.Add(r.cfg.Lease)
+		st.next = &later
+		return st
+	}
 	for i := range k.rows {
 		m := &k.rows[i]
 		switch m.status {
