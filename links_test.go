@@ -56,6 +56,7 @@ func TestLinks(t *testing.T) {
 		module + "/dlq":              core,
 		module + "/classify":         core,
 		module + "/inbox":            core,
+		module + "/outbox":           core,
 		module + "/consumer":         core,
 		module + "/observe":          core,
 		module + "/observe/otlp":     core,

@@ -11,8 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/broker/amqp10"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/broker/stomp"
+	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/driver/postgres"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/internal/rabbittest"
@@ -93,18 +101,40 @@ func TestHTTPDestination(t *testing.T) {
 	}
 }
 
-// brokers are the machine's brokers, one adapter each.
-var brokers = []struct{ name, url string }{
-	{"stomp", "stomp://127.0.0.1:61613"},
-	{"rabbitmq", "amqp://guest:guest@127.0.0.1:5672/"},
-	{"jetstream", "nats://127.0.0.1:4222"},
-	{"amqp10", "amqp10://guest:guest@127.0.0.1:5672"},
+// adapter is what the test needs of a broker adapter.
+type adapter interface {
+	consumer.Source
+	dlq.Publisher
+}
+
+// brokers are the machine's brokers, one adapter each: open returns a
+// source of queue, or a publisher for queue "".
+var brokers = []struct {
+	name string
+	open func(ctx context.Context, queue string) (adapter, error)
+}{
+	{"stomp", func(ctx context.Context, q string) (adapter, error) {
+		return stomp.Open(ctx, stomp.Config{URL: "stomp://127.0.0.1:61613", Queue: q})
+	}},
+	{"rabbitmq", func(ctx context.Context, q string) (adapter, error) {
+		return rabbitmq.Open(ctx, rabbitmq.Config{URL: rabbittest.URL, Queue: q})
+	}},
+	{"jetstream", func(ctx context.Context, q string) (adapter, error) {
+		cfg := jetstream.Config{URL: "nats://127.0.0.1:4222", Subject: q, PollWait: time.Second}
+		if q != "" {
+			cfg.Durable = "outbox-test"
+		}
+		return jetstream.Open(ctx, cfg)
+	}},
+	{"amqp10", func(ctx context.Context, q string) (adapter, error) {
+		return amqp10.Open(ctx, amqp10.Config{URL: "amqp10://guest:guest@127.0.0.1:5672", Queue: q})
+	}},
 }
 
 // TestRelayPublishesThroughEveryBroker sends through each adapter's
 // confirmed publish (STOMP receipt, RabbitMQ publisher confirm, JetStream
 // PubAck, AMQP 1.0 accepted) and receives what arrived: the message id in
-// eventId (what an inboxkit consumer reads), the key in JMSXGroupID, the
+// eventId (what an inboxkit consumer reads), the key in orderKey, the
 // causing event and correlation ids, the key's order.
 func TestRelayPublishesThroughEveryBroker(t *testing.T) {
 	for _, b := range brokers {
@@ -112,18 +142,17 @@ func TestRelayPublishesThroughEveryBroker(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			queue := fmt.Sprintf("outbox-test-%s-%d", b.name, time.Now().UnixNano())
-			br, err := brokerurl.Open(b.url, brokerurl.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer br.Close()
-			if b.name == "amqp10" || b.name == "rabbitmq" {
+			switch b.name {
+			case "amqp10", "rabbitmq":
 				rabbittest.Declare(t, queue) // RabbitMQ's AMQP 1.0 plugin sends only to an existing queue
+			case "jetstream":
+				t.Cleanup(func() { deleteStream(t, jetstream.StreamName(queue)) })
 			}
-			pub, err := br.Publisher(ctx)
+			pub, err := b.open(ctx, "")
 			if err != nil {
-				t.Fatalf("%s is not reachable at %s (scripts/activemq start; rabbitmq-server -detached; nats-server -js): %v", b.name, b.url, err)
+				t.Fatalf("%s is not reachable (scripts/activemq start; rabbitmq-server -detached; nats-server -js): %v", b.name, err)
 			}
+			defer pub.Close()
 			st, _ := setup(t, dbtest.SQLite)
 			hctx := inboxkit.ContextWithMessage(ctx, inboxkit.Message{ID: "evt-7", CorrelationID: "case-7"})
 			var ms []outbox.Message
@@ -133,7 +162,7 @@ func TestRelayPublishesThroughEveryBroker(t *testing.T) {
 			ids := add(t, hctx, st, ms...)
 			relay := newRelay(t, st, outbox.RelayConfig{Broker: pub})
 			runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == 3 }, relay)
-			src, err := br.Source(ctx, queue, "outbox-test", 10)
+			src, err := b.open(ctx, queue)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,6 +182,24 @@ func TestRelayPublishesThroughEveryBroker(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// deleteStream deletes a JetStream stream the publisher created for a
+// test's subject.
+func deleteStream(t *testing.T, name string) {
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		t.Logf("delete stream %s: %v", name, err)
+		return
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err == nil {
+		err = js.DeleteStream(context.Background(), name)
+	}
+	if err != nil {
+		t.Logf("delete stream %s: %v", name, err)
 	}
 }
 

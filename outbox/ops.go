@@ -224,7 +224,7 @@ func (s *Store) repairKey(ctx context.Context, k string, ps []parked, retry bool
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	kt := keyTable(s.cfg.Table)
 	lock := `SELECT LAST_SEQ, DONE_SEQ FROM ` + kt + ` WHERE MSG_KEY = ?`
 	if s.d.Name() != "sqlite" {

@@ -289,13 +289,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	}()
 	var wg sync.WaitGroup
 	for ctx.Err() == nil {
-		n := 0
 		select {
 		case <-slots:
-			n = 1
 		case <-ctx.Done():
 			continue
 		}
+		n := 1
 	take:
 		for n < r.cfg.Concurrency {
 			select {
@@ -357,60 +356,19 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 	now := r.now()
 	until := now.Add(r.cfg.Lease)
 	token := fmt.Sprintf("%s-%d", r.owner, r.n.Add(1))
-	var keys []claimed
-	byKey := map[string]int{}
-	scan := func(rows *sql.Rows) error {
-		defer rows.Close()
-		for rows.Next() {
-			var key string
-			var done int64
-			var id, okey, dest, status sql.NullString
-			var seq, attempts sql.NullInt64
-			var headers, cause, corr sql.NullString
-			var body []byte
-			var created inbox.NullTime
-			if err := rows.Scan(&key, &done, &id, &okey, &seq, &dest, &headers, &body, &cause, &corr, &status, &attempts, &created); err != nil {
-				return err
-			}
-			i, ok := byKey[key]
-			if !ok {
-				i = len(keys)
-				byKey[key] = i
-				keys = append(keys, claimed{key: key, token: token, done: done, leaseEnd: until})
-			}
-			if !id.Valid {
-				continue // a due key without messages after DONE_SEQ
-			}
-			h, err := decodeHeaders(headers)
-			if err != nil {
-				h = map[string]string{"inboxkit-outbox-bad-headers": headers.String}
-			}
-			m := row{seq: seq.Int64, status: Status(status.String), attempts: int(attempts.Int64)}
-			m.ID, m.Destination, m.Headers, m.Body = id.String, dest.String, h, body
-			if okey.String != id.String {
-				m.Key = okey.String
-			}
-			m.CauseEventID, m.CorrelationID, m.CreatedAt = cause.String, corr.String, created.Time
-			keys[i].rows = append(keys[i].rows, m)
-		}
-		return rows.Err()
-	}
+	c := &claimRows{token: token, leaseEnd: until, byKey: map[string]int{}}
 	switch s.d.Name() {
 	case "postgres":
-		rows, err := s.db.QueryContext(ctx, s.q.claimRead, token, s.t(until), s.t(now), n, r.cfg.PerKey)
-		if err != nil {
+		if err := c.query(ctx, s.db, s.q.claimRead, token, s.t(until), s.t(now), n, r.cfg.PerKey); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
-		if err := scan(rows); err != nil {
-			return nil, fmt.Errorf("outbox: claim keys: %w", err)
-		}
-		return keys, nil
+		return c.keys, nil
 	case "mysql":
 		tx, err := s.db.BeginTx(ctx, s.d.LockingTx())
 		if err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
-		defer tx.Rollback()
+		defer func() { _ = tx.Rollback() }()
 		names, err := queryStrings(ctx, tx, s.q.claimSelect, s.t(now), n)
 		if err != nil || len(names) == 0 {
 			return nil, wrapErr("outbox: claim keys", err)
@@ -419,35 +377,74 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 		if _, err := tx.ExecContext(ctx, inList(s.q.claimUpdate, len(names)), args...); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
-		if err := r.read(ctx, tx, names, scan); err != nil {
-			return nil, err
+		if err := c.query(ctx, tx, inList(s.q.readRows, len(names)), append([]any{r.cfg.PerKey}, anys(names)...)...); err != nil {
+			return nil, fmt.Errorf("outbox: read messages: %w", err)
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: commit: %w", err)
 		}
-		return keys, nil
+		return c.keys, nil
 	default: // sqlite
 		names, err := queryStrings(ctx, s.db, s.q.claim, token, s.t(until), s.t(now), n)
 		if err != nil || len(names) == 0 {
 			return nil, wrapErr("outbox: claim keys", err)
 		}
-		if err := r.read(ctx, s.db, names, scan); err != nil {
-			return nil, err
+		if err := c.query(ctx, s.db, inList(s.q.readRows, len(names)), append([]any{r.cfg.PerKey}, anys(names)...)...); err != nil {
+			return nil, fmt.Errorf("outbox: read messages: %w", err)
 		}
-		return keys, nil
+		return c.keys, nil
 	}
 }
 
-func (r *Relay) read(ctx context.Context, q querier, names []string, scan func(*sql.Rows) error) error {
-	args := append([]any{r.cfg.PerKey}, anys(names)...)
-	rows, err := q.QueryContext(ctx, inList(r.s.q.readRows, len(names)), args...)
+// claimRows collects the keys of one claim with their messages, from rows
+// of the columns MSG_KEY, DONE_SEQ and rowCols (NULL for a key without
+// messages after DONE_SEQ).
+type claimRows struct {
+	token    string
+	leaseEnd time.Time
+	keys     []claimed
+	byKey    map[string]int
+}
+
+func (c *claimRows) query(ctx context.Context, q querier, query string, args ...any) error {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("outbox: read messages: %w", err)
+		return err
 	}
-	if err := scan(rows); err != nil {
-		return fmt.Errorf("outbox: read messages: %w", err)
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var done int64
+		var id, okey, dest, status sql.NullString
+		var seq, attempts sql.NullInt64
+		var headers, cause, corr sql.NullString
+		var body []byte
+		var created inbox.NullTime
+		if err := rows.Scan(&key, &done, &id, &okey, &seq, &dest, &headers, &body, &cause, &corr, &status, &attempts, &created); err != nil {
+			return err
+		}
+		i, ok := c.byKey[key]
+		if !ok {
+			i = len(c.keys)
+			c.byKey[key] = i
+			c.keys = append(c.keys, claimed{key: key, token: c.token, done: done, leaseEnd: c.leaseEnd})
+		}
+		if !id.Valid {
+			continue
+		}
+		h, err := decodeHeaders(headers)
+		if err != nil {
+			h = map[string]string{"inboxkit-outbox-bad-headers": headers.String}
+		}
+		m := row{seq: seq.Int64, status: Status(status.String), attempts: int(attempts.Int64)}
+		m.ID, m.Destination, m.Headers, m.Body = id.String, dest.String, h, body
+		if okey.String != id.String {
+			m.Key = okey.String
+		}
+		m.CauseEventID, m.CorrelationID, m.CreatedAt = cause.String, corr.String, created.Time
+		c.keys[i].rows = append(c.keys[i].rows, m)
 	}
-	return nil
+	return rows.Err()
 }
 
 // sendKey sends the claimed messages of one key in sequence, each after the
@@ -612,7 +609,7 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 	if err != nil {
 		return fmt.Errorf("outbox: record sends: %w", err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }()
 	now := s.t(r.now())
 	for _, st := range batch {
 		if st.sentTo > 0 {
