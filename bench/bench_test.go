@@ -15,29 +15,32 @@ import (
 func TestSmoke(t *testing.T) {
 	var out bytes.Buffer
 	o := options{
-		amqp:      "amqp://guest:guest@127.0.0.1:5672/",
-		dsn:       envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
-		n:         200,
-		dup:       0.2,
-		seed:      1,
-		handlers:  []int{2},
-		batch:     4,
-		rounds:    1,
-		concs:     []int{2},
-		dur:       300 * time.Millisecond,
-		big:       3000,
-		bigConc:   2,
-		bigSchema: "inboxbench_smoke_" + suffix(),
-		purge:     3000,
-		sections:  map[string]bool{"e2e": true, "library": true, "big": true, "purge": true},
-		out:       &out,
-		log:       testWriter{t},
+		amqp:       "amqp://guest:guest@127.0.0.1:5672/",
+		dsn:        envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		n:          200,
+		dup:        0.2,
+		seed:       1,
+		handlers:   []int{2},
+		batch:      4,
+		rounds:     1,
+		concs:      []int{2},
+		dur:        300 * time.Millisecond,
+		big:        3000,
+		bigConc:    2,
+		bigSchema:  "inboxbench_smoke_" + suffix(),
+		purge:      3000,
+		outboxN:    300,
+		outboxSent: 2000,
+		outboxRate: 100,
+		sections:   map[string]bool{"e2e": true, "library": true, "big": true, "purge": true, "outbox": true},
+		out:        &out,
+		log:        testWriter{t},
 	}
 	if err := run(context.Background(), o); err != nil {
 		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit duplicate", "rows in the inbox", "rows purged"} {
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit duplicate", "rows in the inbox", "rows purged", "Process + Add", "drain, 100 keys"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
 		}

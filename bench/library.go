@@ -58,6 +58,33 @@ func rate(ctx context.Context, conc int, d time.Duration, fn op) (float64, error
 	return float64(n.Load()) / time.Since(began).Seconds(), first
 }
 
+// namedOp is one contender of a section that measures ops.
+type namedOp struct {
+	name string
+	op   op
+}
+
+// interleaved measures every op at every goroutine count of -c, -d each,
+// for -rounds interleaved rounds, logging each cell as section, and
+// returns the median rate of an op at a goroutine count.
+func interleaved(ctx context.Context, o options, section string, kinds []namedOp) (func(name string, c int) float64, error) {
+	rates := map[string][]float64{}
+	key := func(name string, c int) string { return fmt.Sprintf("%s/%d", name, c) }
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.concs {
+			for _, k := range kinds {
+				r, err := rate(ctx, c, o.dur, k.op)
+				if err != nil {
+					return nil, fmt.Errorf("%s at %d goroutines: %w", k.name, c, err)
+				}
+				rates[key(k.name, c)] = append(rates[key(k.name, c)], r)
+				fmt.Fprintf(o.log, "%s round %d c=%-3d %-20s %8.0f msgs/s\n", section, round, c, k.name, r)
+			}
+		}
+	}
+	return func(name string, c int) float64 { return median(rates[key(name, c)]) }, nil
+}
+
 func newID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])

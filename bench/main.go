@@ -23,6 +23,11 @@
 //	purge    Store.Purge of -purge rows (PurgeOptions.MaxRowsPerSecond =
 //	         -purge-rate) while Store.Process ingests at -big-c goroutines,
 //	         beside the ingest rate just before, for -rounds rounds.
+//	outbox   Store.Process with one outbox.Add beside Store.Process alone
+//	         (-c goroutines); a relay to RabbitMQ draining -outbox-n
+//	         messages (keyless, 100 keys, beside -outbox-sent SENT rows), and
+//	         its write-to-confirm lag at -outbox-rate msg/s and at
+//	         saturation (-big-c writers) for -d.
 //
 // Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp).
 // Figures are ratios within one run: the machine's load moves the rest.
@@ -62,6 +67,9 @@ type options struct {
 	purgeBatch        int
 	purgeRate         int
 	bigSchema         string
+	outboxN           int
+	outboxSent        int
+	outboxRate        int
 	sections          map[string]bool
 	out, log          io.Writer // tables; progress lines
 }
@@ -88,7 +96,10 @@ func main() {
 	flag.IntVar(&o.purgeBatch, "purge-batch", 0, "purge: rows per purge transaction (0: PurgeOptions' default, 1000)")
 	flag.IntVar(&o.purgeRate, "purge-rate", 0, "purge: PurgeOptions.MaxRowsPerSecond (0: its default; -1: no cap)")
 	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
-	flag.StringVar(&sections, "sections", "e2e,library,big,purge", "comma-separated sections to run")
+	flag.IntVar(&o.outboxN, "outbox-n", 20000, "outbox: messages of each relay drain")
+	flag.IntVar(&o.outboxSent, "outbox-sent", 1_000_000, "outbox: SENT rows beside the backlog of the third drain")
+	flag.IntVar(&o.outboxRate, "outbox-rate", 500, "outbox: messages a second the paced writer adds")
+	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox", "comma-separated sections to run")
 	flag.Parse()
 	var err error
 	if o.handlers, err = ints(handlers); err != nil {
@@ -111,10 +122,10 @@ func parseSections(list string) (map[string]bool, error) {
 	m := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "e2e", "library", "big", "purge":
+		case "e2e", "library", "big", "purge", "outbox":
 			m[s] = true
 		default:
-			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge)", s)
+			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox)", s)
 		}
 	}
 	return m, nil
@@ -137,7 +148,7 @@ func run(ctx context.Context, o options) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context, *sql.DB, options) error
-	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}} {
+	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}} {
 		if !o.sections[s.name] {
 			continue
 		}

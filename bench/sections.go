@@ -29,36 +29,21 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	if err != nil {
 		return err
 	}
-	kinds := []struct {
-		name string
-		op   op
-	}{
+	m, err := interleaved(ctx, o, "library", []namedOp{
 		{"raw new", rawNew(sc.DB)},
 		{"inboxkit new", processNew(s)},
 		{"inboxkit first", processFirst(s)},
 		{"raw duplicate", rawDuplicate(sc.DB, ids)},
 		{"inboxkit duplicate", processDuplicate(s, ids)},
-	}
-	rates := map[string][]float64{}
-	for round := 1; round <= o.rounds; round++ {
-		for _, c := range o.concs {
-			for _, k := range kinds {
-				r, err := rate(ctx, c, o.dur, k.op)
-				if err != nil {
-					return fmt.Errorf("%s at %d goroutines: %w", k.name, c, err)
-				}
-				key := fmt.Sprintf("%s/%d", k.name, c)
-				rates[key] = append(rates[key], r)
-				fmt.Fprintf(o.log, "library round %d c=%-3d %-20s %8.0f msgs/s\n", round, c, k.name, r)
-			}
-		}
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (pgx stdlib), PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
 	tw := table(o.out)
 	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new, marked\tmarked/raw\tinboxkit new, first delivery\tfirst/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/first\t\n")
 	for _, c := range o.concs {
-		m := func(k string) float64 { return median(rates[fmt.Sprintf("%s/%d", k, c)]) }
-		rn, in, fn, rd, id := m("raw new"), m("inboxkit new"), m("inboxkit first"), m("raw duplicate"), m("inboxkit duplicate")
+		rn, in, fn, rd, id := m("raw new", c), m("inboxkit new", c), m("inboxkit first", c), m("raw duplicate", c), m("inboxkit duplicate", c)
 		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t\n", c, rn, in, ratio(in, rn), fn, ratio(fn, rn), rd, id, ratio(id, fn))
 	}
 	tw.Flush()

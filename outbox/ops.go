@@ -259,7 +259,7 @@ func (s *Store) repairKey(ctx context.Context, k string, ps []parked, retry bool
 		}
 	}
 	// Wake the key unless a relay holds it (its release sees LAST_SEQ).
-	if _, err := tx.ExecContext(ctx, s.d.Rebind(`UPDATE `+kt+` SET LAST_SEQ = ?, NEXT_AT = CASE WHEN NEXT_AT IS NULL THEN `+tsParam(s.d)+` ELSE NEXT_AT END WHERE MSG_KEY = ?`), last, now, k); err != nil {
+	if _, err := tx.ExecContext(ctx, s.d.Rebind(`UPDATE `+kt+` SET LAST_SEQ = ?, NEXT_AT = CASE WHEN NEXT_AT IS NULL THEN `+cast(s.d, "?", "TIMESTAMP")+` ELSE NEXT_AT END WHERE MSG_KEY = ?`), last, now, k); err != nil {
 		return 0, err
 	}
 	if s.q.notify != "" {

@@ -258,13 +258,12 @@ type row struct {
 // settled is what a send round did to one key, written by record.
 type settled struct {
 	key, token string
-	// sentFrom..sentTo are the sequence numbers of the messages confirmed
-	// (0, 0: none).
-	sentFrom, sentTo int64
-	done             int64
-	failed           *row
-	failErr          string
-	park             bool
+	// sent are the ids of the messages confirmed.
+	sent    []string
+	done    int64
+	failed  *row
+	failErr string
+	park    bool
 	// next is NEXT_AT when messages remain after done (nil: NULL, the key
 	// is parked).
 	next *time.Time
@@ -483,10 +482,8 @@ func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
 		err := r.send(work, m.Outgoing)
 		if err == nil {
 			failpoint.Hit(failpoint.AfterSendBeforeMark)
-			if st.sentFrom == 0 {
-				st.sentFrom = m.seq
-			}
-			st.sentTo, st.done = m.seq, m.seq
+			st.sent = append(st.sent, m.ID)
+			st.done = m.seq
 			r.sendResult(m.Destination, nil)
 			if r.cfg.Observer != nil {
 				r.cfg.Observer.Sent(m.Destination, r.now().Sub(m.CreatedAt))
@@ -598,10 +595,9 @@ func (r *Relay) recordRetrying(ctx context.Context, batch []settled) {
 	}
 }
 
-// record writes one batch: confirmed messages SENT, a failed one's attempt
-// (PARKED after the last), and each key released with its progress. Keys
-// are written in key order, so two batches never wait for each other in
-// a cycle.
+// record writes one batch in one transaction: confirmed messages SENT, a
+// failed one's attempt (PARKED after the last), and each key released with
+// its progress; a few statements for the whole batch.
 func (r *Relay) record(ctx context.Context, batch []settled) error {
 	s := r.s
 	sort.Slice(batch, func(i, j int) bool { return batch[i].key < batch[j].key })
@@ -611,28 +607,43 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 	}
 	defer func() { _ = tx.Rollback() }()
 	now := s.t(r.now())
+	var sent []string
 	for _, st := range batch {
-		if st.sentTo > 0 {
-			if _, err := tx.ExecContext(ctx, s.q.markSent, now, now, st.key, st.sentFrom, st.sentTo); err != nil {
-				return fmt.Errorf("outbox: mark sent: %w", err)
+		sent = append(sent, st.sent...)
+	}
+	for len(sent) > 0 {
+		n := min(len(sent), maxInList)
+		if _, err := tx.ExecContext(ctx, s.q.markSent(n), append([]any{now, now}, anys(sent[:n])...)...); err != nil {
+			return fmt.Errorf("outbox: mark sent: %w", err)
+		}
+		sent = sent[n:]
+	}
+	for _, st := range batch {
+		if st.failed == nil {
+			continue
+		}
+		status := StatusPending
+		if st.park {
+			status = StatusParked
+		}
+		if _, err := tx.ExecContext(ctx, s.q.markFail, string(status), st.failErr, now, st.failed.ID); err != nil {
+			return fmt.Errorf("outbox: record failed send: %w", err)
+		}
+	}
+	for rest := batch; len(rest) > 0; {
+		n := min(len(rest), maxInList/4)
+		args := make([]any, 0, 4*n)
+		for _, st := range rest[:n] {
+			var next any
+			if st.next != nil {
+				next = s.t(*st.next)
 			}
+			args = append(args, st.key, st.done, next, st.token)
 		}
-		if st.failed != nil {
-			status := StatusPending
-			if st.park {
-				status = StatusParked
-			}
-			if _, err := tx.ExecContext(ctx, s.q.markFail, string(status), st.failErr, now, st.failed.ID); err != nil {
-				return fmt.Errorf("outbox: record failed send: %w", err)
-			}
+		if _, err := tx.ExecContext(ctx, s.q.release(n), args...); err != nil {
+			return fmt.Errorf("outbox: release keys: %w", err)
 		}
-		var next any
-		if st.next != nil {
-			next = s.t(*st.next)
-		}
-		if _, err := tx.ExecContext(ctx, s.q.release, st.done, st.done, next, st.key, st.token); err != nil {
-			return fmt.Errorf("outbox: release key: %w", err)
-		}
+		rest = rest[n:]
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: record sends: commit: %w", err)

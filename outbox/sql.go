@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/inboxkit/inboxkit/inbox"
@@ -44,11 +45,18 @@ type queries struct {
 	// Config.NoNotify).
 	notify string
 	// nextDue is when the next key is due.
-	nextDue  string
-	markSent string
+	nextDue string
+	// markSent(n) marks n messages SENT by id: ?1 SENT_AT, ?2 UPDATED_AT,
+	// then the ids.
+	markSent func(n int) string
 	markFail string
-	release  string
+	// release(n) releases n keys, each given as (key, DONE_SEQ, NEXT_AT
+	// when messages remain, claim token).
+	release func(n int) string
 }
+
+// maxInList bounds the values of one statement's IN or VALUES list.
+const maxInList = 400
 
 const rowCols = `o.MESSAGE_ID, o.MSG_KEY, o.SEQ, o.DESTINATION, o.HEADERS, o.BODY, o.CAUSE_EVENT_ID, o.CORRELATION_ID, o.STATUS, o.ATTEMPTS, o.CREATED_AT`
 
@@ -118,19 +126,71 @@ ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = LAST_SEQ + 1, NEXT_AT = CASE WHEN
 	q.readRows = r(`SELECT k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
 WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
 	q.nextDue = r(`SELECT MIN(NEXT_AT) FROM {k}`)
-	q.markSent = r(`UPDATE {t} SET STATUS = 'SENT', ATTEMPTS = ATTEMPTS + 1, SENT_AT = ?, UPDATED_AT = ? WHERE MSG_KEY = ? AND SEQ >= ? AND SEQ <= ? AND STATUS = 'PENDING'`)
+	markSent := r(`UPDATE {t} SET STATUS = 'SENT', ATTEMPTS = ATTEMPTS + 1, SENT_AT = ?, UPDATED_AT = ? WHERE MESSAGE_ID IN (@ids) AND STATUS = 'PENDING'`)
+	q.markSent = func(n int) string { return placeholdersFrom(d, markSent, "@ids", 3, n, 1, "") }
 	q.markFail = r(`UPDATE {t} SET STATUS = ?, ATTEMPTS = ATTEMPTS + 1, LAST_ERROR = ?, UPDATED_AT = ? WHERE MESSAGE_ID = ? AND STATUS = 'PENDING'`)
-	q.release = r(`UPDATE {k} SET DONE_SEQ = ?, LEASE_OWNER = NULL, NEXT_AT = CASE WHEN LAST_SEQ > ? THEN ` + tsParam(d) + ` ELSE NULL END WHERE MSG_KEY = ? AND LEASE_OWNER = ?`)
+	// The keys come as a derived table of SELECTs (one statement for every
+	// dialect's UPDATE with a join); a key is released only by the claim
+	// that holds it, and NEXT_AT is computed from LAST_SEQ under the row's
+	// lock, so a message added meanwhile keeps its key due.
+	next := "CASE WHEN {k}.LAST_SEQ > v.done THEN v.next ELSE NULL END"
+	var release string
+	switch d.Name() {
+	case "mysql":
+		release = `UPDATE {k} JOIN (@rows) v ON {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token SET {k}.NEXT_AT = ` + next + `, {k}.DONE_SEQ = v.done, {k}.LEASE_OWNER = NULL`
+	default:
+		release = `UPDATE {k} SET NEXT_AT = ` + next + `, DONE_SEQ = v.done, LEASE_OWNER = NULL FROM (@rows) v WHERE {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token`
+	}
+	release = strings.NewReplacer("{t}", table, "{k}", k).Replace(release)
+	row := "SELECT ? AS k, " + cast(d, "?", "BIGINT") + " AS done, " + cast(d, "?", "TIMESTAMP") + " AS next, ? AS token"
+	q.release = func(n int) string { return placeholdersFrom(d, release, "@rows", 1, n, 4, row) }
 	return q
 }
 
-// tsParam is a timestamp placeholder whose type the server cannot infer
-// from its place (a CASE branch).
-func tsParam(d inbox.Dialect) string {
+// cast is a placeholder whose type PostgreSQL cannot infer from its place
+// (a derived table's column, a CASE branch).
+func cast(d inbox.Dialect, p, typ string) string {
 	if d.Name() == "postgres" {
-		return "CAST(? AS TIMESTAMP)"
+		return "CAST(" + p + " AS " + typ + ")"
 	}
-	return "?"
+	return p
+}
+
+// placeholdersFrom replaces marker in q (whose other placeholders are
+// numbered already, up to first-1) by n groups: group "" is one '?' per
+// group, joined by commas (an IN list); otherwise group's per '?'s,
+// joined by UNION ALL (a derived table). The '?'s are numbered from first
+// in the dialect's style.
+func placeholdersFrom(d inbox.Dialect, q, marker string, first, n, per int, group string) string {
+	var b strings.Builder
+	num := first
+	ph := func() string {
+		defer func() { num++ }()
+		if d.Name() == "postgres" {
+			return "$" + strconv.Itoa(num)
+		}
+		return "?"
+	}
+	for i := 0; i < n; i++ {
+		if group == "" {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(ph())
+			continue
+		}
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		for _, part := range strings.SplitAfter(group, "?") {
+			if strings.HasSuffix(part, "?") {
+				b.WriteString(strings.TrimSuffix(part, "?") + ph())
+			} else {
+				b.WriteString(part)
+			}
+		}
+	}
+	return strings.Replace(q, marker, b.String(), 1)
 }
 
 // inList expands the @keys placeholder of q into n '?' placeholders

@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/driver/postgres"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/outbox"
+)
+
+// outboxSection: the outbox's two costs on PostgreSQL + RabbitMQ.
+//
+//  1. Store.Process with one outbox.Add in the handler beside Store.Process
+//     alone (a broker's first delivery, one letter row), at -c goroutines,
+//     interleaved; with Add's NOTIFY and without (Config.NoNotify).
+//  2. A relay (outbox.Relay, RabbitMQ publisher confirms, LISTEN wake-up):
+//     its send rate draining a backlog of -outbox-n messages (keyless, and
+//     over 100 keys), on an empty table and beside -outbox-sent SENT rows;
+//     the write-to-confirm lag p50/p95 with a writer adding -outbox-rate
+//     messages a second for -d, and with -big-c writers adding as fast as
+//     they can (saturation).
+func outboxSection(ctx context.Context, admin *sql.DB, o options) error {
+	if err := outboxWriteCost(ctx, admin, o); err != nil {
+		return err
+	}
+	return outboxRelay(ctx, admin, o)
+}
+
+// outboxStores opens a fresh schema with a migrated inbox, the letters and
+// the outbox tables.
+func outboxStores(ctx context.Context, admin *sql.DB, o options, conns int, cfg outbox.Config) (*schema, *inbox.Store, *outbox.Store, error) {
+	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_outbox_"+suffix(), conns)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ob, err := outbox.New(sc.DB, inbox.Postgres, cfg)
+	if err == nil {
+		_, err = ob.Migrate(ctx)
+	}
+	if err != nil {
+		sc.drop(admin)
+		return nil, nil, nil, err
+	}
+	return sc, s, ob, nil
+}
+
+// processWithAdd is processFirst whose handler also adds one outbox
+// message (keyless, a 200-byte body).
+func processWithAdd(s *inbox.Store, ob *outbox.Store) op {
+	body := make([]byte, 200)
+	return func(ctx context.Context, _ int) error {
+		id := newID()
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, func(ctx context.Context, tx *sql.Tx) error {
+			if err := letterHandler(id)(ctx, tx); err != nil {
+				return err
+			}
+			_, err := ob.Add(ctx, tx, outbox.Message{Destination: "letters", Body: body, CauseEventID: id, CorrelationID: "corr"})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if res.Outcome != inboxkit.OutcomeProcessed {
+			return fmt.Errorf("process %s: outcome %s, want processed", id, res.Outcome)
+		}
+		return nil
+	}
+}
+
+func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
+	maxC := 0
+	for _, c := range o.concs {
+		maxC = max(maxC, c)
+	}
+	sc, s, ob, err := outboxStores(ctx, admin, o, maxC+4, outbox.Config{})
+	if err != nil {
+		return err
+	}
+	defer sc.drop(admin)
+	quiet, err := outbox.New(sc.DB, inbox.Postgres, outbox.Config{NoNotify: true})
+	if err != nil {
+		return err
+	}
+	m, err := interleaved(ctx, o, "outbox write", []namedOp{
+		{"alone", processFirst(s)},
+		{"add", processWithAdd(s, ob)},
+		{"add, no notify", processWithAdd(s, quiet)},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add\tratio\tProcess + Add, no NOTIFY\tratio\t\n")
+	for _, c := range o.concs {
+		a, w, q := m("alone", c), m("add", c), m("add, no notify", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a))
+	}
+	return tw.Flush()
+}
+
+// lagObserver records the relay's write-to-confirm lags.
+type lagObserver struct {
+	mu   sync.Mutex
+	lags []time.Duration
+	sent atomic.Int64
+}
+
+func (l *lagObserver) Sent(_ string, lag time.Duration) {
+	l.sent.Add(1)
+	l.mu.Lock()
+	l.lags = append(l.lags, lag)
+	l.mu.Unlock()
+}
+func (l *lagObserver) Failed(string, error) {}
+func (l *lagObserver) Parked(string, error) {}
+
+func (l *lagObserver) percentiles() (p50, p95 time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := append([]time.Duration(nil), l.lags...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0, 0
+	}
+	return s[len(s)/2], s[len(s)*95/100]
+}
+
+// relayRun is one relay measurement: the rate of its confirms and the lags.
+type relayRun struct {
+	sent         int64
+	seconds      float64
+	p50, p95     time.Duration
+	extra, table string
+}
+
+func (r relayRun) rate() float64 { return float64(r.sent) / r.seconds }
+
+// startBenchRelay starts a relay of ob publishing to RabbitMQ, woken by
+// LISTEN; stop ends it.
+func startBenchRelay(ctx context.Context, sc *schema, ob *outbox.Store, pub *rabbitmq.Adapter, lags *lagObserver) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{Broker: pub, Observer: lags,
+		Wake: postgres.Listen(rctx, sc.DSN, ob.NotifyChannel(), nil), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err) // the configuration is fixed
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(rctx) }()
+	return func() { cancel(); <-done }
+}
+
+// addBacklog adds n messages, 500 per transaction, keyless or over keys.
+func addBacklog(ctx context.Context, db *sql.DB, ob *outbox.Store, queue string, n, keys int) error {
+	body := make([]byte, 200)
+	for lo := 0; lo < n; lo += 500 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for i := lo; i < min(lo+500, n); i++ {
+			m := outbox.Message{Destination: queue, Body: body}
+			if keys > 0 {
+				m.Key = fmt.Sprintf("key-%03d", i%keys)
+			}
+			if _, err := ob.Add(ctx, tx, m); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// generateSent inserts n SENT rows, each its own key (settled), as a relay
+// leaves keyless messages until purge.
+func generateSent(ctx context.Context, db *sql.DB, n int) error {
+	const chunk = 1_000_000
+	for lo := 1; lo <= n; lo += chunk {
+		hi := min(lo+chunk-1, n)
+		if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, BODY, STATUS, ATTEMPTS, CREATED_AT, UPDATED_AT, SENT_AT)
+SELECT 'sent-' || i, 'sent-' || i, 1, 'letters', decode(repeat('00', 200), 'hex'), 'SENT', 1, now() - interval '1 day', now(), now() FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi); err != nil {
+			return fmt.Errorf("generate SENT rows: %w", err)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX_KEY (MSG_KEY, LAST_SEQ, DONE_SEQ) SELECT 'sent-' || i, 1, 1 FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi); err != nil {
+			return fmt.Errorf("generate key rows: %w", err)
+		}
+	}
+	_, err := db.ExecContext(ctx, `ANALYZE INBOXKIT_OUTBOX; ANALYZE INBOXKIT_OUTBOX_KEY`)
+	return err
+}
+
+// outboxQueue is a fresh schema with the outbox, and a fresh RabbitMQ
+// queue; done drops both.
+func outboxQueue(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, conns int) (*schema, *outbox.Store, string, func(), error) {
+	sc, _, ob, err := outboxStores(ctx, admin, o, conns, outbox.Config{})
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	queue := "inboxbench.outbox." + suffix()
+	if err := declareQueue(conn, queue); err != nil {
+		sc.drop(admin)
+		return nil, nil, "", nil, err
+	}
+	return sc, ob, queue, func() { deleteQueues(conn, queue); sc.drop(admin) }, nil
+}
+
+// drain measures how fast a relay sends a backlog of n messages.
+func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, keys, sent int) (relayRun, error) {
+	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, 24)
+	if err != nil {
+		return relayRun{}, err
+	}
+	defer done()
+	if sent > 0 {
+		if err := generateSent(ctx, sc.DB, sent); err != nil {
+			return relayRun{}, err
+		}
+	}
+	if err := addBacklog(ctx, sc.DB, ob, queue, o.outboxN, keys); err != nil {
+		return relayRun{}, err
+	}
+	lags := &lagObserver{}
+	began := time.Now()
+	stop := startBenchRelay(ctx, sc, ob, pub, lags)
+	for lags.sent.Load() < int64(o.outboxN) {
+		if ctx.Err() != nil {
+			stop()
+			return relayRun{}, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(began)
+	stop()
+	return relayRun{sent: lags.sent.Load(), seconds: elapsed.Seconds()}, nil
+}
+
+// flow measures the lag with writers adding at rate messages a second
+// (0: as fast as writers goroutines can) for d.
+func flow(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, perSecond, writers int) (relayRun, error) {
+	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, writers+24)
+	if err != nil {
+		return relayRun{}, err
+	}
+	defer done()
+	lags := &lagObserver{}
+	stop := startBenchRelay(ctx, sc, ob, pub, lags)
+	body := make([]byte, 200)
+	var added atomic.Int64
+	wctx, cancel := context.WithTimeout(ctx, o.dur)
+	defer cancel()
+	var wg sync.WaitGroup
+	var werr error
+	var once sync.Once
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			interval := time.Duration(0)
+			if perSecond > 0 {
+				interval = time.Duration(writers) * time.Second / time.Duration(perSecond)
+			}
+			next := time.Now()
+			for wctx.Err() == nil {
+				if interval > 0 {
+					next = next.Add(interval)
+					time.Sleep(time.Until(next))
+				}
+				tx, err := sc.DB.BeginTx(wctx, nil)
+				if err == nil {
+					_, err = ob.Add(wctx, tx, outbox.Message{Destination: queue, Body: body})
+					if err == nil {
+						err = tx.Commit()
+					} else {
+						_ = tx.Rollback()
+					}
+				}
+				if err != nil {
+					if wctx.Err() == nil {
+						once.Do(func() { werr = err })
+					}
+					return
+				}
+				added.Add(1)
+			}
+		}()
+	}
+	began := time.Now()
+	wg.Wait()
+	writing := time.Since(began)
+	for lags.sent.Load() < added.Load() && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(began)
+	stop()
+	if werr != nil {
+		return relayRun{}, werr
+	}
+	r := relayRun{sent: lags.sent.Load(), seconds: elapsed.Seconds()}
+	r.p50, r.p95 = lags.percentiles()
+	r.extra = fmt.Sprintf("written %.0f/s for %s; drained %.2fs after", float64(added.Load())/writing.Seconds(), writing.Round(time.Millisecond), (elapsed - writing).Seconds())
+	return r, nil
+}
+
+func outboxRelay(ctx context.Context, admin *sql.DB, o options) error {
+	conn, err := amqp.Dial(o.amqp)
+	if err != nil {
+		return fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
+	}
+	defer conn.Close()
+	pub, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: o.amqp})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	type cell struct {
+		name string
+		run  func() (relayRun, error)
+	}
+	cells := []cell{
+		{"drain, keyless, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0) }},
+		{"drain, 100 keys, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 100, 0) }},
+		{fmt.Sprintf("drain, keyless, beside %d SENT rows", o.outboxSent), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, o.outboxSent) }},
+		{fmt.Sprintf("%d msg/s, 1 writer", o.outboxRate), func() (relayRun, error) { return flow(ctx, admin, o, conn, pub, o.outboxRate, 1) }},
+		{fmt.Sprintf("saturation, %d writers", o.bigConc), func() (relayRun, error) { return flow(ctx, admin, o, conn, pub, 0, o.bigConc) }},
+	}
+	results := map[string][]relayRun{}
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range cells {
+			r, err := c.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			results[c.name] = append(results[c.name], r)
+			fmt.Fprintf(o.log, "outbox relay round %d %-40s %8.0f msgs/s p50 %s p95 %s %s\n", round, c.name, r.rate(), r.p50, r.p95, r.extra)
+		}
+	}
+	fmt.Fprintf(o.out, "\nOutbox relay: PostgreSQL -> RabbitMQ (publisher confirms), one relay (16 keys at once, LISTEN wake-up), 200-byte bodies; drains of %d messages; median of %d round(s)\n\n", o.outboxN, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "cell\tmsgs/s\tvs empty keyless drain\tlag p50\tlag p95\t\n")
+	base := 0.0
+	for i, c := range cells {
+		rs := results[c.name]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
+		m := rs[len(rs)/2]
+		if i == 0 {
+			base = m.rate()
+		}
+		lag := func(d time.Duration) string {
+			if d == 0 {
+				return "-"
+			}
+			return d.Round(100 * time.Microsecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t\n", c.name, m.rate(), ratio(m.rate(), base), lag(m.p50), lag(m.p95))
+	}
+	return tw.Flush()
+}
