@@ -62,9 +62,10 @@
 // default exchange with the destination queue as routing key, after
 // declaring that queue durable if it does not exist (an existing queue is
 // used as it is). A nack, a channel closed before the confirm ([ErrNacked])
-// or a returned message ([ErrUnroutable]) is an error. Publishes on one
-// Adapter are serialized, one confirm at a time: dead-letter traffic is
-// small.
+// or a returned message ([ErrUnroutable]) is an error. Concurrent
+// publishes on one Adapter await their confirms together (up to 256 at
+// once; an outbox relay publishes many keys at a time), each returning
+// once its own message is confirmed.
 //
 // # Connection loss
 //

@@ -63,9 +63,12 @@ type session struct {
 	deliveries <-chan amqp.Delivery // nil without Config.Queue
 	acks       *acks                // settles the deliveries of the consuming channel
 
-	pubMu   sync.Mutex // one publish in flight, so a return matches its publish
-	pubCh   *amqp.Channel
-	returns chan amqp.Return
+	pubMu    sync.Mutex    // one publish frame sequence at a time; confirms are awaited outside it
+	inFlight chan struct{} // bounds the publishes awaiting a confirm (see maxInFlight)
+	pubCh    *amqp.Channel
+	returns  chan amqp.Return
+	retMu    sync.Mutex
+	returned map[string]heldReturn // returns taken from the buffer, by message id
 
 	declMu   sync.Mutex
 	declared map[string]bool
@@ -218,10 +221,16 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 		}
 	}
 
+	select {
+	case s.inFlight <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, ctx.Err())
+	}
+	defer func() { <-s.inFlight }()
+	s.collectReturns()
 	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	s.drainReturns("") // stale returns of abandoned publishes
 	dc, err := s.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", destination, true, false, msg)
+	s.pubMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
 	}
@@ -237,8 +246,8 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	}
 	// The broker sends basic.return before the basic.ack of the same
 	// message, and the client hands it to s.returns before it completes the
-	// confirm, so a return of this message is already buffered.
-	if r, ok := s.drainReturns(msg.MessageId); ok {
+	// confirm, so a return of this message is buffered or collected already.
+	if r, ok := s.takeReturn(msg.MessageId); ok {
 		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
 	}
 	return nil
@@ -314,7 +323,14 @@ func (a *Adapter) connect() (*session, error) {
 		return fail("enable publisher confirms", err)
 	}
 	pubClosed := s.pubCh.NotifyClose(make(chan *amqp.Error, 1))
-	s.returns = s.pubCh.NotifyReturn(make(chan amqp.Return, 16))
+	// The client's reader hands each basic.return to this buffer before it
+	// goes on to the next frame (the confirms among them), so the buffer
+	// must hold every return not yet collected: at most one per publish
+	// awaiting its confirm (inFlight), and those of publishes abandoned
+	// since the last collection.
+	s.returns = s.pubCh.NotifyReturn(make(chan amqp.Return, 2*maxInFlight))
+	s.inFlight = make(chan struct{}, maxInFlight)
+	s.returned = map[string]heldReturn{}
 
 	var consClosed chan *amqp.Error
 	var cancelled chan string
@@ -433,24 +449,54 @@ func (s *session) declareOnce(name, queueType string) error {
 	return err
 }
 
-// drainReturns empties the buffered returns and reports the one whose
-// message id is id.
-func (s *session) drainReturns(id string) (amqp.Return, bool) {
-	var found amqp.Return
-	ok := false
+// maxInFlight bounds the publishes of one session awaiting their confirm
+// at once (Publish waits for a slot beyond it).
+const maxInFlight = 256
+
+// heldReturn is a collected return and when it was collected.
+type heldReturn struct {
+	amqp.Return
+	at time.Time
+}
+
+// collectReturns moves the buffered returns into s.returned, keyed by
+// message id, so that the buffer never fills (a full one would stop the
+// connection's reader, and every confirm with it). A return comes just
+// before its message's confirm, so one held for a minute belongs to an
+// abandoned publish and is dropped.
+func (s *session) collectReturns() {
+	s.retMu.Lock()
+	defer s.retMu.Unlock()
+	now := time.Now()
+drain:
 	for {
 		select {
 		case r, open := <-s.returns:
 			if !open {
-				return found, ok
+				break drain
 			}
-			if id != "" && r.MessageId == id {
-				found, ok = r, true
-			}
+			s.returned[r.MessageId] = heldReturn{r, now}
 		default:
-			return found, ok
+			break drain
 		}
 	}
+	if len(s.returned) > maxInFlight {
+		for id, r := range s.returned {
+			if now.Sub(r.at) > time.Minute {
+				delete(s.returned, id)
+			}
+		}
+	}
+}
+
+// takeReturn reports (and forgets) the return of the message id.
+func (s *session) takeReturn(id string) (amqp.Return, bool) {
+	s.collectReturns()
+	s.retMu.Lock()
+	defer s.retMu.Unlock()
+	r, ok := s.returned[id]
+	delete(s.returned, id)
+	return r.Return, ok
 }
 
 func newID() string {
