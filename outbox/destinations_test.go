@@ -204,7 +204,9 @@ func deleteStream(t *testing.T, name string) {
 }
 
 // TestListenWakesTheRelay: on PostgreSQL Add notifies with its commit, and
-// a relay that polls once an hour sends the message at once.
+// a relay that polls once an hour sends the message at once; of a burst of
+// Adds only some notify (Config.NotifyInterval), and the relay still sends
+// them all.
 func TestListenWakesTheRelay(t *testing.T) {
 	st, db := setup(t, dbtest.Postgres)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -223,6 +225,23 @@ func TestListenWakesTheRelay(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+	// Adds notify at most every NotifyInterval (here: the first of the
+	// burst only); the relay, busy since that wake-up and while it finds
+	// messages, finds the others.
+	once, err := outbox.New(db.DB, st.Dialect(), outbox.Config{NotifyInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		add(t, ctx, once, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint("burst ", i))})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(dst.sent()) < 53 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the 50 burst messages sent: a message whose Add did not notify was not found", len(dst.sent())-3)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
 	<-done

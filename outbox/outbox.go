@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -124,6 +125,15 @@ type Config struct {
 	// commit to wake the relays at once (channel NotifyChannel); the relays
 	// then find new rows by polling. Other databases always poll.
 	NoNotify bool
+	// NotifyInterval is how often at most this Store's Add notifies: a
+	// PostgreSQL commit that notifies holds a database-wide lock through
+	// its WAL flush, so a NOTIFY per Add would make the writers commit one
+	// at a time. A relay woken by one notification keeps looking every few
+	// milliseconds for a while (RelayConfig.BusyPollInterval), which finds
+	// the messages of the Adds in between; one whose transaction runs on
+	// for longer than that after its Add is found at the relay's next poll
+	// (RelayConfig.PollInterval). Defaults to 10ms.
+	NotifyInterval time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -132,6 +142,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Clock == nil {
 		c.Clock = inboxkit.SystemClock{}
+	}
+	if c.NotifyInterval == 0 {
+		c.NotifyInterval = 10 * time.Millisecond
 	}
 }
 
@@ -156,6 +169,8 @@ type Store struct {
 	d   inbox.Dialect
 	cfg Config
 	q   queries
+
+	lastNotify atomic.Int64 // when Add last notified (UnixNano)
 }
 
 // ErrUnsupportedDialect is returned by New for a dialect whose outbox
@@ -250,12 +265,26 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	now := s.t(s.now())
 	args := addArgs{key: key, now: now, id: m.ID, destination: m.Destination, headers: headers, body: m.Body,
 		cause: nullString(cut(m.CauseEventID, MaxIDLength)), correlation: nullString(cut(m.CorrelationID, MaxIDLength))}
-	for _, st := range s.q.add {
+	for _, st := range s.addStatements() {
 		if _, err := tx.ExecContext(ctx, st.sql, st.args(args)...); err != nil {
 			return "", fmt.Errorf("outbox: add message %s to %s: %w", m.ID, m.Destination, err)
 		}
 	}
 	return m.ID, nil
+}
+
+// addStatements are Add's statements: with a NOTIFY when the store
+// notifies and its last notification is NotifyInterval old.
+func (s *Store) addStatements() []stmt {
+	if s.q.addNotify == nil {
+		return s.q.add
+	}
+	now := time.Now().UnixNano()
+	last := s.lastNotify.Load()
+	if now-last < int64(s.cfg.NotifyInterval) || !s.lastNotify.CompareAndSwap(last, now) {
+		return s.q.add
+	}
+	return s.q.addNotify
 }
 
 func (m Message) validate() error {

@@ -139,6 +139,11 @@ type RelayConfig struct {
 	// Store.NotifyChannel (driver/postgres.Listen) delivers Add's commits
 	// there.
 	Wake <-chan struct{}
+	// BusyPollInterval is how often a relay looks for messages during the
+	// 100ms after a wake-up or a claim that found some, so that it finds at
+	// once the messages whose Add did not notify (Config.NotifyInterval).
+	// Defaults to 10ms.
+	BusyPollInterval time.Duration
 	// Observer, if set, watches every send.
 	Observer RelayObserver
 	// Logger logs failed sends and database errors. Defaults to
@@ -170,6 +175,9 @@ func (c *RelayConfig) setDefaults() {
 	if c.PollInterval == 0 {
 		c.PollInterval = 250 * time.Millisecond
 	}
+	if c.BusyPollInterval == 0 {
+		c.BusyPollInterval = 10 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -186,8 +194,8 @@ func (c *RelayConfig) validate() error {
 		return fmt.Errorf("outbox: RelayConfig.Concurrency is %d: it must be at least 1", c.Concurrency)
 	case c.PerKey < 1:
 		return fmt.Errorf("outbox: RelayConfig.PerKey is %d: it must be at least 1", c.PerKey)
-	case c.Lease <= 0 || c.SendTimeout <= 0 || c.PollInterval <= 0:
-		return errors.New("outbox: RelayConfig.Lease, SendTimeout and PollInterval must be positive")
+	case c.Lease <= 0 || c.SendTimeout <= 0 || c.PollInterval <= 0 || c.BusyPollInterval <= 0:
+		return errors.New("outbox: RelayConfig.Lease, SendTimeout, PollInterval and BusyPollInterval must be positive")
 	case c.SendTimeout*3 > c.Lease:
 		return fmt.Errorf("outbox: RelayConfig.SendTimeout (%s) is more than a third of Lease (%s): a send could outlive the lease, and another relay send the key's next message before it", c.SendTimeout, c.Lease)
 	case len(c.Name) > 80:
@@ -209,6 +217,8 @@ type Relay struct {
 	cfg   RelayConfig
 	owner string
 	n     atomic.Uint64 // claims made
+
+	busyUntil time.Time // polls every BusyPollInterval until then (Run's goroutine only)
 
 	mu      sync.Mutex
 	dbErr   error // the last claim's error (nil: it worked)
@@ -293,22 +303,16 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			continue
 		}
-		n := 1
-	take:
-		for n < r.cfg.Concurrency {
-			select {
-			case <-slots:
-				n++
-			default:
-				break take
-			}
-		}
+		n := 1 + r.gather(slots, r.cfg.Concurrency-1)
 		keys, err := r.claim(ctx, n)
 		if ctx.Err() == nil {
 			r.dbResult(err)
 		}
 		for i := len(keys); i < n; i++ {
 			slots <- struct{}{}
+		}
+		if len(keys) > 0 {
+			r.busyUntil = r.now().Add(busyWindow)
 		}
 		for _, k := range keys {
 			wg.Add(1)
@@ -327,11 +331,53 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// gather takes up to max more free slots: those free now, and while fewer
+// than half of all are, those freed within claimWait, so that a busy relay
+// claims keys by the dozen rather than one at a time.
+func (r *Relay) gather(slots <-chan struct{}, most int) int {
+	n := 0
+	var timeout <-chan time.Time
+	for n < most {
+		select {
+		case <-slots:
+			n++
+			continue
+		default:
+		}
+		if n+1 >= r.cfg.Concurrency/2 {
+			return n
+		}
+		if timeout == nil {
+			t := time.NewTimer(claimWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-slots:
+			n++
+		case <-timeout:
+			return n
+		}
+	}
+	return n
+}
+
+// claimWait bounds how long a relay waits for more free slots before it
+// claims keys for fewer than half of them.
+const claimWait = 2 * time.Millisecond
+
+// busyWindow is how long a relay polls every BusyPollInterval after a
+// wake-up or a claim that found messages.
+const busyWindow = 100 * time.Millisecond
+
 // idle waits for a wake-up, a released key with messages left, the next
-// poll, or the moment the next key is due (a backoff or a lease ends),
-// whichever comes first.
+// poll (BusyPollInterval while busy), or the moment the next key is due (a
+// backoff or a lease ends), whichever comes first.
 func (r *Relay) idle(ctx context.Context, more <-chan struct{}) {
 	wait := r.cfg.PollInterval
+	if r.now().Before(r.busyUntil) {
+		wait = min(wait, r.cfg.BusyPollInterval)
+	}
 	var next inbox.NullTime
 	if err := r.s.db.QueryRowContext(ctx, r.s.q.nextDue).Scan(&next); err == nil && next.Valid {
 		wait = min(wait, max(next.Time.Sub(r.now()), time.Millisecond))
@@ -341,6 +387,7 @@ func (r *Relay) idle(ctx context.Context, more <-chan struct{}) {
 	select {
 	case <-ctx.Done():
 	case <-r.cfg.Wake:
+		r.busyUntil = r.now().Add(busyWindow)
 	case <-more:
 	case <-t.C:
 	}

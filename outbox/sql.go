@@ -33,6 +33,9 @@ type addArgs struct {
 // its lease); LEASE_OWNER, the claim that holds it.
 type queries struct {
 	add []stmt
+	// addNotify is add with a NOTIFY of the relays at commit (PostgreSQL;
+	// nil elsewhere or with Config.NoNotify).
+	addNotify []stmt
 	// claimRead (PostgreSQL) claims up to ?4 due keys and reads up to ?5
 	// messages of each after DONE_SEQ, in one statement.
 	claimRead string
@@ -70,21 +73,23 @@ func buildQueries(d inbox.Dialect, table string, notify bool) queries {
 	insertRow := `INSERT INTO {t} (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, HEADERS, BODY, CAUSE_EVENT_ID, CORRELATION_ID, STATUS, ATTEMPTS, CREATED_AT)`
 	switch d.Name() {
 	case "postgres":
-		final := `SELECT 1 FROM m`
-		if notify {
-			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
-			final = q.notify + ` FROM m`
-		}
-		q.add = []stmt{{
-			sql: r(`WITH k AS (INSERT INTO {k} AS k (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES (?, 1, 0, CAST(? AS TIMESTAMP))
+		add := func(final string) []stmt {
+			return []stmt{{
+				sql: r(`WITH k AS (INSERT INTO {k} AS k (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES (?, 1, 0, CAST(? AS TIMESTAMP))
 ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = k.LAST_SEQ + 1, NEXT_AT = CASE WHEN k.LAST_SEQ = k.DONE_SEQ THEN EXCLUDED.NEXT_AT ELSE k.NEXT_AT END
 RETURNING LAST_SEQ),
 m AS (` + insertRow + ` SELECT ?, ?, k.LAST_SEQ, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP) FROM k RETURNING 1)
 ` + final),
-			args: func(a addArgs) []any {
-				return []any{a.key, a.now, a.id, a.key, a.destination, a.headers, a.body, a.cause, a.correlation, a.now}
-			},
-		}}
+				args: func(a addArgs) []any {
+					return []any{a.key, a.now, a.id, a.key, a.destination, a.headers, a.body, a.cause, a.correlation, a.now}
+				},
+			}}
+		}
+		q.add = add(`SELECT 1 FROM m`)
+		if notify {
+			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
+			q.addNotify = add(q.notify + ` FROM m`)
+		}
 		q.claimRead = r(`WITH c AS (UPDATE {k} SET LEASE_OWNER = ?, NEXT_AT = CAST(? AS TIMESTAMP)
 WHERE MSG_KEY IN (SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= CAST(? AS TIMESTAMP) ORDER BY NEXT_AT LIMIT ? FOR UPDATE SKIP LOCKED)
 RETURNING MSG_KEY, DONE_SEQ)
