@@ -121,10 +121,12 @@ type RelayConfig struct {
 	// ParkKey.
 	OnPoison PoisonPolicy
 	// Concurrency is the number of keys sent at once (one message of a key
-	// at a time). Defaults to 16.
+	// at a time), and so the number of keys one claim takes at most. A
+	// relay holds at most Concurrency x PerKey messages in memory. Defaults
+	// to 32.
 	Concurrency int
 	// PerKey is the number of a key's messages sent per claim of the key.
-	// Defaults to 100.
+	// Defaults to 50.
 	PerKey int
 	// Lease is how long a claim holds a key; another relay takes the key
 	// after it (the lease's holder died). Defaults to 30s.
@@ -161,10 +163,10 @@ func (c *RelayConfig) setDefaults() {
 		c.OnPoison = ParkKey
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 16
+		c.Concurrency = 32
 	}
 	if c.PerKey == 0 {
-		c.PerKey = 100
+		c.PerKey = 50
 	}
 	if c.Lease == 0 {
 		c.Lease = 30 * time.Second
@@ -290,11 +292,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		slots <- struct{}{}
 	}
 	more := make(chan struct{}, 1) // a released key has messages left
-	results := make(chan settled, r.cfg.Concurrency)
+	// A key's send frees its slot once its result is queued for the
+	// recorder (its lease keeps the key to this relay until recorded); a
+	// full queue holds the slots, and so the claims, back.
+	results := make(chan settled, 4*r.cfg.Concurrency)
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
-		r.recorder(work, results, slots, more)
+		r.recorder(work, results, more)
 	}()
 	var wg sync.WaitGroup
 	for ctx.Err() == nil {
@@ -319,6 +324,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			go func(k claimed) {
 				defer wg.Done()
 				results <- r.sendKey(work, ctx, k)
+				slots <- struct{}{}
 			}(k)
 		}
 		if len(keys) < n {
@@ -592,8 +598,8 @@ func (r *Relay) send(ctx context.Context, m Outgoing) error {
 }
 
 // recorder writes the settled keys in batches, one transaction per batch,
-// then gives their slots back and says when a key has messages left.
-func (r *Relay) recorder(ctx context.Context, in <-chan settled, slots chan<- struct{}, more chan<- struct{}) {
+// and says when a key has messages left.
+func (r *Relay) recorder(ctx context.Context, in <-chan settled, more chan<- struct{}) {
 	for first := range in {
 		batch := []settled{first}
 	fill:
@@ -611,7 +617,6 @@ func (r *Relay) recorder(ctx context.Context, in <-chan settled, slots chan<- st
 		r.recordRetrying(ctx, batch)
 		left := false
 		for _, s := range batch {
-			slots <- struct{}{}
 			left = left || s.next != nil
 		}
 		if left {
