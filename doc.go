@@ -40,6 +40,10 @@
 //   - inbox: the INBOX_EVENT_PROCESSING table, written in the same
 //     transaction as the business change (Process, ProcessBatch), the
 //     store-then-process Receive and Worker, retention, audit and checks.
+//   - outbox: what a transaction sends, written in it (Add) and sent after
+//     the commit by a Relay: at least once, with a message id fixed at
+//     insert; per key, in commit order; to a broker queue or an HTTP
+//     endpoint.
 //
 // Databases, one package each, imported by a main package:
 //
@@ -79,10 +83,10 @@
 //
 // Commands:
 //
-//   - cmd/inboxctl: the command line (demo, migrate, run, publish, audit,
-//     dlq, purge, check, stats, golden, mq lint); cmd/inboxctl/internal/target
-//     its URL parsing, cmd/inboxctl/internal/mqsc the IBM MQ queue
-//     definitions `mq lint` reads (MQSC text).
+//   - cmd/inboxctl: the command line (demo, migrate, run, relay, outbox,
+//     publish, audit, dlq, purge, check, stats, golden, mq lint);
+//     cmd/inboxctl/internal/target its URL parsing, cmd/inboxctl/internal/mqsc
+//     the IBM MQ queue definitions `mq lint` reads (MQSC text).
 //   - cmd/inboxbench: end-to-end throughput on every broker.
 //   - cmd/inboxtorture: the torture rig (kill -9, restarts, a ledger).
 //
@@ -97,6 +101,7 @@
 //     or hang, for tests.
 //   - internal/protonbroker: Qpid Proton's example broker, the AMQP 1.0
 //     peer that settles deliveries itself, for broker/amqp10's tests.
+//   - internal/rabbittest: a RabbitMQ queue declared for a test.
 //
 // The module bench (directory bench, its own go.mod) measures inboxkit
 // beside Watermill and raw database/sql; bench/README.md has every figure.
