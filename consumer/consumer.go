@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,8 +134,10 @@ type Config struct {
 	// true, intake pauses (e.g. while a circuit breaker is open:
 	// breaker.Open). Deliveries in hand are finished.
 	PausedFunc func() bool
-	// PollInterval is how often a paused consumer looks again, and how long
-	// it waits after a runtime error before receiving again. Defaults to 200ms.
+	// PollInterval is how often a consumer paused by PausedFunc looks
+	// again (an outage is probed with the store's Retry.Redelivery backoff
+	// instead: see "Outages" in the package documentation). Defaults to
+	// 200ms.
 	PollInterval time.Duration
 	// Logger logs every settlement with event_id and correlation_id.
 	// Defaults to slog.Default().
@@ -280,6 +283,7 @@ type Consumer struct {
 	nextID uint64
 	inHand map[uint64]inboxkit.Message // deliveries being handled by Run
 	logs   logState
+	gate   gate // intake, stopped during an outage
 }
 
 // New checks cfg and returns a Consumer.
@@ -345,6 +349,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			_ = w.Run(ctx) // returns when ctx is done, after the entry in hand
 		}()
 	}
+	// The prober of outages runs until the receivers and workers are done.
+	c.gate.start(ctx)
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		c.gate.probe(probeCtx, c.cfg.Store.Config().Retry.RedeliveryDelay, c.probe, c.logProbe)
+	}()
 	summaryDone := make(chan struct{})
 	go func() { defer close(summaryDone); c.summarize(ctx) }()
 	defer func() { stop(); <-summaryDone; c.logSummary() }()
@@ -361,6 +373,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
+		stopProbe()
+		<-probed
 		close(done)
 	}()
 	if err := c.drain(ctx, done, abandon); err != nil {
@@ -444,7 +458,9 @@ func eventIDs(ms []inboxkit.Message) []string {
 	return ids
 }
 
-// loop receives until ctx is done and handles each delivery with work.
+// loop receives until ctx is done and handles each delivery with work. It
+// takes deliveries only while the gate lets it (see gate: during an
+// outage only the trial).
 func (c *Consumer) loop(ctx, work context.Context) error {
 	for {
 		if ctx.Err() != nil {
@@ -456,31 +472,42 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 			}
 			continue
 		}
-		d, err := c.cfg.Source.Receive(ctx)
+		rx, trial, ok := c.gate.admit(ctx)
+		if !ok {
+			return nil
+		}
+		d, err := c.cfg.Source.Receive(rx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if trial {
+				c.gate.trialDone(false)
 			}
-			if errors.Is(err, ErrClosed) {
+			switch {
+			case ctx.Err() != nil, errors.Is(err, ErrClosed):
 				return nil
+			case rx.Err() != nil:
+				continue // an outage began: intake stops
 			}
 			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
 		}
 		// Deliveries in hand are finished even when ctx is cancelled now.
+		var ss []Settled
 		if c.cfg.BatchSize == 1 || c.cfg.Mode == ModeStoreThenProcess { // its workers batch
 			id := c.hold(c.Message(d))
-			c.Handle(work, d)
+			ss = []Settled{c.Handle(work, d)}
 			c.release(id)
-			continue
+		} else {
+			batch := c.receiveBatch(rx, d)
+			ids := make([]uint64, len(batch))
+			for i, d := range batch {
+				ids[i] = c.hold(c.Message(d))
+			}
+			ss = c.HandleBatch(work, batch)
+			for _, id := range ids {
+				c.release(id)
+			}
 		}
-		batch := c.receiveBatch(ctx, d)
-		ids := make([]uint64, len(batch))
-		for i, d := range batch {
-			ids[i] = c.hold(c.Message(d))
-		}
-		c.HandleBatch(work, batch)
-		for _, id := range ids {
-			c.release(id)
+		if trial {
+			c.gate.trialDone(!slices.ContainsFunc(ss, handedBack))
 		}
 	}
 }
@@ -766,6 +793,9 @@ func (c *Consumer) requeue(ctx context.Context, d Delivery, s Settled, delay tim
 // finish reports a settled delivery, in this order: its line in the log
 // (logLine), then count.
 func (c *Consumer) finish(s Settled) {
+	if handedBack(s) {
+		c.gate.failed()
+	}
 	c.logLine(s)
 	c.count(s)
 }

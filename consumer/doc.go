@@ -40,6 +40,20 @@
 // While Config.PausedFunc returns true (for example a circuit breaker's
 // Open), no new delivery is taken.
 //
+// # Outages
+//
+// A delivery handed back because the runtime failed (the inbox's database
+// or the dead-letter queue unreachable) begins an outage: intake stops on
+// every goroutine, so the deliveries in hand are handed back once and the
+// others stay on the broker, instead of coming back as fast as the broker
+// redelivers them. The consumer probes with the store's Retry.Redelivery
+// backoff (the database's Ping, and Ready of publishers that are a
+// [Readier]); when they answer, one trial delivery (one batch) is taken,
+// and once it is settled without a runtime error intake resumes by
+// itself. The log says when the outage began, once per
+// Config.SummaryInterval that it lasts, and when it ended; the summary
+// counts the hand-backs (handed_back) apart from the settled deliveries.
+//
 // # Replay
 //
 // [Replay] moves dead letters back to their original destination with the

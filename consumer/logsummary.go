@@ -26,9 +26,11 @@ type logState struct {
 }
 
 // summaryCounts are the counts of one summary line. settled counts the
-// deliveries settled with the broker; the others count outcomes, also
-// those of ModeStoreThenProcess's workers (countWorker), whose entries
-// were settled with the broker when they were stored.
+// deliveries settled with the broker, but for those handed back because
+// the runtime failed (handedBack: a delivery handed back comes again and
+// is counted when it is settled); the others count outcomes, also those
+// of ModeStoreThenProcess's workers (countWorker), whose entries were
+// settled with the broker when they were stored.
 type summaryCounts struct {
 	settled                                                                    int
 	processed, stored, duplicates, rejected, deadLettered, retried, handedBack int
@@ -36,7 +38,7 @@ type summaryCounts struct {
 
 func (n summaryCounts) empty() bool { return n == summaryCounts{} }
 
-// settled counts s and logs the outage's start, progress and end.
+// logSettled counts s and logs the outage's start, progress and end.
 func (c *Consumer) logSettled(s Settled) {
 	l := &c.logs
 	now := time.Now()
@@ -45,7 +47,9 @@ func (c *Consumer) logSettled(s Settled) {
 	if l.since.IsZero() {
 		l.since = now
 	}
-	l.counts.settled++
+	if s.Err == nil {
+		l.counts.settled++
+	}
 	switch {
 	case s.Err != nil:
 		l.counts.handedBack++
@@ -68,7 +72,7 @@ func (c *Consumer) logSettled(s Settled) {
 		switch {
 		case l.outageStart.IsZero():
 			l.outageStart, l.outageLast = now, now
-			log.Error("outage: deliveries are handed back to the broker until it ends", "consumer", c.cfg.Name,
+			log.Error(outageStarted, "consumer", c.cfg.Name,
 				"error", s.Err.Error(), "event_id", s.Message.ID, "correlation_id", s.Message.CorrelationID)
 		case now.Sub(l.outageLast) >= c.cfg.SummaryInterval:
 			l.outageLast = now
@@ -82,6 +86,24 @@ func (c *Consumer) logSettled(s Settled) {
 			"handed_back", l.outageN)
 		l.outageStart, l.outageN = time.Time{}, 0
 	}
+}
+
+// outageStarted is the line that says an outage began.
+const outageStarted = "outage: intake stopped until the database and the dead-letter queue answer; the deliveries in hand are handed back"
+
+// logProbe logs a failed probe of an outage once per SummaryInterval, as
+// "outage continues".
+func (c *Consumer) logProbe(err error) {
+	l := &c.logs
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.outageStart.IsZero() || now.Sub(l.outageLast) < c.cfg.SummaryInterval {
+		return
+	}
+	l.outageLast = now
+	c.cfg.Logger.Error("outage continues", "consumer", c.cfg.Name, "probe_error", err.Error(),
+		"since", l.outageStart.UTC().Format(time.RFC3339), "handed_back", l.outageN)
 }
 
 // countWorker counts the outcome of an entry a worker of

@@ -50,6 +50,11 @@
 //     the publisher is repaired the message ends in the DLQ.
 //   - Replay: a dead letter replayed with consumer.Replay is processed once
 //     (status PROCESSED, REPLAY_COUNT 1, one business row).
+//   - DatabaseOutage: the database is cut off (a TCP proxy) while a
+//     handler runs on each of 4 goroutines and more messages wait, for 3s
+//     (INBOXKIT_TEST_OUTAGE sets a longer one): at most 2 × concurrency ×
+//     BatchSize hand-backs in the whole run, then every message PROCESSED
+//     once with ATTEMPTS 1 after the consumer resumed by itself.
 //   - GracefulShutdown: the context is cancelled while slow handlers run;
 //     in-flight deliveries finish and are acknowledged; a restarted consumer
 //     processes the rest; every event is processed exactly once.
