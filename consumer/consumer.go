@@ -673,7 +673,10 @@ func (c *Consumer) plainAck(s Settled) (a inboxkit.Action, ok bool) {
 	return "", false
 }
 
-func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox.Entry, res inbox.Result) dlq.Envelope {
+// envelope is the dead-letter (or rejection) envelope of m for the inbox
+// result res; r is the event's row (the zero Record when there is none),
+// for the times of the failures and what res does not say.
+func (c *Consumer) envelope(m inboxkit.Message, res inbox.Result, r inbox.Record) dlq.Envelope {
 	e := dlq.Envelope{
 		Body: m.Body, Original: m.Headers, Reason: res.Reason, Class: string(res.Class), Attempts: res.Attempts,
 		Consumer: c.cfg.Name, OriginalDestination: m.Destination, EventID: m.ID, CorrelationID: m.CorrelationID,
@@ -682,20 +685,18 @@ func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox
 	if res.Err != nil {
 		e.Error = res.Err.Error()
 	}
-	if entry.EventID != "" && len(entry.EventID) <= inbox.MaxEventIDLength {
-		if r, err := c.cfg.Store.Get(ctx, entry.EventID, c.cfg.Name); err == nil {
-			if r.FirstFailedAt != nil {
-				e.FirstFailure = *r.FirstFailedAt
-			}
-			if r.UpdatedAt != nil && r.Status == inboxkit.StatusTechnicalFailure {
-				e.LastFailure = *r.UpdatedAt
-			}
-			if e.Error == "" {
-				e.Error = r.LastError
-			}
-			if e.Reason == "" {
-				e.Reason = r.ReasonCode
-			}
+	if r.EventID != "" {
+		if r.FirstFailedAt != nil {
+			e.FirstFailure = *r.FirstFailedAt
+		}
+		if r.UpdatedAt != nil && r.Status == inboxkit.StatusTechnicalFailure {
+			e.LastFailure = *r.UpdatedAt
+		}
+		if e.Error == "" {
+			e.Error = r.LastError
+		}
+		if e.Reason == "" {
+			e.Reason = r.ReasonCode
 		}
 	}
 	if e.LastFailure.IsZero() {
@@ -707,27 +708,43 @@ func (c *Consumer) envelope(ctx context.Context, m inboxkit.Message, entry inbox
 	return e
 }
 
-func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry inbox.Entry) Settled {
-	env := c.envelope(ctx, s.Message, entry, s.Result)
-	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
-		s.Err = fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
-		c.forgetPoisonAttempt(ctx, s, entry)
-		return c.requeue(ctx, d, s, c.requeueDelay(1))
+// row reads the event's row for an envelope; the zero Record when it has
+// none (or the entry no usable event id).
+func (c *Consumer) row(ctx context.Context, entry inbox.Entry) inbox.Record {
+	if entry.EventID == "" || len(entry.EventID) > inbox.MaxEventIDLength {
+		return inbox.Record{}
 	}
-	failpoint.Hit(failpoint.AfterDLQPublishBeforeMark) // no-op unless built with -tags failpoints
-	var resErr error
-	if s.Result.Err != nil {
-		resErr = s.Result.Err
-	} else if env.Error != "" {
-		resErr = errors.New(env.Error)
-	}
-	st, err := c.cfg.Store.MarkDeadLettered(ctx, inbox.DeadLetter{Entry: entry, Class: s.Result.Class, Reason: env.Reason, Err: resErr})
+	r, err := c.cfg.Store.Get(ctx, entry.EventID, c.cfg.Name)
 	if err != nil {
-		// The copy is in the DLQ; the redelivery dead-letters again (a
-		// second copy there is better than a lost message).
-		s.Err = fmt.Errorf("consumer: mark dead-lettered: %w", err)
+		return inbox.Record{}
+	}
+	return r
+}
+
+// deadLetter publishes the delivery's dead letter once (see
+// inbox.Store.PublishDeadLetter), then acknowledges it; a delivery whose
+// event another one dead-lettered meanwhile is acknowledged as the
+// duplicate it is.
+func (c *Consumer) deadLetter(ctx context.Context, d Delivery, s Settled, entry inbox.Entry) Settled {
+	publish := func(ctx context.Context, dl inbox.DeadLetter, r inbox.Record) error {
+		s.Result.Reason = dl.Reason
+		env := c.envelope(s.Message, s.Result, r)
+		if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
+			return fmt.Errorf("consumer: publish to dead-letter queue %s: %w (message handed back to the broker)", c.cfg.DeadLetterQueue, err)
+		}
+		failpoint.Hit(failpoint.AfterDLQPublishBeforeMark) // no-op unless built with -tags failpoints
+		return nil
+	}
+	st, published, err := c.cfg.Store.PublishDeadLetter(ctx, inbox.DeadLetter{Entry: entry, Class: s.Result.Class, Reason: s.Result.Reason, Err: s.Result.Err}, publish)
+	if err != nil {
+		s.Err = err
 		c.forgetPoisonAttempt(ctx, s, entry)
 		return c.requeue(ctx, d, s, c.requeueDelay(1))
+	}
+	if !published {
+		// Another delivery of the event finished it meanwhile.
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st, Attempts: s.Result.Attempts}
+		return c.ack(ctx, d, s, inboxkit.ActionAck)
 	}
 	if st != "" {
 		s.Result.Status = st
@@ -755,7 +772,7 @@ func (c *Consumer) reject(ctx context.Context, d Delivery, s Settled, entry inbo
 			}
 		}
 	}
-	env := c.envelope(ctx, s.Message, entry, res)
+	env := c.envelope(s.Message, res, c.row(ctx, entry))
 	env.FirstFailure, env.LastFailure = time.Time{}, time.Time{}
 	if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 		s.Err = fmt.Errorf("consumer: publish rejection to %s: %w (message handed back to the broker)", c.cfg.RejectQueue, err)
@@ -887,7 +904,7 @@ func (c *Consumer) deadLetterStored(ctx context.Context, cl inbox.Claimed, class
 		m.Destination = m.Header("destination")
 	}
 	res := inbox.Result{Outcome: inboxkit.OutcomeDeadLetter, Class: class, Reason: reason, Attempts: cl.Attempts, Err: cause}
-	env := c.envelope(ctx, m, inbox.Entry{EventID: m.ID, ConsumerName: c.cfg.Name}, res)
+	env := c.envelope(m, res, c.row(ctx, inbox.Entry{EventID: m.ID, ConsumerName: c.cfg.Name}))
 	if err := c.cfg.DeadLetter.Publish(ctx, c.cfg.DeadLetterQueue, env.Headers(), env.Body); err != nil {
 		return fmt.Errorf("consumer: publish to dead-letter queue %s: %w", c.cfg.DeadLetterQueue, err)
 	}
@@ -934,7 +951,7 @@ func (c *Consumer) rejectFunc() inbox.RejectFunc {
 			m.Destination = m.Header("destination")
 		}
 		res := inbox.Result{Outcome: inboxkit.OutcomeRejected, Class: inboxkit.ClassBusiness, Reason: reason, Attempts: cl.Attempts, Err: cause}
-		env := c.envelope(ctx, m, inbox.Entry{}, res)
+		env := c.envelope(m, res, inbox.Record{})
 		env.FirstFailure, env.LastFailure = time.Time{}, time.Time{}
 		if err := c.cfg.Rejects.Publish(ctx, c.cfg.RejectQueue, env.Headers(), env.Body); err != nil {
 			return fmt.Errorf("consumer: publish rejection to %s: %w", c.cfg.RejectQueue, err)

@@ -136,6 +136,7 @@ func Run(t *testing.T, b Broker) {
 		{"DatabaseOutage", testDatabaseOutage},
 		{"ReplayRejection", testReplayRejection},
 		{"ReplayPoison", testReplayPoison},
+		{"PoisonResend", testPoisonResend},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
