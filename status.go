@@ -87,6 +87,18 @@ const (
 	// ReasonInvalidEncoding: the message holds text the database refuses
 	// (invalid UTF-8 for a text column). Poison: retrying cannot help.
 	ReasonInvalidEncoding = "INVALID_ENCODING"
+	// ReasonValueTooLong: the database refused a value of the message as
+	// too long for its column (PostgreSQL 22001, MySQL/MariaDB 1406; see
+	// classify.ValueReason). Poison.
+	ReasonValueTooLong = "VALUE_TOO_LONG"
+	// ReasonInvalidValue: the database refused a value of the message for
+	// another reason of its kind (a data exception; see
+	// classify.ValueReason). Poison.
+	ReasonInvalidValue = "INVALID_VALUE"
+	// ReasonInvalidEventID: the event id is one the inbox cannot key a row
+	// by: it holds a NUL byte or is not valid UTF-8, or the database
+	// refused it for the EVENT_ID column. Poison.
+	ReasonInvalidEventID = "INVALID_EVENT_ID"
 	// ReasonMalformedHeaders: the stored headers of a store-then-process
 	// entry cannot be decoded (poison).
 	ReasonMalformedHeaders = "MALFORMED_HEADERS"

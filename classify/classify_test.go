@@ -215,3 +215,37 @@ func TestOfNilAndDeciders(t *testing.T) {
 		t.Error("IsTransient(Retry(nil)) = false")
 	}
 }
+
+// ValueReason and Unavailable read the drivers' own error values, wrapped
+// as package inbox wraps them (the table of every dialect's codes is
+// TestValueOrOutage).
+func TestValueReasonOfDriverErrors(t *testing.T) {
+	t.Parallel()
+	wrap := func(err error) error { return fmt.Errorf("inbox: start attempt: %w", err) }
+	pg := func(code string) error { return wrap(&pgconn.PgError{Code: code, Message: "m"}) }
+	my := func(n uint16, msg string) error { return wrap(&mysql.MySQLError{Number: n, Message: msg}) }
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{pg("22021"), inboxkit.ReasonInvalidEncoding},
+		{pg("22001"), inboxkit.ReasonValueTooLong},
+		{my(1366, "Incorrect string value: '\\xFF' for column 'CORRELATION_ID' at row 1"), inboxkit.ReasonInvalidEncoding},
+		{my(1406, "Data too long for column 'CORRELATION_ID' at row 1"), inboxkit.ReasonValueTooLong},
+	} {
+		if got := classify.ValueReason(tt.err); got != tt.want || classify.Unavailable(tt.err) {
+			t.Errorf("%v: ValueReason %q, Unavailable %v; want %q, false", tt.err, got, classify.Unavailable(tt.err), tt.want)
+		}
+	}
+	for _, err := range []error{pg("57P01"), pg("08006"), pg("25006"), my(2013, "Lost connection"), my(1040, "Too many connections"),
+		wrap(mysql.ErrInvalidConn), wrap(driver.ErrBadConn), wrap(syscall.ECONNREFUSED), wrap(context.DeadlineExceeded)} {
+		if classify.ValueReason(err) != "" || !classify.Unavailable(err) {
+			t.Errorf("%v: ValueReason %q, Unavailable %v; want an outage", err, classify.ValueReason(err), classify.Unavailable(err))
+		}
+	}
+	for _, err := range []error{pg("42P01"), my(1064, "syntax"), errors.New("boom")} {
+		if classify.ValueReason(err) != "" || classify.Unavailable(err) {
+			t.Errorf("%v: neither a value nor an outage", err)
+		}
+	}
+}

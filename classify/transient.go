@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"regexp"
-	"strings"
 	"syscall"
 
 	"github.com/inboxkit/inboxkit"
@@ -29,7 +28,10 @@ func Of(err error) inboxkit.Decision {
 	if errors.As(err, &d) {
 		return inboxkit.DecisionOf(err)
 	}
-	if invalidEncoding(err) {
+	if ValueReason(err) == inboxkit.ReasonInvalidEncoding {
+		// Text the database refuses (PostgreSQL 22021, 22P05; MySQL 1300,
+		// 1366 "Incorrect string value"; Oracle ORA-29275): every delivery
+		// of the message fails the same way.
 		return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonInvalidEncoding}
 	}
 	return inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: driverReason(err)}
@@ -109,25 +111,6 @@ var oraPattern = regexp.MustCompile(`ORA-(\d{5})`)
 
 // Connection-level errno values, matched with errors.Is.
 var connErrnos = []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE}
-
-// invalidEncoding reports a database refusing text of the message: invalid
-// UTF-8 for a text column. PostgreSQL: 22021 character_not_in_repertoire
-// ("invalid byte sequence for encoding"), 22P05 untranslatable_character;
-// MySQL/MariaDB: 1366 "Incorrect string value", 1300 invalid character
-// string. Every delivery of the message fails the same way.
-func invalidEncoding(err error) bool {
-	c, ok := dberr.Of(err)
-	if !ok {
-		return false
-	}
-	switch c.Database {
-	case dberr.Postgres:
-		return c.SQLState == "22021" || c.SQLState == "22P05"
-	case dberr.MySQL:
-		return c.Number == 1300 || (c.Number == 1366 && strings.Contains(c.Message, "Incorrect string value"))
-	}
-	return false
-}
 
 // codeReason returns the reason of a database error code, or "".
 func codeReason(c dberr.Code) string {

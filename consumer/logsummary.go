@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -73,7 +74,7 @@ func (c *Consumer) logSettled(s Settled) {
 		case l.outageStart.IsZero():
 			l.outageStart, l.outageLast = now, now
 			log.Error(outageStarted, "consumer", c.cfg.Name,
-				"error", s.Err.Error(), "event_id", s.Message.ID, "correlation_id", s.Message.CorrelationID)
+				"error", s.Err.Error(), "unavailable", classify.Unavailable(s.Err), "event_id", s.Message.ID, "correlation_id", s.Message.CorrelationID)
 		case now.Sub(l.outageLast) >= c.cfg.SummaryInterval:
 			l.outageLast = now
 			log.Error("outage continues", "consumer", c.cfg.Name, "error", s.Err.Error(),

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
 // BatchItem is one delivery of a batch.
@@ -68,23 +69,23 @@ func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, 
 	}
 	defer lockTurns(jobs)()
 
-	first := false
-	if s.q.insertFirstRows != "" && len(jobs) > 0 && !slices.ContainsFunc(jobs, func(j *job) bool { return !j.e.FirstDelivery }) {
-		if first, err = s.firstBatch(ctx, jobs); err != nil {
-			return nil, err // handed back by firstBatch
+	err = s.runJobs(ctx, jobs)
+	switch {
+	case err != nil && classify.ValueReason(err) == "":
+		return nil, err
+	case err != nil:
+		// The database refused a value of one of the deliveries, which
+		// fails the batch's statements for all of them: each runs alone,
+		// so that only the one at fault is dead-lettered (see Process).
+		for _, j := range jobs {
+			if results[j.i], err = s.single(ctx, j.e, j.h); err != nil {
+				results[j.i] = notRecorded(err)
+			}
 		}
-	}
-	if !first {
-		if err := s.markBatch(ctx, jobs); err != nil {
-			return nil, err
+	default:
+		for _, j := range jobs {
+			results[j.i] = s.finish(ctx, j)
 		}
-		if err := s.runBatch(ctx, jobs); err != nil {
-			s.handBack(ctx, jobs)
-			return nil, err
-		}
-	}
-	for _, j := range jobs {
-		results[j.i] = s.finish(ctx, j)
 	}
 	for i, first := range dupOf {
 		if first >= 0 {
@@ -93,6 +94,26 @@ func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, 
 		}
 	}
 	return results, nil
+}
+
+// runJobs marks and runs the jobs: a batch of first deliveries without
+// markers where the dialect can (firstBatch), else markers first. An error
+// means nothing was recorded and the markers were taken back.
+func (s *Store) runJobs(ctx context.Context, jobs []*job) error {
+	if s.q.insertFirstRows != "" && len(jobs) > 0 && !slices.ContainsFunc(jobs, func(j *job) bool { return !j.e.FirstDelivery }) {
+		first, err := s.firstBatch(ctx, jobs)
+		if first || err != nil {
+			return err // handed back by firstBatch
+		}
+	}
+	if err := s.markBatch(ctx, jobs); err != nil {
+		return err
+	}
+	if err := s.runBatch(ctx, jobs); err != nil {
+		s.handBack(ctx, jobs)
+		return err
+	}
+	return nil
 }
 
 // job is one delivery of a batch on its way through ProcessBatch.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
 // DeadLetter describes a message that was published to the dead-letter
@@ -26,8 +27,8 @@ type DeadLetter struct {
 // and a message that has no row yet (poison on its first delivery) gets one.
 // Call it only after the publish was confirmed (rule 3), then acknowledge.
 //
-// A message without a usable event id (MISSING_EVENT_ID, EVENT_ID_TOO_LONG)
-// has no row to mark; MarkDeadLettered returns "" and does nothing. When the
+// A message without a usable event id (MISSING_EVENT_ID, EVENT_ID_TOO_LONG,
+// INVALID_EVENT_ID) has no row to mark; MarkDeadLettered returns "" and does nothing. When the
 // row is already terminal (a concurrent delivery finished the event), it
 // returns that status and changes nothing.
 func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.Status, error) {
@@ -35,17 +36,8 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 	if err != nil || poison != "" {
 		return "", err
 	}
-	class := dl.Class
-	if class == "" {
-		class = inboxkit.ClassTechnical
-	}
-	var msg any
-	if dl.Err != nil {
-		msg = s.truncate(dl.Err.Error())
-	}
-	now := s.now()
-	dead := e.row(args{"reason": nullString(dl.Reason), "class": string(class), "error": msg, "now": s.t(now),
-		"attempts": 1}) // a new row: the delivery that found the poison, or the one that failed
+	dl.Entry = e
+	dead := s.deadArgs(dl, false)
 	res, err := s.q.deadFromFailure.exec(ctx, s.db, dead)
 	if err != nil {
 		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
@@ -98,7 +90,11 @@ type PublishFunc func(ctx context.Context, dl DeadLetter, r Record) error
 // second copy rather than a lost message).
 //
 // A message without a usable event id (MISSING_EVENT_ID,
-// EVENT_ID_TOO_LONG) has no row: publish is called and "" returned.
+// EVENT_ID_TOO_LONG, INVALID_EVENT_ID) has no row: publish is called and
+// "" returned. When the database refuses a value of the entry (see
+// Process), the row is recorded without the correlation id, payload hash
+// and event id source; when it refuses the event id itself, there is no
+// row and the reason becomes INVALID_EVENT_ID.
 func (s *Store) PublishDeadLetter(ctx context.Context, dl DeadLetter, publish PublishFunc) (st inboxkit.Status, published bool, err error) {
 	e, poison, err := normalize(dl.Entry)
 	if err != nil {
@@ -109,6 +105,34 @@ func (s *Store) PublishDeadLetter(ctx context.Context, dl DeadLetter, publish Pu
 		err := publish(ctx, dl, Record{})
 		return "", err == nil, err
 	}
+	dl.Entry = e
+	bare := false // the row without the entry's optional values
+	for round := 0; round < 4; round++ {
+		st, published, again, err := s.publishDeadLetter(ctx, dl, bare, publish)
+		switch {
+		case published || classify.ValueReason(err) == "":
+			if !again {
+				return st, published, err
+			}
+		case !bare:
+			// The database refuses a value of the entry: record the row
+			// without the correlation id, payload hash and id source.
+			bare = true
+		default:
+			// It refuses the key itself (a legacy EVENT_ID column narrower
+			// than MaxEventIDLength): no row, as for a missing event id.
+			dl.Reason = inboxkit.ReasonInvalidEventID
+			err := publish(ctx, dl, Record{})
+			return "", err == nil, err
+		}
+	}
+	return "", false, fmt.Errorf("inbox: dead-letter event %q for %q: the row kept changing", e.EventID, e.ConsumerName)
+}
+
+// deadArgs are the arguments of a DEAD_LETTERED row's statements for dl
+// (class TECHNICAL when empty); bare leaves out the entry's optional
+// values.
+func (s *Store) deadArgs(dl DeadLetter, bare bool) args {
 	class := dl.Class
 	if class == "" {
 		class = inboxkit.ClassTechnical
@@ -117,19 +141,17 @@ func (s *Store) PublishDeadLetter(ctx context.Context, dl DeadLetter, publish Pu
 	if dl.Err != nil {
 		msg = s.truncate(dl.Err.Error())
 	}
-	dl.Entry, dl.Class = e, class
-	for round := 0; round < 3; round++ {
-		st, published, again, err := s.publishDeadLetter(ctx, dl, msg, publish)
-		if !again {
-			return st, published, err
-		}
+	e := dl.Entry
+	if bare {
+		e.CorrelationID, e.PayloadHash, e.EventIDSource = "", "", ""
 	}
-	return "", false, fmt.Errorf("inbox: dead-letter event %q for %q: the row kept changing", e.EventID, e.ConsumerName)
+	return e.row(args{"reason": nullString(dl.Reason), "class": string(class), "error": msg, "now": s.t(s.now()),
+		"attempts": 1}) // a new row: the delivery that found the poison, or the one that failed
 }
 
 // publishDeadLetter is one round of PublishDeadLetter; again: the row
 // appeared or changed between two statements, look again.
-func (s *Store) publishDeadLetter(ctx context.Context, dl DeadLetter, msg any, publish PublishFunc) (st inboxkit.Status, published, again bool, err error) {
+func (s *Store) publishDeadLetter(ctx context.Context, dl DeadLetter, bare bool, publish PublishFunc) (st inboxkit.Status, published, again bool, err error) {
 	e := dl.Entry
 	tx, err := s.begin(ctx, "dead-letter", nil)
 	if err != nil {
@@ -155,8 +177,7 @@ func (s *Store) publishDeadLetter(ctx context.Context, dl DeadLetter, msg any, p
 	if found && dl.Reason == "" {
 		dl.Reason = r.ReasonCode
 	}
-	dead := e.row(args{"reason": nullString(dl.Reason), "class": string(dl.Class), "error": msg, "now": s.t(s.now()),
-		"attempts": 1}) // a new row: the delivery that found the poison
+	dead := s.deadArgs(dl, bare)
 	if found {
 		res, err := s.q.deadFromFailure.exec(ctx, tx, dead)
 		if err != nil {

@@ -62,8 +62,17 @@
 //     attempt). Deliveries of one event in one process take turns.
 //   - Failures whose decision says NoAttempt (an open circuit breaker) do
 //     not raise ATTEMPTS: an outage downstream does not dead-letter the queue.
-//   - A message without an event id, or with one longer than the column, is
-//     never processed: DEAD_LETTER with MISSING_EVENT_ID or EVENT_ID_TOO_LONG.
+//   - A message without an event id, with one longer than the column, or
+//     with one holding a NUL byte or invalid UTF-8, is never processed:
+//     DEAD_LETTER with MISSING_EVENT_ID, EVENT_ID_TOO_LONG or
+//     INVALID_EVENT_ID.
+//   - A value of the message the database refuses in the inbox's own
+//     statements (a data exception, classify.ValueReason: text it cannot
+//     store, a value longer than a legacy table's column) is the message's
+//     fault, not an outage: DEAD_LETTER, POISON, with INVALID_ENCODING,
+//     VALUE_TOO_LONG or INVALID_VALUE. Only the other errors of the
+//     database (unreachable, too many connections, read-only, shutting
+//     down) are returned as errors, for the delivery to be handed back.
 //
 // # Batches
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
 // MaxEventIDLength and MaxConsumerNameLength are the widths of the key columns.
@@ -152,12 +153,34 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 	mu := &turns[turn(e)]
 	mu.Lock()
 	defer mu.Unlock()
+	return s.single(ctx, e, h)
+}
+
+// single is Process for a normalized entry whose turn this is.
+func (s *Store) single(ctx context.Context, e Entry, h Handler) (Result, error) {
 	if e.FirstDelivery {
 		if res, done, err := s.processFirst(ctx, e, h); done {
-			return res, err
+			return refusedOr(res, err)
 		}
 	}
-	return s.process(ctx, e, h)
+	return refusedOr(s.process(ctx, e, h))
+}
+
+// refusedOr returns res and err, unless err is the database refusing a
+// value of the entry in one of the inbox's own statements (a data
+// exception, classify.ValueReason: an event id or correlation id it
+// cannot store, a value longer than a legacy table's column). That is the
+// message's fault, not an outage: the Result is then DEAD_LETTER, class
+// POISON, with the reason (INVALID_ENCODING, VALUE_TOO_LONG,
+// INVALID_VALUE) and err. Nothing was recorded (the statement failed, an
+// attempt marker was taken back); the dead letter records what the
+// database can store (see PublishDeadLetter).
+func refusedOr(res Result, err error) (Result, error) {
+	reason := classify.ValueReason(err)
+	if reason == "" {
+		return res, err
+	}
+	return Result{Outcome: inboxkit.OutcomeDeadLetter, Class: inboxkit.ClassPoison, Reason: reason, Err: err}, nil
 }
 
 // poisonFound is the Result for an entry without a usable event id: no row.
@@ -347,7 +370,7 @@ func (s *Store) silentAttempt(ctx context.Context, q execer, e Entry) bool {
 // n. When the database cannot be reached, the Store remembers it and takes
 // the marker back before the event's next attempt in this process.
 func (s *Store) ForgetAttempt(ctx context.Context, e Entry, n int) {
-	if n <= 0 || e.EventID == "" || len(e.EventID) > MaxEventIDLength {
+	if n <= 0 || idReason(e.EventID) != "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

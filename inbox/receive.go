@@ -8,31 +8,38 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 )
 
 // ErrUnstorable is wrapped by every *ReceiveError: the message cannot be
 // stored and must be dead-lettered by the caller.
 var ErrUnstorable = errors.New("inbox: message cannot be stored")
 
-// ReceiveError is returned by Receive for a message that cannot be stored
-// because its event id is missing or longer than the column, or because
-// its event has a row in a status the state machine does not know (see
+// ReceiveError is returned by Receive for a message that cannot be stored:
+// its event id is missing, longer than the column or not one the inbox can
+// key a row by, the database refuses one of its values (a header that is
+// not valid UTF-8, a value longer than a legacy table's column), or its
+// event has a row in a status the state machine does not know (see
 // inboxkit.ReasonUnknownStatus; the row is left as it is). The caller
-// publishes the message to the dead-letter destination with Reason
-// (inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong or
-// inboxkit.ReasonUnknownStatus) and then acknowledges it. It implements
-// inboxkit.Decider (class POISON; TECHNICAL for an unknown status), so
-// inboxkit.DecisionOf routes it like any other error of its class.
+// publishes the message to the dead-letter destination with Reason and
+// then acknowledges it. It implements inboxkit.Decider (class POISON;
+// TECHNICAL for an unknown status), so inboxkit.DecisionOf routes it like
+// any other error of its class.
 type ReceiveError struct {
-	// Reason is inboxkit.ReasonMissingEventID, inboxkit.ReasonEventIDTooLong
-	// or inboxkit.ReasonUnknownStatus.
+	// Reason is inboxkit.ReasonMissingEventID, ReasonEventIDTooLong,
+	// ReasonInvalidEventID or ReasonUnknownStatus, or, for a value the
+	// database refuses, ReasonInvalidEncoding, ReasonValueTooLong or
+	// ReasonInvalidValue.
 	Reason string
 	// EventID is the offending id ("" when missing).
 	EventID string
 	// Unknown says which row an UNKNOWN_STATUS refers to.
 	Unknown *UnknownStatusError
+	// Err is the database's error, for a refused value.
+	Err error
 }
 
 func (e *ReceiveError) Error() string {
@@ -41,8 +48,12 @@ func (e *ReceiveError) Error() string {
 		return "inbox: receive: " + strings.TrimPrefix(e.Unknown.Error(), "inbox: ")
 	case e.Reason == inboxkit.ReasonMissingEventID:
 		return "inbox: receive: message has no event id (" + e.Reason + ")"
+	case e.Reason == inboxkit.ReasonEventIDTooLong:
+		return fmt.Sprintf("inbox: receive: event id of %d bytes is longer than %d (%s)", len(e.EventID), MaxEventIDLength, e.Reason)
+	case e.Reason == inboxkit.ReasonInvalidEventID:
+		return fmt.Sprintf("inbox: receive: event id %q holds a NUL byte or is not valid UTF-8 (%s)", e.EventID, e.Reason)
 	}
-	return fmt.Sprintf("inbox: receive: event id of %d bytes is longer than %d (%s)", len(e.EventID), MaxEventIDLength, e.Reason)
+	return fmt.Sprintf("inbox: receive: event %q: the database cannot store a value of the message (%s): %v", e.EventID, e.Reason, e.Err)
 }
 
 // Unwrap returns ErrUnstorable.
@@ -137,12 +148,13 @@ func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", tabl
 // true), its attempts still counted. When e.PayloadHash is empty the
 // SHA-256 of payload is stored.
 //
-// A message without event id or with one longer than MaxEventIDLength is
-// not stored, nor is one whose event's row is in a status the state
-// machine does not know or is a legacy RECEIVED or IN_PROGRESS row: the
-// error is a *ReceiveError carrying the reason code; the caller
-// dead-letters the message, then acknowledges it. Any other error means
-// nothing is stored: do not acknowledge.
+// A message that cannot be stored (no usable event id, a value the
+// database refuses; see ReceiveError) is not stored, nor is one whose
+// event's row is in a status the state machine does not know or is a
+// legacy RECEIVED or IN_PROGRESS row: the error is a *ReceiveError
+// carrying the reason code; the caller dead-letters the message, then
+// acknowledges it. Any other error means nothing is stored: do not
+// acknowledge.
 //
 // Receive is safe for concurrent use by many goroutines and processes.
 func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, err error) {
@@ -159,6 +171,14 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 	}
 	var hdr any
 	if headers != nil {
+		for k, v := range headers {
+			if !utf8.ValidString(k) || !utf8.ValidString(v) {
+				// JSON would store U+FFFD for the bytes: the stored message
+				// would not be the one received.
+				return false, "", &ReceiveError{Reason: inboxkit.ReasonInvalidEncoding, EventID: e.EventID,
+					Err: fmt.Errorf("header %q is not valid UTF-8", k)}
+			}
+		}
 		b, err := json.Marshal(headers)
 		if err != nil {
 			return false, "", fmt.Errorf("inbox: receive: encode headers: %w", err)
@@ -173,6 +193,9 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		_, err = q.insertReceived.exec(ctx, s.db, a)
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
+		}
+		if reason := classify.ValueReason(err); reason != "" {
+			return false, "", &ReceiveError{Reason: reason, EventID: e.EventID, Err: err}
 		}
 		if !s.d.IsDuplicate(err) {
 			return false, "", fmt.Errorf("inbox: receive: %w", err)

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
@@ -130,19 +132,25 @@ func (s *Store) now() time.Time { return s.cfg.Clock.Now().UTC() }
 
 func (s *Store) t(t time.Time) any { return s.d.timeArg(t) }
 
-func (s *Store) truncate(msg string) string { return cut(msg, s.cfg.MaxErrorLength) }
+// truncate fits an error text to LAST_ERROR: valid UTF-8 without NUL
+// bytes (the text may quote a message's values, which must not keep the
+// failure from being recorded), at most MaxErrorLength bytes.
+func (s *Store) truncate(msg string) string {
+	if !utf8.ValidString(msg) || strings.IndexByte(msg, 0) >= 0 {
+		msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "\uFFFD")
+	}
+	return cut(msg, s.cfg.MaxErrorLength)
+}
 
 // cut shortens s to at most n bytes at a rune boundary.
 func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	for n > 0 && !utf8RuneStart(s[n]) {
+	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
 	return s[:n]
 }
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
