@@ -122,7 +122,7 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			_, err = tx.ExecContext(ctx, insertLetter, m.ID, inv.InvoiceNo, inv.CustomerNo)
 			return err
 		},
-		OnSettled: func(s consumer.Settled) {
+		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
 			switch s.Result.Outcome {
 			case inboxkit.OutcomeProcessed:
 				t.add(&t.processed)
@@ -131,7 +131,7 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			default:
 				t.add(&t.other)
 			}
-		},
+		}),
 	}
 	if r.Batch > 1 {
 		cfg.BatchSize = r.Batch

@@ -76,10 +76,10 @@ func (p logPublisher) Publish(_ context.Context, dest string, h map[string]strin
 }
 
 // TestHandleBatchAcksTogether: the deliveries of a committed batch that
-// need nothing but an acknowledgement (processed, duplicate, rejected
-// without a RejectQueue) go to the source's AckBatch in one call, first;
-// a technical failure is requeued and a poison message published and then
-// acknowledged on its own.
+// need nothing but an acknowledgement (processed, duplicate, rejected,
+// dead-lettered: the store published the poison message's dead letter
+// before HandleBatch acknowledges anything) go to the source's AckBatch in
+// one call, first; a technical failure is requeued on its own.
 func TestHandleBatchAcksTogether(t *testing.T) {
 	ctx := context.Background()
 	db := dbtest.New(t, dbtest.SQLite)
@@ -117,7 +117,7 @@ func TestHandleBatchAcksTogether(t *testing.T) {
 		ds = append(ds, logDelivery{m: inboxkit.Message{Headers: map[string]string{"eventId": e.id}, Body: []byte(e.body)}, l: l})
 	}
 	out := c.HandleBatch(ctx, ds)
-	want := []string{"ack together E-1 E-2 E-1 E-5", "requeue E-3", "publish dlq", "ack E-4"}
+	want := []string{"publish dlq", "ack together E-1 E-2 E-1 E-4 E-5", "requeue E-3"}
 	if !slices.Equal(l.log, want) {
 		t.Fatalf("settled as %q, want %q", l.log, want)
 	}

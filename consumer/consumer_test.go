@@ -61,8 +61,8 @@ func setup(t *testing.T, p ...inboxkit.RetryPolicy) (consumer.Config, *jetstream
 	settled := make(chan consumer.Settled, 10)
 	return consumer.Config{
 		Name: "retry-test", Source: a, Store: store, DeadLetter: a, DeadLetterQueue: "dlq.invoices",
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled: func(s consumer.Settled) { settled <- s },
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observer: consumer.ObserveSettled(func(s consumer.Settled) { settled <- s }),
 	}, a, settled
 }
 

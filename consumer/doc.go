@@ -15,13 +15,27 @@
 // Settlement:
 //
 //	processed, duplicate      Ack
-//	business rejection        publish to Config.RejectQueue (if set), then Ack
+//	business rejection        the store publishes to Config.RejectQueue (if
+//	                          set) before its commit, then Ack
 //	technical failure         Requeue with a delay (the store's Retry.Redelivery,
 //	                          or the error's RetryAfter)
-//	poison, backout reached   publish the envelope to the DLQ, mark the row
-//	                          DEAD_LETTERED, then Ack
+//	poison, backout reached   the store publishes the envelope to the DLQ
+//	                          while its DEAD_LETTERED write holds the row,
+//	                          commits after the publish, then Ack
 //	inbox unreachable,        Requeue: nothing is acknowledged that is not
 //	DLQ publish failed        recorded, nothing is lost
+//
+// The consumer publishes nothing itself: New hands Config.DeadLetter and
+// Config.Rejects to the store (inbox.Store.WithPorts), whose letter
+// protocol is the same in both modes.
+//
+// # Modes
+//
+// New chooses the mode's engine once: ModeTransactional (transactional.go)
+// runs the inbox transaction around the handler while the delivery is in
+// hand; ModeStoreThenProcess (storethenprocess.go) stores and acknowledges
+// at once, and its leased workers (inbox.Worker) process the stored
+// entries. Both report to the one [Observer].
 //
 // # Concurrency and shutdown
 //

@@ -181,3 +181,48 @@ func (c *Consumer) summarize(ctx context.Context) {
 		}
 	}
 }
+
+// logLine logs one settlement: at debug level, at warn for a dead letter.
+func (c *Consumer) logLine(s Settled) {
+	attrs := []any{
+		slog.String("consumer", c.cfg.Name),
+		slog.String("event_id", s.Message.ID),
+	}
+	if s.Message.EventIDSource != "" {
+		attrs = append(attrs, slog.String("event_id_source", s.Message.EventIDSource))
+	}
+	attrs = append(attrs,
+		slog.String("correlation_id", s.Message.CorrelationID),
+		slog.String("action", string(s.Action)),
+	)
+	if s.Result.Outcome != "" {
+		attrs = append(attrs, slog.String("outcome", string(s.Result.Outcome)))
+	}
+	if s.Result.Status != "" {
+		attrs = append(attrs, slog.String("status", string(s.Result.Status)))
+	}
+	if s.Result.Reason != "" {
+		attrs = append(attrs, slog.String("reason", s.Result.Reason))
+	}
+	if s.Result.Attempts > 0 {
+		attrs = append(attrs, slog.Int("attempts", s.Result.Attempts))
+	}
+	if s.Action == inboxkit.ActionRequeue {
+		attrs = append(attrs, slog.Duration("delay", s.Delay))
+	}
+	// One line per message at debug; info has the summary and outages
+	// (logSettled), warn each dead letter.
+	level := slog.LevelDebug
+	if s.Result.Err != nil {
+		attrs = append(attrs, slog.String("error", s.Result.Err.Error()))
+	}
+	if s.Err != nil {
+		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
+	} else if s.Action == inboxkit.ActionDeadLetter {
+		level = slog.LevelWarn
+		if s.Result.Reason == inboxkit.ReasonUnknownStatus {
+			level = slog.LevelError // an operator must map the status (its error says how)
+		}
+	}
+	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
+}

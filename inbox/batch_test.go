@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
@@ -225,7 +226,7 @@ func TestProcessBatchSameEventTwice(t *testing.T) {
 			calls.Add(1)
 			return insertBusiness(db, "TWICE", "x")(ctx, tx)
 		}
-		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{{entry("TWICE"), h}, {entry("OTHER"), insertBusiness(db, "OTHER", "x")}, {redelivered("TWICE"), h}})
+		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{{Entry: entry("TWICE"), Handler: h}, {Entry: entry("OTHER"), Handler: insertBusiness(db, "OTHER", "x")}, {Entry: redelivered("TWICE"), Handler: h}})
 		dbtest.Must(t, err, "ProcessBatch")
 		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
 		wantOutcome(t, res[1], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
@@ -242,8 +243,8 @@ func TestProcessBatchInvalid(t *testing.T) {
 		s, _ := setup(t, db, inbox.Config{})
 		ok := insertBusiness(db, "OK", "x")
 		for name, items := range map[string][]inbox.BatchItem{
-			"no consumer name": {{entry("OK"), ok}, {inbox.Entry{EventID: "X"}, ok}},
-			"nil handler":      {{entry("OK"), ok}, {entry("X"), nil}},
+			"no consumer name": {{Entry: entry("OK"), Handler: ok}, {Entry: inbox.Entry{EventID: "X"}, Handler: ok}},
+			"nil handler":      {{Entry: entry("OK"), Handler: ok}, {Entry: entry("X"), Handler: nil}},
 		} {
 			if _, err := s.ProcessBatch(context.Background(), items); !errors.Is(err, inbox.ErrInvalidEntry) {
 				t.Errorf("%s: err = %v, want ErrInvalidEntry", name, err)
@@ -271,7 +272,7 @@ func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 			return nil
 		}
 		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{
-			{entry("A"), insertBusiness(db, "A", "x")}, {entry("HIDES"), hides}, {entry("C"), insertBusiness(db, "C", "x")},
+			{Entry: entry("A"), Handler: insertBusiness(db, "A", "x")}, {Entry: entry("HIDES"), Handler: hides}, {Entry: entry("C"), Handler: insertBusiness(db, "C", "x")},
 		})
 		dbtest.Must(t, err, "ProcessBatch")
 		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
@@ -285,7 +286,7 @@ func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 			t.Errorf("neighbours' business rows %d, %d; want 1, 1", b.businessRows(t, "A"), b.businessRows(t, "C"))
 		}
 		// Last in its batch: found before the commit.
-		res, err = s.ProcessBatch(context.Background(), []inbox.BatchItem{{entry("D"), insertBusiness(db, "D", "x")}, {entry("HIDES-LAST"), hides}})
+		res, err = s.ProcessBatch(context.Background(), []inbox.BatchItem{{Entry: entry("D"), Handler: insertBusiness(db, "D", "x")}, {Entry: entry("HIDES-LAST"), Handler: hides}})
 		dbtest.Must(t, err, "ProcessBatch")
 		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
 		if db.Backend == dbtest.Postgres {
@@ -317,9 +318,9 @@ func TestProcessBatchOutageIsNoAttempt(t *testing.T) {
 				return nil
 			}
 			items := []inbox.BatchItem{
-				{entry("C-1"), insertBusiness(db, "C-1", "x")},
-				{entry("C-2"), func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
-				{entry("C-3"), cut},
+				{Entry: entry("C-1"), Handler: insertBusiness(db, "C-1", "x")},
+				{Entry: entry("C-2"), Handler: func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
+				{Entry: entry("C-3"), Handler: cut},
 			}
 			if _, err := s.ProcessBatch(ctx, items); err == nil {
 				t.Fatal("ProcessBatch succeeded although the connection was cut before the commit")
@@ -413,9 +414,9 @@ func TestProcessBatchCommitFails(t *testing.T) {
 		return err
 	}
 	items := []inbox.BatchItem{
-		{entry("D-1"), insertBusiness(db, "D-1", "x")},
-		{entry("D-2"), func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
-		{entry("D-3"), twice},
+		{Entry: entry("D-1"), Handler: insertBusiness(db, "D-1", "x")},
+		{Entry: entry("D-2"), Handler: func(context.Context, *sql.Tx) error { return errors.New("letter service timeout") }},
+		{Entry: entry("D-3"), Handler: twice},
 	}
 	if _, err := s.ProcessBatch(ctx, items); err == nil {
 		t.Fatal("ProcessBatch succeeded although its commit violates a deferred constraint")
@@ -469,8 +470,25 @@ func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
 			var mu sync.Mutex
 			first := true
 			handler := businessHandler(db, table)
+			rejects := publishFunc(func(headers map[string]string, body []byte) error {
+				env, err := dlq.Parse(headers, body)
+				mu.Lock()
+				defer mu.Unlock()
+				out.reject = append(out.reject, env.EventID+"/"+env.Reason)
+				return err
+			})
+			observe := func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+				return ctx, func(r inbox.Result, err error) {
+					if err != nil {
+						r.Err = fmt.Errorf("error: %w", err)
+					}
+					mu.Lock()
+					out.results[c.Message.ID] = comparable(r)
+					mu.Unlock()
+				}
+			}
 			w := newWorker(t, s, inbox.WorkerConfig{
-				Owner: "w", ClaimSize: 16, BatchSize: batchSize, DeadLetterFunc: dl.publish,
+				Owner: "w", ClaimSize: 16, BatchSize: batchSize,
 				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 					if err := handler(ctx, tx, m); err != nil {
 						return err
@@ -480,23 +498,7 @@ func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
 					}
 					return errs[m.ID]
 				},
-				RejectFunc: func(_ context.Context, c inbox.Claimed, reason string, _ error) error {
-					mu.Lock()
-					defer mu.Unlock()
-					out.reject = append(out.reject, c.Message.ID+"/"+reason)
-					return nil
-				},
-				ObserveFunc: func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
-					return ctx, func(r inbox.Result, err error) {
-						if err != nil {
-							r.Err = fmt.Errorf("error: %w", err)
-						}
-						mu.Lock()
-						out.results[c.Message.ID] = comparable(r)
-						mu.Unlock()
-					}
-				},
-			})
+			}, inbox.Ports{DeadLetters: dl, DeadLetterQueue: "DLQ.test", Rejects: rejects, RejectQueue: "REJECTED.test"})
 			// Before: TECH-LAST and TECH-THEN-OK failed once, PAST was
 			// claimed twice without an outcome.
 			tw.clock.set(start)
@@ -521,7 +523,7 @@ func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
 			tw.clock.Add(2 * time.Second) // the failures are due
 			first = false
 			out.results = map[string]string{}
-			if n, err := w.RunOnce(ctx); err != nil || n != 9 {
+			if n, err := w.RunOnce(ctx, observe); err != nil || n != 9 {
 				t.Fatalf("RunOnce: %d claimed, %v", n, err)
 			}
 			out.dead = dl.list()
@@ -584,11 +586,11 @@ func TestWorkerBatchLeaseLost(t *testing.T) {
 					}
 					return stalled(ctx, tx, m)
 				},
-				ObserveFunc: func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
-					return ctx, func(_ inbox.Result, err error) { errs = append(errs, err) }
-				},
 			})
-			if n, err := w.RunOnce(ctx); n != 2 || err != nil {
+			observe := func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+				return ctx, func(_ inbox.Result, err error) { errs = append(errs, err) }
+			}
+			if n, err := w.RunOnce(ctx, observe); n != 2 || err != nil {
 				t.Fatalf("RunOnce: %d, %v", n, err)
 			}
 			if len(errs) != 2 || !errors.Is(errs[0], inbox.ErrLeaseLost) || !errors.Is(errs[1], inbox.ErrLeaseLost) {
@@ -622,7 +624,7 @@ func TestProcessBatchCrashChargesNeighboursOnce(t *testing.T) {
 		ctx := context.Background()
 		ids := []string{"KILLER", "N-1", "N-2", "N-3"}
 		kill := func(context.Context, *sql.Tx) error { runtime.Goexit(); return nil }
-		items := []inbox.BatchItem{{entry("KILLER"), kill}}
+		items := []inbox.BatchItem{{Entry: entry("KILLER"), Handler: kill}}
 		for _, id := range ids[1:] {
 			items = append(items, inbox.BatchItem{Entry: entry(id), Handler: insertBusiness(db, id, "x")})
 		}
@@ -659,4 +661,11 @@ func TestProcessBatchCrashChargesNeighboursOnce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// publishFunc is a Publisher of a function.
+type publishFunc func(headers map[string]string, body []byte) error
+
+func (f publishFunc) Publish(_ context.Context, _ string, headers map[string]string, body []byte) error {
+	return f(headers, body)
 }

@@ -135,7 +135,7 @@ func TestEmptyBusinessReasonIsRejected(t *testing.T) {
 			t.Errorf("transactional: REASON_CODE %q, want %s", r.ReasonCode, inboxkit.ReasonRejected)
 		}
 
-		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: (&deadLetters{}).publish,
+		w := newWorker(t, s, inbox.WorkerConfig{
 			HandleFunc: func(context.Context, *sql.Tx, inboxkit.Message) error { return reject("") }})
 		receive(t, s, "S-1")
 		res, err := w.Process(ctx, claimOne(t, w))

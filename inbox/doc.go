@@ -27,9 +27,10 @@
 //	               back, REJECTED recorded by its own UPDATE
 //	RETRY          technical failure: rolled back, then         hand back to the broker
 //	               TECHNICAL_FAILURE recorded in its own tx
-//	DEAD_LETTER    poison, Retry.MaxAttempts reached, or a row  publish to the DLQ,
-//	               in a status the state machine does not know  MarkDeadLettered, acknowledge
-//	               (UNKNOWN_STATUS: see Adopted tables)
+//	DEAD_LETTER    poison, Retry.MaxAttempts reached, or a row  with ports: published,
+//	               in a status the state machine does not know  acknowledge; without:
+//	               (UNKNOWN_STATUS: see Adopted tables)         publish, MarkDeadLettered,
+//	                                                            acknowledge
 //
 // The class of a handler error is read with Config.ClassifyFunc
 // (classify.Of by default: the error's own decision, else the database
@@ -81,15 +82,32 @@
 // together (a batch of first deliveries has none: its transaction starts
 // with one INSERT of all their rows), then every handler runs behind its
 // own savepoint in one business transaction, and one commit records them
-// all. Each item's
-// [Result] is what Process would have returned for it; a rejection, a
-// poison message or a technical failure rolls back only its own writes
-// and never fails its neighbours. When the commit fails the whole batch is
-// handed back, and no attempt counts for the handlers that succeeded. The
-// same event twice in one batch runs once (the second is a duplicate).
-// WorkerConfig.BatchSize does the same for the store-then-process
-// [Worker]. Both decide with the same decision table as the single-message
-// paths.
+// all. Each item's [Result] is what Process would have returned for it; a
+// rejection, a poison message or a technical failure rolls back only its
+// own writes and never fails its neighbours. When the commit fails the
+// whole batch is handed back, and no attempt counts for the handlers that
+// succeeded. The same event twice in one batch runs once (the second is a
+// duplicate). WorkerConfig.BatchSize does the same for the
+// store-then-process [Worker].
+//
+// # One engine
+//
+// A single delivery is a batch of one. One engine (engine.go) marks, runs
+// and records the deliveries of Process, ProcessBatch, Worker.Process and a
+// worker's batches, with one job type and the decision table of
+// decide.go; alone it takes its fast paths (the one-statement marker, no
+// savepoint, a first delivery's single INSERT).
+//
+// # Dead letters and rejections
+//
+// A Store derived with [Store.WithPorts] publishes what it dead-letters,
+// and the rejections of a reject queue, itself, in both variants, by one
+// protocol: the row is recorded (DEAD_LETTERED, REJECTED) in a
+// transaction, the envelope (package dlq) published while that write holds
+// the row, and the transaction committed only after the publish; a failed
+// publish records nothing and gives the attempt back. So a message is in
+// the dead-letter queue once per event, however many of its deliveries
+// arrive at once. Package consumer hands its publishers to the store so.
 //
 // # Adopted tables
 //
@@ -102,8 +120,8 @@
 // path (Process, ProcessBatch, the first-delivery path, Receive) reports
 // OutcomeDeadLetter with reason UNKNOWN_STATUS and an
 // [*UnknownStatusError] naming the fix, without running the handler or
-// counting an attempt, and [Store.MarkDeadLettered] leaves the row as it
-// is. [MigrateDB] lists such values ([UnknownStatusesError], with the rows
+// counting an attempt, and the dead letter (the letter protocol,
+// [Store.MarkDeadLettered]) leaves the row as it is. [MigrateDB] lists such values ([UnknownStatusesError], with the rows
 // of each) and changes nothing until [MigrateDBWith] maps each one
 // (MigrateOptions.MapStatus, to one of [MappableStatuses]), after the steps
 // and under the same lock, recording every pair in INBOXKIT_HISTORY

@@ -9,7 +9,7 @@ import (
 )
 
 // normalize checks an entry and fits it to the columns, for every way in
-// (Process, ProcessBatch, Receive, MarkDeadLettered, PublishDeadLetter): a
+// (Process, ProcessBatch, Receive, MarkDeadLettered, DeadLetter): a
 // consumer name that is empty or longer than its column is an error
 // wrapping ErrInvalidEntry (a programming error, nothing to dead-letter);
 // an event id the inbox cannot key a row by is returned as the poison

@@ -30,33 +30,69 @@ import (
 // failed before), the INSERT does not insert and the delivery takes the
 // marked path, which tells a duplicate from a retry.
 
-// processFirst runs a first delivery without a marker. done is false when
-// the event has a row: nothing ran, and the delivery takes the marked path.
-func (s *Store) processFirst(ctx context.Context, e Entry, h Handler) (res Result, done bool, err error) {
-	now := s.now()
-	tx, err := s.begin(ctx, "process", nil)
+// firstOnly reports whether the jobs to start are first deliveries only
+// and can run without markers: alone, or where the dialect inserts many
+// rows in one statement.
+func (s *Store) firstOnly(jobs []*job, alone bool) bool {
+	n := 0
+	for _, j := range jobs {
+		if j.state != jobNew {
+			continue
+		}
+		if !j.e.FirstDelivery {
+			return false
+		}
+		n++
+	}
+	return n > 0 && (alone || s.q.insertFirstRows != "")
+}
+
+// runFirst runs first deliveries without markers: the business
+// transaction starts by inserting their rows as PROCESSED at attempt 1,
+// then runs them (runTx). A handler that does not succeed has its row
+// turned back into the marker it skipped (undoPoint), so that what follows
+// is the marked path's own. It reports false, with nothing run, when
+// alone the event has a row already, or when the dialect's INSERT cannot
+// skip existing rows and met one (MySQL): the jobs take the marked path.
+// In a batch, jobs whose event has a row already run alone after it.
+func (s *Store) runFirst(ctx context.Context, jobs []*job, alone bool) (bool, error) {
+	tx, err := s.begin(ctx, txName(alone), nil)
 	if err != nil {
-		return Result{}, true, err // no handler ran: no attempt (rule 5)
+		return false, err // no handler ran: no attempt (rule 5)
 	}
 	defer tx.rollback()
-	inserted, err := s.insertFirst(ctx, tx, e, now)
-	if err != nil || !inserted {
-		return Result{}, err != nil, err
-	}
-	herr := h(ctx, tx.Tx)
-	v := decide(facts{Ran: true, Decision: s.classify(herr), Attempts: 1, MaxAttempts: s.cfg.Retry.MaxAttempts})
-	if v.Row == inboxkit.StatusProcessed {
-		if err := tx.commit(); err != nil {
-			// A technical failure of this attempt (or a commit whose
-			// answer was lost: recordFailure then finds the row).
-			res, err := s.recordFailure(ctx, e, fmt.Errorf("inbox: commit: %w", err))
-			return res, true, err
+	now := s.now()
+	if alone {
+		inserted, err := s.insertFirst(ctx, tx, jobs[0].e, now)
+		if err != nil || !inserted {
+			return false, err
 		}
-		return v.result(v.Row, 1, nil), true, nil
+		jobs[0].state, jobs[0].first, jobs[0].started = jobMarked, true, 1
+	} else {
+		inserted, err := s.insertFirstBatch(ctx, tx, jobs, now)
+		if err != nil || inserted == nil {
+			return false, err
+		}
+		var found []*job
+		for _, j := range jobs {
+			switch {
+			case j.state != jobNew:
+			case inserted[j.key()]:
+				j.state, j.first, j.started = jobMarked, true, 1
+			default:
+				j.state = jobSolo
+				found = append(found, j)
+			}
+		}
+		if err := s.duplicatesOf(ctx, tx, found); err != nil {
+			return true, err
+		}
 	}
-	tx.rollback()
-	res, err = s.recordFirst(ctx, e, v, herr, now)
-	return res, true, err
+	if err := s.runTx(ctx, tx, jobs, alone); err != nil {
+		s.handBack(ctx, jobs)
+		return true, err
+	}
+	return true, nil
 }
 
 // insertFirst inserts e's row as PROCESSED at attempt 1 in tx, and reports
@@ -73,73 +109,6 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time
 	}
 	n, err := r.RowsAffected()
 	return err == nil && n == 1, nil
-}
-
-// recordFirst records the outcome of a first delivery whose handler did not
-// succeed, after its transaction rolled back: the row the marked path would
-// have left at attempt 1. A row that appeared meanwhile (another delivery
-// of the event) makes it a duplicate.
-func (s *Store) recordFirst(ctx context.Context, e Entry, v verdict, herr error, now time.Time) (Result, error) {
-	var st inboxkit.Status
-	var err error
-	switch {
-	case v.Row == inboxkit.StatusRejected:
-		st = inboxkit.StatusRejected
-		_, err = s.q.insertRejected.exec(ctx, s.db, e.row(args{"reason": v.Reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}))
-	case v.Class == inboxkit.ClassPoison:
-		// The row a marker would have left; the caller publishes, then
-		// marks it (MarkDeadLettered).
-		st = inboxkit.StatusTechnicalFailure
-		_, err = s.q.insertStarted.exec(ctx, s.db, e.row(args{"now": s.t(now)}))
-	default:
-		return s.recordFailure(ctx, e, herr)
-	}
-	switch {
-	case err == nil:
-		return v.result(st, 1, herr), nil
-	case s.d.IsDuplicate(err):
-		return s.duplicateResult(ctx, e)
-	}
-	// Not recorded: the database is unreachable. Nothing counts (rule 5).
-	return Result{}, fmt.Errorf("inbox: record %s: %w (handler error: %v)", strings.ToLower(string(st)), err, herr)
-}
-
-// firstBatch runs a batch of first deliveries without attempt markers: the
-// business transaction starts with one INSERT of all their rows as
-// PROCESSED at attempt 1, then runs each handler behind its savepoint as
-// runBatch does, and commits. A handler that does not succeed is rolled
-// back to its savepoint and its row turned into the marker the marked path
-// would have committed (unprocess), so that what follows (the rejection's
-// UPDATE, the failure recorded after the commit, a hand-back) is the marked
-// path's own. Jobs whose event has a row already run solo after the batch.
-// It reports false, with nothing run, when the dialect's INSERT cannot skip
-// existing rows and met one (MySQL): the batch takes the marked path.
-func (s *Store) firstBatch(ctx context.Context, jobs []*job) (bool, error) {
-	tx, err := s.begin(ctx, "process batch", nil)
-	if err != nil {
-		return false, err
-	}
-	defer tx.rollback()
-	inserted, err := s.insertFirstBatch(ctx, tx, jobs, s.now())
-	if err != nil || inserted == nil {
-		return false, err
-	}
-	var found []*job
-	for _, j := range jobs {
-		j.started, j.first = 1, true
-		if !inserted[j.key()] {
-			j.started, j.first, j.solo = 0, false, true
-			found = append(found, j)
-		}
-	}
-	if err := s.duplicatesOf(ctx, tx, found); err != nil {
-		return true, err
-	}
-	if err := s.runItems(ctx, tx, jobs); err != nil {
-		s.handBack(ctx, jobs)
-		return true, err
-	}
-	return true, nil
 }
 
 // duplicatesOf reads, in one statement, the rows the batch's INSERT found
@@ -160,7 +129,7 @@ func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
 			continue
 		}
 		if v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}); v.Outcome == inboxkit.OutcomeDuplicate {
-			j.solo, j.res = false, Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}
+			j.done(Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}, nil)
 		}
 	}
 	return nil
@@ -173,7 +142,7 @@ func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
 func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now time.Time) (map[string]bool, error) {
 	// Rows in key order, as markBatch takes them: two batches with events
 	// in common wait for each other instead of deadlocking.
-	order := slices.Clone(jobs)
+	order := slices.DeleteFunc(slices.Clone(jobs), func(j *job) bool { return j.state != jobNew })
 	slices.SortFunc(order, func(a, b *job) int { return strings.Compare(a.key(), b.key()) })
 	values, a := rowsOf(firstRow, order, s.t(now))
 	if s.d.doNothing == "" {

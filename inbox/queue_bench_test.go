@@ -40,8 +40,9 @@ func BenchmarkWorker(b *testing.B) {
 			var done atomic.Int64
 			ws := make([]*inbox.Worker, workers)
 			for i := range ws {
-				ws[i], err = s.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"), ClaimSize: 16, BatchSize: run.batch,
-					DeadLetterFunc: func(context.Context, inbox.Claimed, inboxkit.Class, string, error) error { return nil }})
+				ports, perr := s.WithPorts((&deadLetters{}).ports())
+				dbtest.Must(b, perr, "ports")
+				ws[i], err = ports.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"), ClaimSize: 16, BatchSize: run.batch})
 				dbtest.Must(b, err, "worker")
 			}
 			b.ResetTimer()

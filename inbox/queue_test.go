@@ -14,28 +14,39 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
 
 // Tests of the store-then-process variant: Receive, Worker.
 
-// deadLetters records DeadLetterFunc calls; failNext makes the next calls fail.
+// deadLetters is a Publisher that records the dead letters published to
+// it ("event/class/reason"); failNext makes the next publishes fail.
 type deadLetters struct {
 	mu       sync.Mutex
 	calls    []string // "event/class/reason"
 	failNext int
 }
 
-func (d *deadLetters) publish(_ context.Context, c inbox.Claimed, class inboxkit.Class, reason string, _ error) error {
+func (d *deadLetters) Publish(_ context.Context, _ string, headers map[string]string, body []byte) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.failNext > 0 {
 		d.failNext--
 		return errors.New("dlq broker unavailable")
 	}
-	d.calls = append(d.calls, c.Message.ID+"/"+string(class)+"/"+reason)
+	env, err := dlq.Parse(headers, body)
+	if err != nil {
+		return err
+	}
+	d.calls = append(d.calls, env.EventID+"/"+env.Class+"/"+env.Reason)
 	return nil
+}
+
+// ports are the store's ports with d as the dead-letter publisher.
+func (d *deadLetters) ports() inbox.Ports {
+	return inbox.Ports{DeadLetters: d, DeadLetterQueue: "DLQ.test"}
 }
 
 func (d *deadLetters) list() []string {
@@ -56,14 +67,16 @@ func businessHandler(db *dbtest.DB, note string) inbox.MessageHandler {
 	}
 }
 
-func newWorker(t *testing.T, s *inbox.Store, cfg inbox.WorkerConfig) *inbox.Worker {
+func newWorker(t *testing.T, s *inbox.Store, cfg inbox.WorkerConfig, ports ...inbox.Ports) *inbox.Worker {
 	t.Helper()
 	if cfg.ConsumerName == "" {
 		cfg.ConsumerName = consumerName
 	}
-	if cfg.DeadLetterFunc == nil {
-		cfg.DeadLetterFunc = (&deadLetters{}).publish
+	if len(ports) == 0 {
+		ports = append(ports, (&deadLetters{}).ports())
 	}
+	s, err := s.WithPorts(ports[0])
+	dbtest.Must(t, err, "ports")
 	w, err := s.NewWorker(cfg)
 	dbtest.Must(t, err, "new worker")
 	return w
@@ -364,7 +377,7 @@ func TestWorkerLeaseExpiry(t *testing.T) {
 
 // TestWorkerTechnicalFailure: failures back off (not claimed before
 // NEXT_ATTEMPT_AT) and are retried; at the threshold the entry is
-// dead-lettered, and a failing DeadLetterFunc keeps it.
+// dead-lettered, and a failing dead-letter publish keeps it.
 func TestWorkerTechnicalFailure(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		// A backoff without jitter (Backoff.Delay's is tested on its own),
@@ -375,7 +388,7 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 		var calls atomic.Int32
 		failFor := map[string]int{"E-1": 100, "E-2": 1} // failures before success
 		ok := businessHandler(db, "ok")
-		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: dl.publish, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+		w := newWorker(t, s, inbox.WorkerConfig{HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			calls.Add(1)
 			if err := ok(ctx, tx, m); err != nil {
 				return err
@@ -385,7 +398,7 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 				return errors.New("downstream timeout")
 			}
 			return nil
-		}})
+		}}, dl.ports())
 
 		// E-2 fails once, then succeeds.
 		receive(t, s, "E-2")
@@ -479,7 +492,7 @@ func TestWorkerRejectAndPoison(t *testing.T) {
 		ctx := context.Background()
 		dl := &deadLetters{}
 		ins := businessHandler(db, "x")
-		w := newWorker(t, s, inbox.WorkerConfig{DeadLetterFunc: dl.publish, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+		w := newWorker(t, s, inbox.WorkerConfig{HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			if err := ins(ctx, tx, m); err != nil {
 				return err
 			}
@@ -490,7 +503,7 @@ func TestWorkerRejectAndPoison(t *testing.T) {
 				return poison("MALFORMED_PAYLOAD")
 			}
 			return nil
-		}})
+		}}, dl.ports())
 		receive(t, s, "R-1")
 		res, err := w.Process(ctx, claimOne(t, w))
 		if err != nil || res.Outcome != inboxkit.OutcomeRejected || res.Status != inboxkit.StatusRejected || res.Reason != "CUSTOMER_UNKNOWN" {
@@ -584,22 +597,25 @@ func TestWorkerConfig(t *testing.T) {
 	s, err := inbox.New(&sql.DB{}, inbox.SQLite, inbox.Config{})
 	dbtest.Must(t, err, "store")
 	h := func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
-	d := func(context.Context, inbox.Claimed, inboxkit.Class, string, error) error { return nil }
+	if _, err := s.NewWorker(inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h}); err == nil || !strings.Contains(err.Error(), "WithPorts") {
+		t.Errorf("NewWorker on a store without ports = %v, want an error naming WithPorts", err)
+	}
+	s, err = s.WithPorts((&deadLetters{}).ports())
+	dbtest.Must(t, err, "ports")
 	for _, tc := range []struct {
 		cfg  inbox.WorkerConfig
 		want string
 	}{
-		{inbox.WorkerConfig{HandleFunc: h, DeadLetterFunc: d}, "ConsumerName"},
-		{inbox.WorkerConfig{ConsumerName: "c", DeadLetterFunc: d}, "HandleFunc"},
-		{inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h}, "DeadLetterFunc"},
-		{inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h, DeadLetterFunc: d, LeaseDuration: -1}, "LeaseDuration"},
-		{inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h, DeadLetterFunc: d, Owner: strings.Repeat("o", 81)}, "Owner"},
+		{inbox.WorkerConfig{HandleFunc: h}, "ConsumerName"},
+		{inbox.WorkerConfig{ConsumerName: "c"}, "HandleFunc"},
+		{inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h, LeaseDuration: -1}, "LeaseDuration"},
+		{inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h, Owner: strings.Repeat("o", 81)}, "Owner"},
 	} {
 		if _, err := s.NewWorker(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewWorker(%+v) = %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
 	}
-	w, err := s.NewWorker(inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h, DeadLetterFunc: d})
+	w, err := s.NewWorker(inbox.WorkerConfig{ConsumerName: "c", HandleFunc: h})
 	dbtest.Must(t, err, "worker")
 	if w.Owner() == "" || len(w.Owner()) > 80 {
 		t.Errorf("default owner = %q", w.Owner())

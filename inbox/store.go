@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -93,8 +92,8 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	forgotMu sync.Mutex
-	forgot   map[[2]string]int // attempt markers to take back (see ForgetAttempt)
+	forgot *forgotten // attempt markers to take back (see ForgetAttempt)
+	ports  *Ports     // nil: the caller publishes (see WithPorts)
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 
@@ -116,7 +115,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table)}, nil
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}}, nil
 }
 
 // DB returns the store's database.

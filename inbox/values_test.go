@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 )
@@ -35,7 +36,7 @@ func TestValuesTheDatabaseCannotStore(t *testing.T) {
 		}
 		first := nul
 		first.FirstDelivery = true
-		results, err := s.ProcessBatch(ctx, []inbox.BatchItem{{entry("NEIGHBOUR-1"), ok("NEIGHBOUR-1")}, {first, ok(first.EventID)}})
+		results, err := s.ProcessBatch(ctx, []inbox.BatchItem{{Entry: entry("NEIGHBOUR-1"), Handler: ok("NEIGHBOUR-1")}, {Entry: first, Handler: ok(first.EventID)}})
 		if err != nil {
 			t.Errorf("batch with an event id with a NUL byte: %v", err)
 		} else if r := results[1]; r.Outcome != inboxkit.OutcomeDeadLetter || r.Reason != inboxkit.ReasonInvalidEventID {
@@ -57,7 +58,7 @@ func TestValuesTheDatabaseCannotStore(t *testing.T) {
 		}
 		longFirst := entry("LONG-CORR-FIRST")
 		longFirst.CorrelationID, longFirst.FirstDelivery = long.CorrelationID, true
-		results, err = s.ProcessBatch(ctx, []inbox.BatchItem{{longFirst, ok(longFirst.EventID)}, {entry("NEIGHBOUR-2"), ok("NEIGHBOUR-2")}})
+		results, err = s.ProcessBatch(ctx, []inbox.BatchItem{{Entry: longFirst, Handler: ok(longFirst.EventID)}, {Entry: entry("NEIGHBOUR-2"), Handler: ok("NEIGHBOUR-2")}})
 		if err != nil || results[0].Outcome != inboxkit.OutcomeProcessed {
 			t.Errorf("batch with a correlation id over its column: %v, %v; want it processed", results, err)
 		}
@@ -120,15 +121,18 @@ func TestRefusedValuesAreDeadLettered(t *testing.T) {
 					t.Fatalf("%q (first delivery %v): %+v, want DEAD_LETTER POISON %s", e.EventID, firstDelivery, res, tt.reason)
 				}
 				var published []string
-				st, ok, err := s.PublishDeadLetter(ctx, inbox.DeadLetter{Entry: e, Class: res.Class, Reason: res.Reason, Err: res.Err},
-					func(_ context.Context, dl inbox.DeadLetter, _ inbox.Record) error {
-						published = append(published, dl.Reason)
-						return nil
-					})
+				ports, err := s.WithPorts(inbox.Ports{DeadLetterQueue: "DLQ.test", DeadLetters: publishFunc(func(h map[string]string, b []byte) error {
+					env, err := dlq.Parse(h, b)
+					published = append(published, env.Reason)
+					return err
+				})})
+				dbtest.Must(t, err, "ports")
+				dead, err := ports.DeadLetter(ctx, inbox.DeadLetter{Entry: e, Class: res.Class, Reason: res.Reason, Err: res.Err})
 				dbtest.Must(t, err, "dead-letter %q", e.EventID)
-				if !ok || len(published) != 1 || published[0] != tt.dead {
-					t.Errorf("%q: dead letter published %v (ok %v), want once with %s", e.EventID, published, ok, tt.dead)
+				if dead.Outcome != inboxkit.OutcomeDeadLetter || len(published) != 1 || published[0] != tt.dead {
+					t.Errorf("%q: dead letter published %v (%+v), want once with %s", e.EventID, published, dead, tt.dead)
 				}
+				st := dead.Status
 				r, err := s.Get(ctx, e.EventID, consumerName)
 				switch {
 				case !tt.row && !errors.Is(err, inbox.ErrNotFound):

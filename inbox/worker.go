@@ -31,18 +31,6 @@ var ErrLeaseLost = errors.New("inbox: lease lost")
 // after a backoff.
 type MessageHandler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
 
-// RejectFunc publishes a business rejection of a claimed entry; see
-// WorkerConfig.RejectFunc.
-type RejectFunc func(ctx context.Context, c Claimed, reason string, cause error) error
-
-// DeadLetterFunc publishes a message to the dead-letter destination. It is
-// called with the entry still leased and its DEAD_LETTERED transition not
-// yet committed; the transition commits only when it returns nil. When it
-// returns an error the entry is kept as TECHNICAL_FAILURE and dead-lettered
-// on a later claim: nothing is lost. A crash between a successful publish
-// and the commit publishes the message again later (at least once).
-type DeadLetterFunc func(ctx context.Context, c Claimed, class inboxkit.Class, reason string, cause error) error
-
 // Claimed is an entry a Worker holds under lease.
 type Claimed struct {
 	// Message is rebuilt from the stored row: ID, CorrelationID, Headers,
@@ -75,14 +63,6 @@ type WorkerConfig struct {
 	ConsumerName string
 	// HandleFunc is the business handler. Required.
 	HandleFunc MessageHandler
-	// DeadLetterFunc publishes poison messages and messages past the
-	// backout threshold (the store's Config.Retry.MaxAttempts). Required.
-	DeadLetterFunc DeadLetterFunc
-	// RejectFunc, if set, publishes business rejections (e.g. to a reject
-	// queue for clarification). It is called while the REJECTED row is
-	// locked and uncommitted; when it fails, the rejection is not recorded
-	// and the entry is retried after a backoff (at least once).
-	RejectFunc RejectFunc
 	// Owner names this worker in LEASE_OWNER; it must be unique among the
 	// running workers. Defaults to hostname-pid-random, at most 80 bytes.
 	Owner string
@@ -112,12 +92,6 @@ type WorkerConfig struct {
 	// BatchFunc, if set, is called by Run and RunOnce with the number of
 	// entries of every batch before it is processed (for metrics).
 	BatchFunc func(n int)
-	// ObserveFunc, if set, is called by Run and RunOnce for every claimed
-	// entry before it is processed: the entry is processed with the
-	// context it returns, and the returned function is called once with
-	// what Process returned (for metrics and traces; package consumer
-	// passes its Observer's). Nil: nothing is observed.
-	ObserveFunc func(ctx context.Context, c Claimed) (context.Context, func(Result, error))
 }
 
 func (c *WorkerConfig) setDefaults() {
@@ -148,8 +122,6 @@ func (c *WorkerConfig) validate() error {
 		return fmt.Errorf("inbox: WorkerConfig.ConsumerName %q must be 1 to %d bytes", c.ConsumerName, MaxConsumerNameLength)
 	case c.HandleFunc == nil:
 		return errors.New("inbox: WorkerConfig.HandleFunc is nil")
-	case c.DeadLetterFunc == nil:
-		return errors.New("inbox: WorkerConfig.DeadLetterFunc is nil: a worker must be able to dead-letter")
 	case len(c.Owner) > 80:
 		return fmt.Errorf("inbox: WorkerConfig.Owner is %d bytes: at most 80 (the LEASE_OWNER column)", len(c.Owner))
 	case c.LeaseDuration < 0:
@@ -189,11 +161,17 @@ type Worker struct {
 	q   *queueQueries
 }
 
-// NewWorker returns a Worker on the store's table.
+// NewWorker returns a Worker on the store's table. The store must publish
+// (Store.WithPorts): a worker dead-letters poison and entries past the
+// backout threshold, and publishes rejections to Ports.RejectQueue, by
+// the letter protocol (see WithPorts).
 func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if s.ports == nil {
+		return nil, errors.New("inbox: NewWorker: the store has no publish ports: a worker must be able to dead-letter (use Store.WithPorts)")
 	}
 	return &Worker{s: s, cfg: cfg, q: &s.qq}, nil
 }
@@ -292,14 +270,18 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // conditional on still holding the claim's lease:
 //
 //   - handler ok: the row becomes PROCESSED in the handler's transaction.
-//   - business rejection: the handler's writes are rolled back (savepoint)
-//     and the row becomes REJECTED in the same transaction; never retried.
+//   - business rejection: the handler's writes are rolled back and the row
+//     becomes REJECTED (published to Ports.RejectQueue, if set, before the
+//     commit); never retried.
 //   - technical failure: rolled back; in its own transaction the row becomes
 //     TECHNICAL_FAILURE with LAST_ERROR and NEXT_ATTEMPT_AT = now + backoff,
 //     lease cleared. At the backout threshold (ATTEMPTS >= MaxAttempts) the
 //     entry is dead-lettered instead.
 //   - poison (or a claim past the threshold, or undecodable stored
-//     headers): DeadLetterFunc is called, then the row becomes DEAD_LETTERED.
+//     headers): the letter protocol: the row becomes DEAD_LETTERED,
+//     uncommitted, the envelope is published to Ports.DeadLetterQueue, and
+//     the row committed; a failed publish keeps the entry TECHNICAL_FAILURE
+//     (dead-lettered on a later claim: nothing is lost).
 //
 // When the lease was lost (another worker claimed the entry after it
 // expired) nothing is recorded, the handler's writes are rolled back and the
@@ -307,29 +289,23 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // record the outcome: the entry stays IN_PROGRESS and is claimed again when
 // its lease expires.
 func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
-	if v, cause := w.before(c); !v.Run {
-		return w.deadLetter(ctx, c, v.Class, v.Reason, cause)
-	}
-	s := w.s
-	tx, err := s.begin(ctx, "process", nil)
-	if err != nil {
-		return Result{}, err
-	}
-	defer tx.rollback()
-	if _, err := tx.ExecContext(ctx, s.q.savepoint); err != nil {
-		return Result{}, fmt.Errorf("inbox: process: savepoint: %w", err)
-	}
-	herr := w.cfg.HandleFunc(ctx, tx.Tx, c.Message)
-	v := decide(facts{Ran: true, Decision: s.classify(herr), Attempts: c.Attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
-	return w.settle(ctx, tx, c, v, herr)
+	j := w.job(ctx, c)
+	w.s.runClaims([]*job{j})
+	return j.res, j.err
+}
+
+// job is the engine's job for claim c, processed with ctx.
+func (w *Worker) job(ctx context.Context, c Claimed) *job {
+	h := w.cfg.HandleFunc
+	return &job{ctx: ctx, claim: &c, h: func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, c.Message) }}
 }
 
 // before is the verdict on claim c before its handler runs, and the cause
 // of a dead letter without running it: earlier claims never recorded an
 // outcome (the worker died) or a dead-letter publish failed, and the
 // threshold is passed; or the stored headers do not decode (poison).
-func (w *Worker) before(c Claimed) (verdict, error) {
-	pre := facts{Attempts: c.Attempts - 1, MaxAttempts: w.s.cfg.Retry.MaxAttempts}
+func (s *Store) before(c *Claimed) (verdict, error) {
+	pre := facts{Attempts: c.Attempts - 1, MaxAttempts: s.cfg.Retry.MaxAttempts}
 	if c.headerErr != nil {
 		pre.Decision = inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: inboxkit.ReasonMalformedHeaders}
 	}
@@ -344,53 +320,6 @@ func (w *Worker) before(c Claimed) (verdict, error) {
 	return v, cause
 }
 
-// settle does what the verdict v says for claim c, whose handler ran in tx
-// and returned herr.
-func (w *Worker) settle(ctx context.Context, tx *txn, c Claimed, v verdict, herr error) (Result, error) {
-	s := w.s
-	now := s.now()
-	l := leaseOf(c)
-	switch v.Row {
-	case inboxkit.StatusProcessed:
-		if err := w.complete(ctx, tx, l, w.q.processed, args{"now": s.t(now)}, nil); err != nil {
-			return Result{}, err
-		}
-		return v.result(v.Row, c.Attempts, nil), nil
-	case inboxkit.StatusRejected:
-		_, err := tx.ExecContext(ctx, s.q.rollbackSavepont)
-		if err == nil {
-			err = w.complete(ctx, tx, l, w.q.rejected, args{"reason": v.Reason, "error": nullString(s.truncate(herr.Error())), "now": s.t(now)}, w.publishReject(ctx, c, v, herr))
-		}
-		if errors.Is(err, ErrLeaseLost) {
-			return Result{}, err
-		}
-		if err != nil {
-			tx.rollback()
-			return w.fail(ctx, c, fmt.Errorf("inbox: record rejection (%v): %w", herr, err))
-		}
-		return v.result(v.Row, c.Attempts, herr), nil
-	}
-	tx.rollback()
-	return w.apart(ctx, c, v, herr)
-}
-
-// publishReject is the RejectFunc call for a rejection, nil without one.
-func (w *Worker) publishReject(ctx context.Context, c Claimed, v verdict, herr error) func() error {
-	if w.cfg.RejectFunc == nil {
-		return nil
-	}
-	return func() error { return w.cfg.RejectFunc(ctx, c, v.Reason, herr) }
-}
-
-// apart records, in its own transaction (rule 4), the failure or dead
-// letter v says for claim c, caused by herr.
-func (w *Worker) apart(ctx context.Context, c Claimed, v verdict, herr error) (Result, error) {
-	if v.Row == inboxkit.StatusDeadLettered {
-		return w.deadLetter(ctx, c, v.Class, v.Reason, herr)
-	}
-	return w.retryLater(ctx, c, v.Class, v.Reason, v.RetryAfter, v.Uncount, herr)
-}
-
 // lease identifies one claim of an entry: the outcome UPDATEs match on it
 // (the statements' trailing EVENT_ID, CONSUMER_NAME, LEASE_OWNER, ATTEMPTS).
 type lease struct {
@@ -398,7 +327,7 @@ type lease struct {
 	Attempts                     int
 }
 
-func leaseOf(c Claimed) lease {
+func (c *Claimed) lease() lease {
 	return lease{EventID: c.Message.ID, ConsumerName: c.ConsumerName, Owner: c.Owner, Attempts: c.Attempts}
 }
 
@@ -413,32 +342,10 @@ func (l lease) lost() error {
 	return fmt.Errorf("%w: event %q for %q (owner %s, attempt %d)", ErrLeaseLost, l.EventID, l.ConsumerName, l.Owner, l.Attempts)
 }
 
-// complete runs the conditional UPDATE q that records the outcome (its
-// values set, matched on the lease l), calls beforeCommit (if not nil)
-// and commits; zero rows matched means the lease is lost. On any error the
-// transaction is rolled back before complete returns. Every outcome UPDATE
-// changes STATUS from IN_PROGRESS, so MySQL's changed-rows count equals the
-// matched-rows count.
-func (w *Worker) complete(ctx context.Context, tx *txn, l lease, q stmt, set args, beforeCommit func() error) error {
-	defer tx.rollback()
-	if err := w.record(ctx, tx, l, q, set); err != nil {
-		return err
-	}
-	if beforeCommit != nil {
-		if err := beforeCommit(); err != nil {
-			return fmt.Errorf("inbox: process: publish rejection: %w", err)
-		}
-	}
-	if err := tx.commit(); err != nil {
-		return fmt.Errorf("inbox: process: commit: %w", err)
-	}
-	return nil
-}
-
-// record runs the conditional UPDATE q (values set, matched on the lease
-// l) in tx; zero rows matched means the lease is lost.
-func (w *Worker) record(ctx context.Context, tx *txn, l lease, q stmt, set args) error {
-	res, err := q.exec(ctx, tx, l.args(set))
+// record runs the conditional UPDATE q (values set, with the lease's)
+// through e; zero rows matched means the lease is lost.
+func (l lease) record(ctx context.Context, e execer, q stmt, set args) error {
+	res, err := q.exec(ctx, e, l.args(set))
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -452,22 +359,10 @@ func (w *Worker) record(ctx context.Context, tx *txn, l lease, q stmt, set args)
 	return nil
 }
 
-// fail records err, a technical failure whatever its class, as the decision
-// table says: retried later, or dead-lettered at the threshold.
-func (w *Worker) fail(ctx context.Context, c Claimed, err error) (Result, error) {
-	return w.apart(ctx, c, w.technical(c), err)
-}
-
-// technical is the verdict on a technical failure of claim c.
-func (w *Worker) technical(c Claimed) verdict {
-	return decide(facts{Ran: true, Decision: inboxkit.Decision{Class: inboxkit.ClassTechnical}, Attempts: c.Attempts, MaxAttempts: w.s.cfg.Retry.MaxAttempts})
-}
-
 // retryLater records a failure in its own transaction (the handler's
 // rollback cannot erase it): TECHNICAL_FAILURE, due again after delay (the
 // backoff when 0), the attempt taken back when noAttempt.
-func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class, reason string, delay time.Duration, noAttempt bool, cause error) (Result, error) {
-	s := w.s
+func (s *Store) retryLater(ctx context.Context, c *Claimed, class inboxkit.Class, reason string, delay time.Duration, noAttempt bool, cause error) (Result, error) {
 	if delay <= 0 {
 		delay = s.cfg.Retry.RedeliveryDelay(c.Attempts)
 	}
@@ -480,57 +375,17 @@ func (w *Worker) retryLater(ctx context.Context, c Claimed, class inboxkit.Class
 	if err != nil {
 		return Result{}, fmt.Errorf("%w (handler error: %v)", err, cause)
 	}
-	err = w.complete(ctx, tx, leaseOf(c), w.q.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
-		"next": s.t(now.Add(delay)), "now": s.t(now), "uncount": uncount}, nil)
+	defer tx.rollback()
+	err = c.lease().record(ctx, tx, s.qq.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
+		"next": s.t(now.Add(delay)), "now": s.t(now), "uncount": uncount})
 	if err != nil {
 		return Result{}, err
+	}
+	if err := tx.commit(); err != nil {
+		return Result{}, fmt.Errorf("inbox: process: commit: %w", err)
 	}
 	return Result{Outcome: inboxkit.OutcomeRetry, Status: inboxkit.StatusTechnicalFailure, Class: class, Reason: reason,
 		Attempts: attempts, Err: cause, RetryAfter: delay}, nil
-}
-
-// deadLetter moves the row to DEAD_LETTERED, calls DeadLetterFunc while the
-// row is locked by that uncommitted UPDATE, and commits only after the
-// publish succeeded.
-func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class, reason string, cause error) (Result, error) {
-	s := w.s
-	now := s.now()
-	var msg any
-	if cause != nil {
-		msg = s.truncate(cause.Error())
-	}
-	tx, err := s.begin(ctx, "dead-letter", nil)
-	if err != nil {
-		return Result{}, err
-	}
-	defer tx.rollback()
-	l := leaseOf(c)
-	res, err := w.q.deadLettered.exec(ctx, tx, l.args(args{"reason": nullString(reason), "class": string(class), "error": msg, "now": s.t(now)}))
-	if err != nil {
-		return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		if err != nil {
-			return Result{}, fmt.Errorf("inbox: dead-letter: %w", err)
-		}
-		return Result{}, l.lost()
-	}
-	if perr := w.cfg.DeadLetterFunc(ctx, c, class, reason, cause); perr != nil {
-		tx.rollback()
-		// Keep the entry: the next claim (past the threshold, or poison
-		// again) tries the dead letter again after a backoff.
-		res, err := w.retryLater(ctx, c, class, reason, 0, false, fmt.Errorf("dead-letter publish failed: %w (cause: %v)", perr, cause))
-		if err != nil {
-			return Result{}, err
-		}
-		res.Err = perr
-		return res, nil
-	}
-	if err := tx.commit(); err != nil {
-		return Result{}, fmt.Errorf("inbox: dead-letter: commit after publish: %w", err)
-	}
-	return Result{Outcome: inboxkit.OutcomeDeadLetter, Status: inboxkit.StatusDeadLettered, Class: class, Reason: reason,
-		Attempts: c.Attempts, Err: cause}, nil
 }
 
 // Release hands a claimed entry back without processing it: its lease ends
@@ -541,7 +396,7 @@ func (w *Worker) deadLetter(ctx context.Context, c Claimed, class inboxkit.Class
 func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	s := w.s
 	now := s.now()
-	res, err := w.q.release.exec(ctx, s.db, leaseOf(c).args(args{"now": s.t(now)}))
+	res, err := w.q.release.exec(ctx, s.db, c.lease().args(args{"now": s.t(now)}))
 	if err != nil {
 		return fmt.Errorf("inbox: release: %w", err)
 	}
@@ -551,11 +406,18 @@ func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	return nil
 }
 
+// Around wraps the processing of one claimed entry by RunOnce: it
+// returns the context to process the entry with, and the function to call
+// once with what Process returned. Package consumer observes its workers'
+// entries through it (its Observer).
+type Around func(ctx context.Context, c Claimed) (context.Context, func(Result, error))
+
 // RunOnce claims up to ClaimSize entries and processes them, BatchSize at a
 // time, returning how many entries it claimed. When ctx is cancelled it
 // finishes the entries in hand and releases the rest of the claim. Errors
-// of single entries are logged; the returned error is the claim's.
-func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+// of single entries are logged; the returned error is the claim's. around,
+// if given, wraps each entry.
+func (w *Worker) RunOnce(ctx context.Context, around ...Around) (int, error) {
 	claimed, err := w.Claim(ctx, w.cfg.ClaimSize)
 	if err != nil {
 		return 0, err
@@ -575,24 +437,22 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 		if w.cfg.BatchFunc != nil {
 			w.cfg.BatchFunc(len(batch))
 		}
-		ctxs, observed := make([]context.Context, len(batch)), make([]func(Result, error), len(batch))
+		jobs, observed := make([]*job, len(batch)), make([][]func(Result, error), len(batch))
 		for i, c := range batch {
-			ctxs[i], observed[i] = work, func(Result, error) {}
-			if w.cfg.ObserveFunc != nil {
-				ctxs[i], observed[i] = w.cfg.ObserveFunc(work, c)
+			cctx := work
+			for _, a := range around {
+				var done func(Result, error)
+				cctx, done = a(cctx, c)
+				observed[i] = append(observed[i], done)
 			}
+			jobs[i] = w.job(cctx, c)
 		}
-		var results []Result
-		var errs []error
-		if len(batch) == 1 {
-			res, err := w.Process(ctxs[0], batch[0])
-			results, errs = []Result{res}, []error{err}
-		} else {
-			results, errs = w.processBatch(ctxs, batch)
-		}
-		for i, c := range batch {
-			observed[i](results[i], errs[i])
-			w.logOutcome(c, results[i], errs[i])
+		w.s.runClaims(jobs)
+		for i, j := range jobs {
+			for _, done := range observed[i] {
+				done(j.res, j.err)
+			}
+			w.logOutcome(batch[i], j.res, j.err)
 		}
 	}
 	return len(claimed), nil
@@ -617,13 +477,14 @@ func (w *Worker) logOutcome(c Claimed, res Result, err error) {
 // Run claims and processes entries until ctx is cancelled, sleeping
 // PollInterval whenever there is nothing to claim (or the claim failed).
 // On cancellation it finishes the entry in hand (its handler's ctx is not
-// cancelled), releases the rest of its claim and returns nil.
-func (w *Worker) Run(ctx context.Context) error {
+// cancelled), releases the rest of its claim and returns nil. around is
+// RunOnce's.
+func (w *Worker) Run(ctx context.Context, around ...Around) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for ctx.Err() == nil {
-		n, err := w.RunOnce(ctx)
+		n, err := w.RunOnce(ctx, around...)
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("inbox worker: claim", "owner", w.cfg.Owner, "error", err)
 		}

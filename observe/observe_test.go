@@ -132,15 +132,14 @@ func TestMetricsAndTracesOfAKnownMix(t *testing.T) {
 	c, err := consumer.New(consumer.Config{
 		Name: "mix", Source: a, Store: store, Handler: mixHandler,
 		DeadLetter: observe.TracePublisher(dead), DeadLetterQueue: "dlq.mix",
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Observer: obs,
-		OnSettled: func(consumer.Settled) {
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Observer: counted{obs, func() {
 			mu.Lock()
 			defer mu.Unlock()
 			if settled++; settled == total {
 				close(all)
 			}
-		},
+		}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -485,4 +484,16 @@ func TestMetricsOfStoreThenProcessWorkers(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// counted is an Observer that calls settled after the one it wraps saw a
+// settlement.
+type counted struct {
+	consumer.Observer
+	settled func()
+}
+
+func (c counted) Delivery(ctx context.Context, m inboxkit.Message) (context.Context, func(consumer.Settled)) {
+	ctx, done := c.Observer.Delivery(ctx, m)
+	return ctx, func(s consumer.Settled) { done(s); c.settled() }
 }

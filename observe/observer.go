@@ -76,7 +76,7 @@ func (o *Observer) Delivery(ctx context.Context, m inboxkit.Message) (context.Co
 	}
 }
 
-// Batch implements consumer.BatchObserver: the histogram of deliveries per
+// Batch implements consumer.Observer: the histogram of deliveries per
 // database transaction of a batching consumer (Config.BatchSize above 1).
 func (o *Observer) Batch(n int) { o.m.batchSize.Observe(float64(n)) }
 

@@ -104,11 +104,11 @@ func TestBinaryIDs(t *testing.T) {
 		DeadLetter: open(t, amqp10.Config{}), DeadLetterQueue: dlqName,
 		EventIDFunc: chain, Concurrency: 2, PollInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled: func(s consumer.Settled) {
+		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
 			mu.Lock()
 			settled = append(settled, s)
 			mu.Unlock()
-		},
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)

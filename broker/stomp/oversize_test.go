@@ -74,7 +74,7 @@ func TestOversizeMessageIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 	c, err := consumer.New(consumer.Config{
 		Name: "oversize-test", Source: src, Store: store, DeadLetter: b.pub, DeadLetterQueue: "DLQ.inboxkit." + b.cfg.Queue,
 		Handler: func(context.Context, *sql.Tx, inboxkit.Message) error { return nil },
-		Logger:  logger, OnSettled: func(s consumer.Settled) { settled <- s },
+		Logger:  logger, Observer: consumer.ObserveSettled(func(s consumer.Settled) { settled <- s }),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -229,7 +229,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	cons, err := consumer.New(consumer.Config{
 		Name: defaultConsumer, Source: &crashSource{Source: src, eventID: demoCrashEvent}, Store: st, Handler: h,
 		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: br.Open, Logger: logger,
-		OnSettled: func(s consumer.Settled) {
+		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
 			what := string(s.Action)
 			if s.Err != nil {
 				what += ": " + s.Err.Error()
@@ -252,7 +252,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 				default:
 				}
 			}
-		},
+		}),
 	})
 	if err != nil {
 		return err

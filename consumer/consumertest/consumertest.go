@@ -418,7 +418,7 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		Mode:         o.mode,
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled:    r.rec.add,
+		Observer:     consumer.ObserveSettled(r.rec.add),
 	}
 	if o.mode == consumer.ModeStoreThenProcess {
 		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode

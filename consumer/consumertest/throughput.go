@@ -108,14 +108,14 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (ThroughputResult, er
 		Name: "inboxbench", Source: src, Store: store, Handler: Handler(cfg.Dialect, nil),
 		DeadLetter: cfg.Publisher, DeadLetterQueue: cfg.Queue + ".dlq", Concurrency: cfg.Concurrency,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnSettled: func(s consumer.Settled) {
+		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
 			if s.Err != nil || s.Result.Outcome != inboxkit.OutcomeProcessed {
 				failures.Add(1)
 			}
 			if s.Result.Outcome == inboxkit.OutcomeProcessed && processed.Add(1) == int64(cfg.Messages) {
 				doneOnce.Do(func() { close(done) })
 			}
-		},
+		}),
 	})
 	if err != nil {
 		return res, err

@@ -1,0 +1,264 @@
+package consumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// Handler does the business work for one message inside the inbox
+// transaction. All its database writes go through tx; it must not commit or
+// roll back. Its error decides what happens to the message: wrap it with
+// classify.Reject (business rejection: recorded, acknowledged, never
+// retried), classify.Poison (dead-lettered at once) or return it plain
+// (technical: handed back for redelivery until the backout threshold).
+type Handler func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error
+
+// Settled is one settled delivery, as the Observer sees it.
+type Settled struct {
+	Message inboxkit.Message
+	Result  inbox.Result
+	Action  inboxkit.Action
+	// Delay is the requeue delay for inboxkit.ActionRequeue.
+	Delay time.Duration
+	// Err is an error of the runtime itself (inbox down, DLQ publish
+	// failed); the delivery was then handed back to the broker.
+	Err error
+}
+
+// Mode chooses the inbox variant of a consumer.
+type Mode string
+
+// Modes.
+const (
+	// ModeTransactional runs the handler in the inbox transaction while the
+	// delivery is unacknowledged, and acknowledges after the commit.
+	ModeTransactional Mode = "transactional"
+	// ModeStoreThenProcess stores the message as RECEIVED and acknowledges
+	// at once; Config.Concurrency leased workers process the stored entries.
+	ModeStoreThenProcess Mode = "store-then-process"
+)
+
+// Config configures a Consumer. Zero values mean the documented defaults.
+// Every field works in both modes, except LeaseDuration and
+// WorkerPollInterval (ModeStoreThenProcess only), which New refuses in
+// ModeTransactional rather than ignore.
+//
+// The retry and backout policy is not configured here but once, on the
+// Store (inbox.Config.Retry, an inboxkit.RetryPolicy): the backout
+// threshold, the redelivery delay asked of the broker after a technical
+// failure (a handler error's RetryAfter wins; in ModeStoreThenProcess the
+// workers wait the same delay), and the in-process retries of a transient
+// failure (ModeTransactional only: New refuses a store with
+// InProcessRetries in ModeStoreThenProcess).
+type Config struct {
+	// Name is the consumer name, stored in CONSUMER_NAME. Required.
+	Name string
+	// Source delivers the messages. Required.
+	Source Source
+	// Store is the inbox. Required.
+	Store *inbox.Store
+	// Handler does the work. Required.
+	Handler Handler
+	// DeadLetter publishes dead letters. Required: nothing is ever dropped.
+	// The consumer hands it to the store (inbox.Store.WithPorts), which
+	// publishes by its letter protocol in both modes.
+	DeadLetter dlq.Publisher
+	// DeadLetterQueue is the destination of dead letters. Required.
+	DeadLetterQueue string
+	// RejectQueue, if set, receives business rejections (with the same
+	// envelope headers) for people to clarify; published with Rejects
+	// (defaults to DeadLetter). Publishing is at least once: a rejection
+	// whose publish failed is published again when the broker redelivers.
+	RejectQueue string
+	// Rejects publishes to RejectQueue. Defaults to DeadLetter.
+	Rejects dlq.Publisher
+	// EventIDHeader is the header holding the event id. Defaults to "eventId".
+	// Ignored when EventIDFunc is set.
+	EventIDHeader string
+	// EventIDFunc, if set, derives the event id for producers that send no
+	// event id header: EventIDChain or ParseEventIDChain build one from
+	// headers, JSON and XML fields, the broker's correlation and message id
+	// (see IDSource for what each protects against). The source used is
+	// logged and stored in EVENT_ID_SOURCE. Nil: the EventIDHeader header.
+	EventIDFunc EventIDFunc
+	// CorrelationIDHeader is the header holding the correlation id. Defaults
+	// to "correlationId"; when it is absent the broker's own correlation id
+	// ("correlation-id", as JMS producers set JMSCorrelationID) is used (see
+	// CorrelationID). The event id source "correlation-id" reads the same.
+	CorrelationIDHeader string
+	// Mode is the inbox variant. Defaults to ModeTransactional.
+	Mode Mode
+	// Concurrency is the number of deliveries handled at once (in
+	// ModeStoreThenProcess: the number of receivers, and of workers).
+	// Defaults to 1. Set the broker's prefetch to at least this.
+	Concurrency int
+	// BatchSize is the number of deliveries handled in one database
+	// transaction. In ModeTransactional (inbox.Store.ProcessBatch) a batch
+	// closes at BatchSize deliveries or BatchWait after its first, commits
+	// once, and only then are its deliveries acknowledged, each settled as
+	// a single delivery with the same inbox result is (see HandleBatch); a
+	// batch that does not commit is handed back whole. Each of the
+	// Concurrency goroutines fills batches of its own, so set the broker's
+	// prefetch to at least BatchSize × Concurrency. In
+	// ModeStoreThenProcess it is the workers' batch
+	// (inbox.WorkerConfig.BatchSize); the receivers store one message per
+	// transaction. Defaults to 1: one transaction per delivery. At most
+	// 1000.
+	BatchSize int
+	// BatchWait is how long a batch of ModeTransactional waits for more
+	// deliveries after its first before it is processed, so that low
+	// traffic keeps a low latency. Defaults to 5ms; used when BatchSize is
+	// above 1.
+	BatchWait time.Duration
+	// LeaseDuration is the workers' lease (see inbox.WorkerConfig). Only
+	// for ModeStoreThenProcess: New refuses it in ModeTransactional.
+	// Defaults to 30s.
+	LeaseDuration time.Duration
+	// WorkerPollInterval is how long an idle worker waits before it looks
+	// for stored entries again. Only for ModeStoreThenProcess: New refuses
+	// it in ModeTransactional. Defaults to 200ms.
+	WorkerPollInterval time.Duration
+	// PausedFunc, if set, is asked before each receive; while it returns
+	// true, intake pauses (e.g. while a circuit breaker is open:
+	// breaker.Open). Deliveries in hand are finished.
+	PausedFunc func() bool
+	// PollInterval is how often a consumer paused by PausedFunc looks
+	// again (an outage is probed with the store's Retry.Redelivery backoff
+	// instead: see "Outages" in the package documentation). Defaults to
+	// 200ms.
+	PollInterval time.Duration
+	// Logger logs every settlement with event_id and correlation_id.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// Clock stamps dead letters. Defaults to the store's clock if it is set
+	// there, else the system clock.
+	Clock inboxkit.Clock
+	// ShutdownTimeout bounds Run's drain after its ctx is done. Deliveries
+	// still in hand after it (a hung database connection, a handler that
+	// does not return) are abandoned: their context is cancelled, they are
+	// not acknowledged (the broker delivers them again, the inbox makes any
+	// that did commit a duplicate), they are logged, and Run returns an
+	// error wrapping ErrShutdownTimeout. Defaults to 30s; negative waits
+	// without bound.
+	ShutdownTimeout time.Duration
+	// Observer, if set, watches every delivery and, in
+	// ModeStoreThenProcess, every entry a worker processed (metrics, traces,
+	// progress, tests: see Observer, ObserveSettled and package observe).
+	// Defaults to nil: nothing is observed.
+	Observer Observer
+	// SummaryInterval is how often a summary line (counts since the last
+	// one) is logged at info level, and how often an ongoing outage is
+	// logged again; the line per settled message is at debug level.
+	// Defaults to 1 minute; negative turns the summary off.
+	SummaryInterval time.Duration
+}
+
+// maxBatchSize bounds Config.BatchSize.
+const maxBatchSize = 1000
+
+// ErrShutdownTimeout is wrapped by Run's error when deliveries in hand were
+// abandoned after Config.ShutdownTimeout.
+var ErrShutdownTimeout = errors.New("consumer: shutdown timeout: deliveries in hand abandoned")
+
+func (c *Config) setDefaults() {
+	if c.EventIDHeader == "" {
+		c.EventIDHeader = "eventId"
+	}
+	if c.CorrelationIDHeader == "" {
+		c.CorrelationIDHeader = DefaultCorrelationIDHeader
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.Mode == "" {
+		c.Mode = ModeTransactional
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 1
+	}
+	if c.BatchWait == 0 {
+		c.BatchWait = 5 * time.Millisecond
+	}
+	if c.WorkerPollInterval == 0 && c.Mode == ModeStoreThenProcess {
+		c.WorkerPollInterval = 200 * time.Millisecond
+	}
+	if c.SummaryInterval == 0 {
+		c.SummaryInterval = time.Minute
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Rejects == nil {
+		c.Rejects = c.DeadLetter
+	}
+	if c.Clock == nil && c.Store != nil {
+		c.Clock = c.Store.Config().Clock
+	}
+	if c.Clock == nil {
+		c.Clock = inboxkit.SystemClock{}
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+}
+
+func (c *Config) validate() error {
+	missing := func(field, hint string) error {
+		return fmt.Errorf("consumer: Config.%s is required: %s", field, hint)
+	}
+	switch {
+	case c.Name == "":
+		return missing("Name", "it is the CONSUMER_NAME of every inbox row, e.g. \"invoice-consumer\"")
+	case len(c.Name) > inbox.MaxConsumerNameLength:
+		return fmt.Errorf("consumer: Config.Name is %d bytes, at most %d fit CONSUMER_NAME", len(c.Name), inbox.MaxConsumerNameLength)
+	case c.Source == nil:
+		return missing("Source", "a broker adapter such as stomp.Open")
+	case c.Store == nil:
+		return missing("Store", "inbox.New(db, dialect, cfg)")
+	case c.Handler == nil:
+		return missing("Handler", "the business function")
+	case c.DeadLetter == nil:
+		return missing("DeadLetter", "a dlq.Publisher; without it poison messages would have nowhere to go")
+	case c.DeadLetterQueue == "":
+		return missing("DeadLetterQueue", "e.g. \"DLQ.invoices\"")
+	case c.Concurrency < 0:
+		return fmt.Errorf("consumer: Config.Concurrency is %d, it must be positive", c.Concurrency)
+	case c.Mode != ModeTransactional && c.Mode != ModeStoreThenProcess:
+		return fmt.Errorf("consumer: Config.Mode %q is unknown: use %q or %q", c.Mode, ModeTransactional, ModeStoreThenProcess)
+	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:
+		return fmt.Errorf("consumer: Config.BatchSize is %d: it must be between 1 and %d", c.BatchSize, maxBatchSize)
+	case c.BatchWait < 0:
+		return fmt.Errorf("consumer: Config.BatchWait is negative (%s)", c.BatchWait)
+	}
+	return c.validateMode()
+}
+
+// validateMode refuses the fields that one mode would silently ignore.
+func (c *Config) validateMode() error {
+	onlySTP := func(field string, v time.Duration) error {
+		return fmt.Errorf("consumer: Config.%s is %s, but Mode is %q, which has no workers to use it: remove it, or set Mode to %q",
+			field, v, c.Mode, ModeStoreThenProcess)
+	}
+	switch {
+	case c.Mode == ModeTransactional && c.LeaseDuration != 0:
+		return onlySTP("LeaseDuration", c.LeaseDuration)
+	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
+		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
+	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
+		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
+			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",
+			c.Store.Config().Retry.InProcessRetries, c.Mode, ModeTransactional)
+	}
+	return nil
+}

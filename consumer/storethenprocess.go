@@ -1,0 +1,123 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// storeThenProcess is the engine of ModeStoreThenProcess: a delivery is
+// stored as RECEIVED and acknowledged at once; Config.Concurrency leased
+// workers process the stored entries, and their store publishes what they
+// dead-letter or reject.
+type storeThenProcess struct {
+	c  *Consumer
+	ws []*inbox.Worker
+}
+
+func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
+	e := &storeThenProcess{c: c}
+	for i := 0; i < c.cfg.Concurrency; i++ {
+		w, err := c.store.NewWorker(inbox.WorkerConfig{
+			ConsumerName:  c.cfg.Name,
+			HandleFunc:    inbox.MessageHandler(c.cfg.Handler),
+			LeaseDuration: c.cfg.LeaseDuration,
+			PollInterval:  c.cfg.WorkerPollInterval,
+			Logger:        c.cfg.Logger,
+			BatchSize:     c.cfg.BatchSize,
+			BatchFunc:     batchFunc(c.cfg),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		e.ws = append(e.ws, w)
+	}
+	return e, nil
+}
+
+// handle stores the delivery as RECEIVED, then acknowledges it. A message
+// that cannot be stored (no usable event id, a value the database refuses)
+// is dead-lettered (inbox.Store.DeadLetter); a database error hands it
+// back.
+func (e *storeThenProcess) handle(ctx context.Context, d Delivery, m inboxkit.Message, entry inbox.Entry) Settled {
+	c := e.c
+	s := Settled{Message: m}
+	inserted, st, err := c.store.Receive(ctx, entry, m.Headers, m.Body)
+	var rerr *inbox.ReceiveError
+	switch {
+	case errors.As(err, &rerr):
+		s.Result, s.Err = c.store.DeadLetter(ctx, inbox.DeadLetter{Entry: entry, Class: rerr.InboxDecision().Class, Reason: rerr.Reason, Err: err})
+		if a, ok := plainAck(s); ok {
+			return c.ack(ctx, d, s, a)
+		}
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
+	case err != nil:
+		s.Err = err
+		return c.requeue(ctx, d, s, c.requeueDelay(1))
+	case inserted || !st.Terminal(): // stored now, or stored before and not finished
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeStored, Status: st}
+	default:
+		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st}
+	}
+	return c.ack(ctx, d, s, inboxkit.ActionAck)
+}
+
+// handleBatch handles each delivery alone: the receivers store one message
+// per transaction (the workers batch).
+func (e *storeThenProcess) handleBatch(ctx context.Context, ds []Delivery) []Settled {
+	out := make([]Settled, len(ds))
+	for i, d := range ds {
+		out[i] = e.c.Handle(ctx, d)
+	}
+	return out
+}
+
+func (e *storeThenProcess) batches() bool            { return false }
+func (e *storeThenProcess) workers() []*inbox.Worker { return e.ws }
+
+// start runs the workers until ctx is done; each finishes the entry in
+// hand first.
+func (e *storeThenProcess) start(ctx context.Context, wg *sync.WaitGroup) {
+	for _, w := range e.ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.Run(ctx, e.c.observeClaim)
+		}()
+	}
+}
+
+// observeClaim is the workers' inbox.Around: an entry a worker processes is
+// observed like a delivery, with the action its outcome stands for, and the
+// summary counts its outcome (countWorker); the worker logs it.
+func (c *Consumer) observeClaim(ctx context.Context, cl inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+	ctx, done := c.observe(ctx, cl.Message)
+	return ctx, func(res inbox.Result, err error) {
+		s := Settled{Message: cl.Message, Result: res, Err: err}
+		switch res.Outcome {
+		case inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate:
+			s.Action = inboxkit.ActionAck
+		case inboxkit.OutcomeRejected:
+			s.Action = inboxkit.ActionReject
+		case inboxkit.OutcomeDeadLetter:
+			s.Action = inboxkit.ActionDeadLetter
+		default: // retried after a backoff, or not recorded (the lease expires)
+			s.Action = inboxkit.ActionRequeue
+		}
+		c.countWorker(res, err)
+		done(s)
+	}
+}
+
+// batchFunc is the workers' inbox.WorkerConfig.BatchFunc: the Observer's
+// Batch when BatchSize is above 1, else nil.
+func batchFunc(cfg Config) func(n int) {
+	if cfg.Observer != nil && cfg.BatchSize > 1 {
+		return cfg.Observer.Batch
+	}
+	return nil
+}
