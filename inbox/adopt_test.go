@@ -328,7 +328,7 @@ func TestPurgeLegacyRowsAndRecordRuns(t *testing.T) {
 		now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 		want := []inbox.PurgeRun{{At: now, Cutoff: now.Add(-30 * 24 * time.Hour), Window: 30 * 24 * time.Hour, Horizon: 7 * 24 * time.Hour, Rows: 2}}
 		if len(runs) != 1 || !runs[0].At.Equal(want[0].At) || !runs[0].Cutoff.Equal(want[0].Cutoff) || runs[0].Window != want[0].Window || runs[0].Horizon != want[0].Horizon || runs[0].Rows != 2 {
-			t.Errorf("purge runs = %+v, want %+v (a run that deleted nothing is not recorded)", runs, want)
+			t.Fatalf("purge runs = %+v, want %+v (a run that deleted nothing is not recorded)", runs, want)
 		}
 		if s := runs[0].String(); s != "purge of 2026-03-01 09:00:00 (window 720h0m0s, horizon 168h0m0s: rows finished before 2026-01-30 09:00:00 deleted, 2 rows)" {
 			t.Errorf("run text %q", s)

@@ -132,6 +132,12 @@ func TestCheckTiesDuplicatesToThePurge(t *testing.T) {
 			// And ev-p2, whose second letter the business table refused:
 			// its row is a technical failure.
 			ins(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, REASON_CODE, CREATED_AT, ATTEMPTS) VALUES ('ev-p2', 'invoice-consumer', 'TECHNICAL_FAILURE', 'CONSTRAINT_VIOLATION', ?, 1)`, at(time.Second))
+			// A later purge run, after both came again, with another
+			// window: the duplicates are not its doing, and stay tied to
+			// the first run (the last before their rows were created).
+			ins(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, PROCESSED_AT, CREATED_AT, ATTEMPTS) VALUES ('ev-p3', 'invoice-consumer', 'PROCESSED', ?, ?, 1)`, at(-3*time.Hour), at(-3*time.Hour))
+			time.Sleep(2 * time.Second) // the run's time is after the rows created at +1s
+			wantCode(t, inboxctl(t, "", "purge", "--db", url, "--older-than", "90m", "--horizon", "90m"), 0, "deleted 1 terminal row(s)")
 			r := inboxctl(t, "", "check", "--db", url)
 			wantCode(t, r, 1, "FOUND duplicate-letters", "INV-P1: 2 rows, event ids ev-p1, ev-p1",
 				"FOUND purged-then-redelivered", "INV-P1: 2 rows for event ev-p1; its first inbox row was deleted by the purge of ",
