@@ -184,7 +184,7 @@ func (c *RelayConfig) setDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c.HTTPClient = noRedirects
 	}
 }
 
@@ -586,15 +586,91 @@ func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
 func (r *Relay) send(ctx context.Context, m Outgoing) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
 	defer cancel()
-	switch {
-	case r.cfg.SendFunc != nil:
+	if r.cfg.SendFunc != nil {
 		return r.cfg.SendFunc(ctx, m)
+	}
+	return Send(ctx, m, r.cfg.Broker, r.cfg.HTTPClient)
+}
+
+// Send sends m the way a relay without RelayConfig.SendFunc does: an
+// http:// or https:// destination is POSTed with client (nil: a client
+// that follows no redirect), with the answers read as the package
+// documentation says; anything else is published to the queue of that name
+// through broker, with m.BrokerHeaders(). It returns nil only once the
+// destination confirmed m. A SendFunc that handles some destinations itself
+// sends the others with Send.
+func Send(ctx context.Context, m Outgoing, broker dlq.Publisher, client *http.Client) error {
+	switch {
 	case IsHTTP(m.Destination):
-		return postHTTP(ctx, r.cfg.HTTPClient, m)
-	case r.cfg.Broker == nil:
+		if client == nil {
+			client = noRedirects
+		}
+		return postHTTP(ctx, client, m)
+	case broker == nil:
 		return fmt.Errorf("outbox: no broker to send to queue %s: set RelayConfig.Broker (inboxctl relay --broker URL)", m.Destination)
 	}
-	return r.cfg.Broker.Publish(ctx, m.Destination, m.BrokerHeaders(), m.Body)
+	return broker.Publish(ctx, m.Destination, m.BrokerHeaders(), m.Body)
+}
+
+// noRedirects is the default HTTP client: it follows no redirect (a
+// redirect parks the message, see postHTTP).
+var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// Drained is what one Drain did.
+type Drained struct {
+	// Sent, Failed and Parked count the messages confirmed, failed (to be
+	// tried again after their backoff) and parked.
+	Sent, Failed, Parked int
+	// NextDue is when the next key is due (a failed send's backoff ends,
+	// a lease ends); zero when no key is due at any time (nothing pending,
+	// or only parked keys).
+	NextDue time.Time
+}
+
+// Drain sends what is due now and returns once no key is due, in the
+// calling goroutine: it claims the due keys (up to Concurrency at a time),
+// sends their messages one key after another in key order, records them,
+// and claims again. It is Run without the waiting, for a program that
+// decides itself when to send (a test, a scripted run such as package
+// golden's, a one-shot job): the same claims, leases, order and records, so
+// it may run beside relays that Run. A send that panics leaves its keys
+// claimed until their lease ends, as a relay that died does.
+func (r *Relay) Drain(ctx context.Context) (Drained, error) {
+	var d Drained
+	for ctx.Err() == nil {
+		keys, err := r.claim(ctx, r.cfg.Concurrency)
+		r.dbResult(err)
+		if err != nil {
+			return d, err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		batch := make([]settled, 0, len(keys))
+		for _, k := range keys {
+			st := r.sendKey(ctx, ctx, k)
+			d.Sent += len(st.sent)
+			switch {
+			case st.failed != nil && st.park:
+				d.Parked++
+			case st.failed != nil:
+				d.Failed++
+			}
+			batch = append(batch, st)
+		}
+		if err := r.record(ctx, batch); err != nil {
+			r.dbResult(err)
+			return d, err
+		}
+	}
+	var next inbox.NullTime
+	if err := r.s.db.QueryRowContext(ctx, r.s.q.nextDue).Scan(&next); err != nil {
+		return d, fmt.Errorf("outbox: next due key: %w", err)
+	}
+	if next.Valid {
+		d.NextDue = next.Time
+	}
+	return d, ctx.Err()
 }
 
 // recorder writes the settled keys in batches, one transaction per batch,

@@ -365,3 +365,73 @@ func TestReadyNamesADestinationThatFails(t *testing.T) {
 	down.Delete("letters")
 	runRelays(t, func() bool { err = relay.Ready(ctx); return err == nil && countStatus(t, st, outbox.StatusSent) == 1 }, relay)
 }
+
+type stepClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+// TestDrainSendsWhatIsDueAndSaysWhenMoreIs: Drain sends every due message
+// in key order in the calling goroutine and returns; a failed send is
+// tried again only once its backoff ended (NextDue), and parked after its
+// attempts; nothing pending leaves NextDue zero.
+func TestDrainSendsWhatIsDueAndSaysWhenMoreIs(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			clock := &stepClock{now: time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC)}
+			st, _ := setup(t, backend, outbox.Config{Clock: clock})
+			ctx := context.Background()
+			add(t, ctx, st,
+				outbox.Message{Destination: "q", Key: "B", Body: []byte("b1")},
+				outbox.Message{Destination: "q", Key: "A", Body: []byte("a1")},
+				outbox.Message{Destination: "q", Key: "B", Body: []byte("b2")},
+				outbox.Message{Destination: "q", Key: "C", Body: []byte("bad")})
+			dst := &recorder{fail: func(m outbox.Outgoing) error {
+				if string(m.Body) == "bad" {
+					return errors.New("destination down")
+				}
+				return nil
+			}}
+			relay := newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, Retry: inboxkit.RetryPolicy{
+				MaxAttempts: 2, Redelivery: inboxkit.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1}}})
+			d, err := relay.Drain(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bodies []string
+			for _, m := range dst.sent() {
+				bodies = append(bodies, string(m.Body))
+			}
+			if strings.Join(bodies, " ") != "a1 b1 b2" {
+				t.Errorf("sent %v, want a1 b1 b2 (key order, then sequence)", bodies)
+			}
+			if want := clock.Now().Add(time.Second); d.Sent != 3 || d.Failed != 1 || d.Parked != 0 || !d.NextDue.Equal(want) {
+				t.Errorf("Drain = %+v, want 3 sent, 1 failed, next due at %s", d, want)
+			}
+			if d, err := relay.Drain(ctx); err != nil || d.Sent+d.Failed+d.Parked != 0 {
+				t.Errorf("Drain before the backoff ended = %+v, %v; want nothing done", d, err)
+			}
+			clock.set(d.NextDue)
+			d, err = relay.Drain(ctx)
+			if err != nil || d.Parked != 1 || !d.NextDue.IsZero() {
+				t.Errorf("Drain after the backoff = %+v, %v; want 1 parked and nothing due", d, err)
+			}
+			if n := countStatus(t, st, outbox.StatusParked); n != 1 {
+				t.Errorf("%d parked rows, want 1", n)
+			}
+		})
+	}
+}
