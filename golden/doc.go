@@ -65,6 +65,19 @@
 // links between values stay visible and SQLite and PostgreSQL produce the
 // same text.
 //
+// # Outbox relays
+//
+// A subject that sends through an outbox (package outbox) gives the runner
+// its relay (Subject.Relay): the runner calls it once a send step's
+// deliveries settled, never inside a delivery, and again at each retry's
+// due time (the clock jumps there) until nothing is due. Its lines
+// ("relay after the commit: 1 sent", "1 failed (tried again in 1s)", "1
+// parked", a crash inside its call) follow the step's deliveries, its calls
+// are marked "[relay, after the commit]", and the outbox table
+// (Subject.Outbox) follows the inbox table. A "crash during SERVICE" that
+// hits the relay kills the relay alone: it starts again once its claims
+// ended (Subject.RelayLease), and sends again with the same key.
+//
 // # Approving
 //
 // On a mismatch goldentest.Run writes received[.<label>].txt beside the approved file

@@ -41,6 +41,34 @@ type Subject struct {
 	Setup func(ctx context.Context) error
 	// Tables are the business tables written to the transcript.
 	Tables []Table
+	// Relay, if set, is the subject's outbox relay (package outbox: what
+	// the handler wrote to its outbox is sent after the commit). The
+	// runner calls it once a send step's deliveries settled, never inside
+	// a delivery (so that batching changes no transcript); it sends
+	// what is due and returns when the next message is due (zero: nothing
+	// left to send but parked messages). The runner moves the scenario
+	// clock to that time and calls it again, until nothing is due. A
+	// crash inside it ("crash during SERVICE") kills the relay alone, with
+	// its claims: the runner moves the clock on by RelayLease and calls it
+	// again. Its Env.Call calls are marked in the transcript as the
+	// relay's, after the commit.
+	Relay func(ctx context.Context) (RelayResult, error)
+	// RelayLease is how long a relay that died holds its claims (the
+	// outbox relay's lease). Required with Relay.
+	RelayLease time.Duration
+	// Outbox is the outbox table written to the transcript (columns
+	// MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, STATUS, ATTEMPTS,
+	// CAUSE_EVENT_ID, CORRELATION_ID, LAST_ERROR, by key and sequence).
+	// Empty: none.
+	Outbox string
+}
+
+// RelayResult is what one call of Subject.Relay did: the messages sent
+// (confirmed), failed (tried again after their backoff) and parked, and
+// when the next message is due (zero: none).
+type RelayResult struct {
+	Sent, Failed, Parked int
+	NextDue              time.Time
 }
 
 // Table is a business table in the transcript: the columns, rows sorted by
@@ -65,6 +93,9 @@ type Env struct {
 	// IDFunc returns ids "golden-id-000001", "golden-id-000002", ...; the
 	// transcript shows them as <id_1>, <id_2> in order of appearance.
 	IDFunc func() string
+	// MaxAttempts is the scenario's max-attempts (the inbox's backout
+	// threshold), for a subject's own retry limits (its outbox relay's).
+	MaxAttempts int
 
 	w *world
 }
@@ -95,6 +126,7 @@ type world struct {
 	ids       int
 	crash     map[string]int // "crash before-commit" and "crash after-commit" left
 	svc       *services
+	inRelay   bool // the calls being made are a relay's
 	published []published
 }
 
@@ -123,6 +155,21 @@ func (w *world) tick() {
 	w.now = w.now.Add(time.Second)
 }
 
+// advance moves the scenario clock to t, if t is later.
+func (w *world) advance(t time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t.After(w.now) {
+		w.now = t
+	}
+}
+
+func (w *world) relaying(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inRelay = on
+}
+
 func (w *world) newID() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -133,6 +180,10 @@ func (w *world) newID() string {
 func (w *world) call(service, key, summary string) error {
 	w.mu.Lock()
 	c := w.svc.call(service, key, summary)
+	if w.inRelay {
+		c.Relay = true
+		w.svc.calls[len(w.svc.calls)-1].Relay = true
+	}
 	w.mu.Unlock()
 	switch {
 	case c.CallerDied:

@@ -165,13 +165,16 @@ func (r *runner) setup(ctx context.Context, f Factory) error {
 			r.closers = append(r.closers, func() { p.Close() })
 			pool = p
 		}
-		env := &Env{DB: pool, Dialect: r.db.Dialect, Instance: i, Clock: r.w, IDFunc: r.w.newID, w: r.w}
+		env := &Env{DB: pool, Dialect: r.db.Dialect, Instance: i, Clock: r.w, IDFunc: r.w.newID, MaxAttempts: r.sc.MaxAttempts, w: r.w}
 		sub, err := f(env)
 		if err != nil {
 			return fmt.Errorf("golden: factory (instance %d): %w", i, err)
 		}
 		if (sub.Handler == nil) == (sub.Legacy == nil) {
 			return errors.New("golden: the factory's Subject needs exactly one of Handler and Legacy")
+		}
+		if sub.Relay != nil && sub.RelayLease <= 0 {
+			return errors.New("golden: the factory's Subject has a Relay without RelayLease (how long a relay that died holds its claims)")
 		}
 		inst := &instance{env: env, subject: sub}
 		if i == 1 {
@@ -269,7 +272,10 @@ func (r *runner) step(ctx context.Context, n int, st Step) error {
 			r.out.step(n, "send %s", m.Name)
 			r.queue = append(r.queue, &pending{msg: m})
 		}
-		return r.drain(ctx)
+		if err := r.drain(ctx); err != nil {
+			return err
+		}
+		return r.relay(ctx)
 	}
 	return nil
 }
@@ -336,6 +342,79 @@ func (r *runner) drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// maxRelayRounds bounds the relay calls after one send.
+const maxRelayRounds = 1000
+
+// relay runs the instances' outbox relays (Subject.Relay) once a send's
+// deliveries settled (so that batching changes no transcript), in instance
+// order, moving the clock to the next due message
+// until nothing is due, and writes a line for each call that did
+// something.
+func (r *runner) relay(ctx context.Context) error {
+	for round := 0; ; round++ {
+		if round > maxRelayRounds {
+			return fmt.Errorf("golden: the relay never settles: more than %d rounds after one send", maxRelayRounds)
+		}
+		var next time.Time
+		for _, inst := range r.insts {
+			if inst.subject.Relay == nil {
+				continue
+			}
+			due, err := r.relayOnce(ctx, inst)
+			if err != nil {
+				return err
+			}
+			if !due.IsZero() && (next.IsZero() || due.Before(next)) {
+				next = due
+			}
+		}
+		if next.IsZero() {
+			return nil
+		}
+		r.w.advance(next)
+	}
+}
+
+// relayOnce calls one instance's relay; it returns when it is due again.
+func (r *runner) relayOnce(ctx context.Context, inst *instance) (next time.Time, err error) {
+	r.w.relaying(true)
+	defer r.w.relaying(false)
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		sig, ok := v.(crashSignal)
+		if !ok {
+			panic(v)
+		}
+		lease := inst.subject.RelayLease
+		r.out.item("relay after the commit: crash during the call of %s, before the answer; its claims end after %s and the relay starts again", sig.during, lease)
+		next, err = r.w.Now().Add(lease), nil
+	}()
+	res, err := inst.subject.Relay(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("golden: relay of instance %d: %w", inst.env.Instance, err)
+	}
+	var did []string
+	for _, c := range []struct {
+		n    int
+		what string
+	}{{res.Sent, "sent"}, {res.Failed, "failed"}, {res.Parked, "parked"}} {
+		if c.n > 0 {
+			did = append(did, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(did) > 0 {
+		line := "relay after the commit: " + strings.Join(did, ", ")
+		if res.Failed > 0 && !res.NextDue.IsZero() {
+			line += fmt.Sprintf(" (tried again in %s)", res.NextDue.Sub(r.w.Now()))
+		}
+		r.out.item("%s", line)
+	}
+	return res.NextDue, nil
 }
 
 // batchFrom delivers first and what else is queued, up to the scenario's
@@ -580,6 +659,12 @@ func (r *runner) final(ctx context.Context) error {
 	} else {
 		r.out.section("inbox")
 		r.out.item("(none: the consumer has no inbox table)")
+	}
+	if tab := r.insts[0].subject.Outbox; tab != "" {
+		q := fmt.Sprintf("SELECT %s FROM %s ORDER BY MSG_KEY, SEQ", strings.Join(outboxShown, ", "), tab)
+		if err := r.out.query(ctx, r.db.DB, "outbox "+tab, "outbox", outboxShown, q, nil); err != nil {
+			return err
+		}
 	}
 
 	dests := []string{"DLQ." + r.sc.Queue, r.sc.Queue + ".REJECTED"}

@@ -31,6 +31,10 @@ type Call struct {
 	CallerDied bool
 	// Result is Effect and CallerDied in the transcript's words.
 	Result string
+	// Relay is true for a call made by the subject's outbox relay after
+	// the commit (Subject.Relay), false for a call made inside a delivery.
+	// A black-box recording cannot tell: false.
+	Relay bool
 }
 
 // services are the scripted downstream services of one run, shared by

@@ -14,6 +14,10 @@ import (
 // inboxShown are the inbox columns a transcript shows, in order.
 var inboxShown = []string{"EVENT_ID", "CONSUMER_NAME", "STATUS", "CORRELATION_ID", "REASON_CODE", "ERROR_CLASS", "ATTEMPTS", "LAST_ERROR", "CREATED_AT", "PROCESSED_AT"}
 
+// outboxShown are the outbox table's columns in the transcript (package
+// outbox's INBOXKIT_OUTBOX): what was asked to be sent, and what became of it.
+var outboxShown = []string{"MESSAGE_ID", "MSG_KEY", "SEQ", "DESTINATION", "STATUS", "ATTEMPTS", "CAUSE_EVENT_ID", "CORRELATION_ID", "LAST_ERROR"}
+
 // writer writes the approval text of a transcript, for the in-process
 // runner and the black-box recorder alike, and keeps the same facts in its
 // Transcript for programs. The text has two header lines, then blocks
@@ -61,7 +65,11 @@ func (w *writer) calls(calls []Call) {
 		if key == "" {
 			key = "(none)"
 		}
-		w.item("%d. %s key=%s %s -> %s", i+1, c.Service, key, c.Summary, c.Result)
+		by := ""
+		if c.Relay {
+			by = " [relay, after the commit]"
+		}
+		w.item("%d. %s key=%s %s -> %s%s", i+1, c.Service, key, c.Summary, c.Result, by)
 	}
 }
 
