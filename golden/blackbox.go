@@ -60,8 +60,9 @@ const BlackBoxBackend = "black-box"
 // (STOMP, with amq-msg-type:text so JMS consumers read a TextMessage), serves
 // the downstream service over HTTP itself, injects faults from outside, waits
 // until the system is quiet and snapshots the business tables, the inbox
-// table (if the process created one), and the queue, DLQ.<queue> and
-// <queue>.REJECTED.
+// table and the outbox table INBOXKIT_OUTBOX (each if the process created
+// it), and the queue, DLQ.<queue> and <queue>.REJECTED. A step is quiet only
+// when no outbox message is PENDING (a relay has yet to send it).
 //
 // Every instance runs `sh -c Command` in its own process group with the
 // environment variables EnvDB, EnvJDBCURL, EnvBroker, EnvOpenWire, EnvQueue,
@@ -75,8 +76,9 @@ const BlackBoxBackend = "black-box"
 // "fail SERVICE N" step). A call with a key seen before answers 200.
 //
 // Faults: "fail SERVICE N" fails the next N calls; "crash during SERVICE"
-// kills the calling process (SIGKILL to its process group) from inside the
-// next call, records what the service did with it (sent, or a duplicate
+// kills the calling process (SIGKILL to its process group; the instance
+// whose URL the call went to, which for a call an outbox relay makes is the
+// instance that wrote the request) from inside the next call, records what the service did with it (sent, or a duplicate
 // of a key it took before), and starts the instance again;
 // "send M parallel N" publishes N copies at once and holds the service's
 // calls until N have arrived (or HoldTimeout passed), so that competing
@@ -333,6 +335,7 @@ type bbRun struct {
 	// The downstream service (blackbox_service.go).
 	srv        *http.Server
 	serviceURL string
+	serviceRe  *regexp.Regexp // serviceURL and an instance number
 
 	// Process group (blackbox_proc.go).
 	procs []*bbProc

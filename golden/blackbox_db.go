@@ -95,3 +95,26 @@ func (r *bbRun) inboxColumns(ctx context.Context) ([]string, error) {
 	}
 	return out, rows.Err()
 }
+
+// outboxTable is the outbox table a black-box recording shows when the
+// process created it (package outbox's default table).
+const outboxTable = "INBOXKIT_OUTBOX"
+
+// hasOutbox reports whether the schema holds the outbox table.
+func (r *bbRun) hasOutbox(ctx context.Context) (bool, error) {
+	var n int
+	err := r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = $1 AND table_name = lower($2)`, r.schema, outboxTable).Scan(&n)
+	return n > 0, err
+}
+
+// outboxPending counts the outbox's PENDING rows (0 without an outbox):
+// messages a relay has yet to send.
+func (r *bbRun) outboxPending(ctx context.Context) (int, error) {
+	ok, err := r.hasOutbox(ctx)
+	if err != nil || !ok {
+		return 0, err
+	}
+	var n int
+	err = r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+outboxTable+" WHERE STATUS = 'PENDING'").Scan(&n)
+	return n, err
+}

@@ -10,8 +10,9 @@ import (
 	"github.com/inboxkit/inboxkit/broker/stomp"
 )
 
-// settle waits until the queue is empty and nothing observable changed for
-// bb.Quiet. It fails when messages wait on the queue with no sign of life
+// settle waits until the queue is empty, no outbox message is pending (a
+// relay has yet to send it: after a crash, when its lease ends) and
+// nothing observable changed for bb.Quiet. It fails when messages wait on the queue with no sign of life
 // for bb.Stall while every instance is up (see BlackBox.Stall).
 func (r *bbRun) settle(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.bb.Timeout)
@@ -34,10 +35,14 @@ func (r *bbRun) settle(ctx context.Context) error {
 			fp, _, _ = strings.Cut(fp, "|queues|")
 			queued = 0
 		}
+		pending, err := r.outboxPending(ctx)
+		if err != nil {
+			return fmt.Errorf("golden: count the outbox's pending messages: %w", err)
+		}
 		if fp != last {
 			last, since = fp, time.Now()
 			alive = since
-		} else if queued == 0 && time.Since(since) >= r.bb.Quiet {
+		} else if queued == 0 && pending == 0 && time.Since(since) >= r.bb.Quiet {
 			return nil
 		}
 		if n := r.proxy.Forwarded(); n != sent {
@@ -82,6 +87,12 @@ func (r *bbRun) fingerprint(ctx context.Context) (string, int, error) {
 			return "", 0, fmt.Errorf("golden: count %s: %w", t.Name, err)
 		}
 		fmt.Fprintf(&b, "%s=%d;", t.Name, n)
+	}
+	if ok, _ := r.hasOutbox(ctx); ok {
+		var n int
+		if err := r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+outboxTable+" WHERE STATUS <> 'PENDING'").Scan(&n); err == nil {
+			fmt.Fprintf(&b, "outbox settled=%d;", n)
+		}
 	}
 	if cols, _ := r.inboxColumns(ctx); slices.Contains(cols, "STATUS") {
 		rows, err := r.db.QueryContext(ctx, "SELECT STATUS FROM INBOX_EVENT_PROCESSING ORDER BY 1")

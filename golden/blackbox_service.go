@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ func (r *bbRun) serveService() error {
 		return fmt.Errorf("golden: %w", err)
 	}
 	r.serviceURL = "http://" + ln.Addr().String() + "/" + r.bb.Service + "/"
+	r.serviceRe = regexp.MustCompile(regexp.QuoteMeta(r.serviceURL) + `\d+`)
 	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve), ReadHeaderTimeout: 10 * time.Second}
 	go r.srv.Serve(ln) //nolint:errcheck // ends with Close
 	r.onClose(func() { r.srv.Close() })

@@ -42,6 +42,14 @@ func (r *bbRun) final(ctx context.Context) error {
 		r.out.section("inbox")
 		r.out.item("(none: the consumer created no INBOX_EVENT_PROCESSING table)")
 	}
+	if ok, err := r.hasOutbox(ctx); err != nil {
+		return fmt.Errorf("golden: look for the outbox table: %w", err)
+	} else if ok {
+		q := fmt.Sprintf("SELECT %s FROM %s", strings.Join(outboxShown, ", "), outboxTable)
+		if err := r.out.query(ctx, r.db, "outbox "+outboxTable, "outbox", outboxShown, q, r.normalize); err != nil {
+			return err
+		}
+	}
 	for i, q := range r.queues() {
 		name := strings.ReplaceAll(q, r.queue, r.sc.Queue)
 		title := "queue " + name
@@ -77,10 +85,14 @@ func (r *bbRun) final(ctx context.Context) error {
 }
 
 // normalize replaces what differs between recordings: the unique queue name,
-// the service's URL (its port), ids and times.
+// the service's URL with the instance in its path (its port; its host
+// alone, as an outbox relay's errors name it), ids and times.
 func (r *bbRun) normalize(text string) string {
 	text = strings.ReplaceAll(text, r.queue, r.sc.Queue)
-	text = strings.ReplaceAll(text, r.serviceURL, "<"+r.bb.Service+" URL>/")
+	// The instance in the URL's path goes too: an outbox row keeps the URL
+	// of the instance that wrote it, whichever won a race.
+	text = r.serviceRe.ReplaceAllString(text, "<"+r.bb.Service+" URL>")
+	text = strings.ReplaceAll(text, strings.TrimSuffix(r.serviceURL, "/"+r.bb.Service+"/"), "<"+r.bb.Service+" host>")
 	return scrubBlackBox(text)
 }
 

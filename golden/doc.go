@@ -107,8 +107,9 @@
 // broker, serves the letter service over HTTP, kills and restarts the
 // process for "crash during letter-service", holds the service's calls
 // during "send M parallel N" so that competing instances overlap, waits
-// until nothing changes, and snapshots the business tables, the inbox table
-// (if the process made one), the queue, DLQ.<queue> and <queue>.REJECTED.
+// until nothing changes (and no outbox message is pending), and snapshots
+// the business tables, the inbox and outbox tables (if the process made
+// them), the queue, DLQ.<queue> and <queue>.REJECTED.
 // Its transcripts are headed by the label (not by BlackBox.Name, so that
 // `inboxctl golden record` and a test agree), show no deliveries (a black
 // box has none to show) and normalize ids and times to unnumbered <id> and

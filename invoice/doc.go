@@ -22,11 +22,18 @@
 // [NewHandler] returns a consumer.Handler. In the inbox transaction it checks
 // the business rules (CUSTOMER_UNKNOWN, INVALID_AMOUNT, CURRENCY_UNSUPPORTED:
 // rejections, recorded and never retried), writes the letter and the
-// document, and sends the letter through the [LetterService] behind a
-// breaker.Breaker (classify/breaker) with the event id as idempotency key. Ids and timestamps
-// come from Config.IDFunc and Config.Clock, so approval transcripts are
-// deterministic.
+// document, and writes the letter request to the outbox (package outbox)
+// with the letter id as message id: nothing outside the database is called
+// inside the transaction. A relay sends the request after the commit, at
+// least once and always with the letter id as Idempotency-Key, so the letter
+// provider sends one letter; a slow or failing provider holds no row lock
+// and makes no event fail (the relay retries, then parks the request). Ids
+// and timestamps come from Config.IDFunc and Config.Clock, so approval
+// transcripts are deterministic.
 //
-//	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Letters: letters})
+//	out, err := outbox.New(db, inbox.SQLite, outbox.Config{})
+//	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Outbox: out,
+//		LetterDestination: "https://letters.example/v1/letters"})
 //	c, err := consumer.New(consumer.Config{Name: "invoice-consumer", Handler: h, ...})
+//	relay, err := outbox.NewRelay(out, outbox.RelayConfig{})    // go relay.Run(ctx)
 package invoice

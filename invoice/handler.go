@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,21 +15,22 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
-	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/outbox"
 )
 
-// LetterService sends shipping letters (a print-and-mail provider). It is
-// outside the database: a letter sent cannot be rolled back.
+// LetterService sends shipping letters (a print-and-mail provider) when
+// called: the port of the legacy consumer (invoice/legacy), which calls it
+// itself. It is outside the database: a letter sent cannot be rolled back.
+// The refactored consumer calls no LetterService: it writes a
+// LetterRequest to the outbox, and the relay sends it after the commit.
 //
 // Send must treat idempotencyKey as the identity of the request: a second
-// call with a key it has seen (after a crash before the commit, the
-// redelivery calls again) must not send a second letter and must return nil.
-// An empty key means "no idempotency" (the legacy consumer). An error means
-// the letter was not sent; wrap it with classify.Reject or classify.Poison
-// when the message itself is at fault, else it is technical and retried.
-// Send must be safe for concurrent use.
+// call with a key it has seen must not send a second letter and must
+// return nil. An empty key means "no idempotency" (the legacy consumer). An
+// error means the letter was not sent. Send must be safe for concurrent
+// use.
 type LetterService interface {
 	Send(ctx context.Context, l Letter, idempotencyKey string) error
 }
@@ -49,33 +51,28 @@ type Config struct {
 	// Dialect is the SQL dialect of the database the inbox transaction runs
 	// on. Required.
 	Dialect inbox.Dialect
-	// Letters sends the shipping letters. Required.
-	Letters LetterService
-	// Breaker guards Letters. Defaults to a breaker named "letter-service"
-	// with the breaker package's defaults (5 consecutive failures open it
-	// for 30s).
-	// Share it with consumer.Config.PausedFunc (Breaker.Open) to pause intake
-	// while the letter service is down.
-	Breaker *breaker.Breaker
+	// Outbox receives the letter requests, in the inbox transaction; a
+	// relay of it (outbox.Relay: `inboxctl run` runs one) sends them after
+	// the commit. It must be on the database of the inbox transaction.
+	// Required.
+	Outbox *outbox.Store
+	// LetterDestination is where the relay sends each letter request (a
+	// LetterRequest as JSON): an http:// or https:// URL of the letter
+	// provider, POSTed with the letter id as Idempotency-Key, or a queue of
+	// the relay's broker (the letter id as eventId). Required.
+	LetterDestination string
 	// Currencies are the supported ISO 4217 codes. Defaults to
 	// DefaultCurrencies.
 	Currencies []string
-	// IDFunc returns a new unique id for letters and archived documents.
-	// Defaults to 16 random bytes in hex. Tests inject a counter so that
-	// transcripts are deterministic.
+	// IDFunc returns a new unique id for archived documents. Defaults to
+	// 16 random bytes in hex. Tests inject a counter so that transcripts
+	// are deterministic.
 	IDFunc func() string
 	// Clock stamps created_at. Defaults to inboxkit.SystemClock.
 	Clock inboxkit.Clock
 }
 
-func (c *Config) setDefaults() error {
-	if c.Breaker == nil {
-		b, err := breaker.New(breaker.Config{Name: "letter-service"})
-		if err != nil {
-			return err
-		}
-		c.Breaker = b
-	}
+func (c *Config) setDefaults() {
 	if len(c.Currencies) == 0 {
 		c.Currencies = DefaultCurrencies
 	}
@@ -85,15 +82,16 @@ func (c *Config) setDefaults() error {
 	if c.Clock == nil {
 		c.Clock = inboxkit.SystemClock{}
 	}
-	return nil
 }
 
 func (c *Config) validate() error {
 	switch {
 	case c.Dialect.Name() == "":
 		return errors.New("invoice: Config.Dialect is required: inbox.Postgres, inbox.MySQL, inbox.SQLite or inbox.Oracle")
-	case c.Letters == nil:
-		return errors.New("invoice: Config.Letters is required: the LetterService that sends the shipping letters")
+	case c.Outbox == nil:
+		return errors.New("invoice: Config.Outbox is required: the outbox.Store the letter requests are written to (outbox.New on the inbox's database)")
+	case c.LetterDestination == "":
+		return errors.New("invoice: Config.LetterDestination is required: the letter provider's URL (or a queue) the relay sends the letter requests to")
 	}
 	return nil
 }
@@ -106,10 +104,9 @@ func RandomID() string {
 }
 
 // LetterIDFor returns the letter id of the letter for one event: derived
-// from the event id, so that every attempt of the event (a send before a
-// failed commit, then the redelivery that commits) names the same letter,
-// and the id stored in shipping_letters is the id of the letter the letter
-// service sent.
+// from the event id, so that every attempt of the event names the same
+// letter. It is the letter request's outbox message id, and so the
+// Idempotency-Key the letter provider sees on every send of it.
 func LetterIDFor(eventID string) string {
 	sum := sha256.Sum256([]byte("invoice-letter\x00" + eventID))
 	return hex.EncodeToString(sum[:16])
@@ -117,20 +114,19 @@ func LetterIDFor(eventID string) string {
 
 // NewHandler returns the refactored invoice consumer (the seed's "Nachher")
 // as a consumer.Handler. Inside the inbox transaction it decodes the event
-// (poison: INVALID_ENCODING, MALFORMED_PAYLOAD, MISSING_FIELD), checks the business rules
-// (rejections: CUSTOMER_UNKNOWN, INVALID_AMOUNT, CURRENCY_UNSUPPORTED),
-// writes the shipping letter and the archived document, and sends the letter
-// through the breaker with the event id as idempotency key. A failed send
-// returns a technical error: the transaction rolls back and the message is
-// redelivered; the letter service deduplicates a send that happened before a
-// failed commit.
+// (poison: INVALID_ENCODING, MALFORMED_PAYLOAD, MISSING_FIELD), checks the
+// business rules (rejections: CUSTOMER_UNKNOWN, INVALID_AMOUNT,
+// CURRENCY_UNSUPPORTED), writes the shipping letter and the archived
+// document, and writes the letter request to the outbox (message id = the
+// letter id, key = the customer number) for Config.LetterDestination. It
+// calls nothing outside the database: the relay sends the request after the
+// commit, at least once, always with the letter id as idempotency key, so
+// the provider sends the letter once; a rollback sends nothing.
 func NewHandler(cfg Config) (consumer.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.setDefaults(); err != nil {
-		return nil, err
-	}
+	cfg.setDefaults()
 	h := &handler{cfg: cfg}
 	return h.handle, nil
 }
@@ -174,10 +170,37 @@ func (h *handler) handle(ctx context.Context, tx *sql.Tx, m inboxkit.Message) er
 	if err := InsertDocument(ctx, tx, d, doc); err != nil {
 		return err
 	}
-	return h.cfg.Breaker.Do(ctx, func(ctx context.Context) error {
-		if err := h.cfg.Letters.Send(ctx, letter, m.ID); err != nil {
-			return fmt.Errorf("invoice: send letter %s for invoice %s: %w", letter.LetterID, ev.InvoiceNo, err)
-		}
-		return nil
+	body, err := json.Marshal(NewLetterRequest(letter))
+	if err != nil {
+		return err
+	}
+	_, err = h.cfg.Outbox.Add(ctx, tx, outbox.Message{
+		ID: letter.LetterID, Destination: h.cfg.LetterDestination, Key: letter.CustomerNo,
+		Headers: map[string]string{"Content-Type": "application/json"}, Body: body,
 	})
+	if err != nil {
+		return fmt.Errorf("invoice: request letter %s for invoice %s: %w", letter.LetterID, ev.InvoiceNo, err)
+	}
+	return nil
+}
+
+// LetterRequest is the body of a letter request (JSON), what the relay
+// POSTs to the letter provider with the letter id as Idempotency-Key. The
+// black-box recorder's letter service (golden.BlackBox) serves this
+// contract, and the Java fixtures in testdata/legacy-java POST it too.
+type LetterRequest struct {
+	LetterID   string `json:"letterId"`
+	InvoiceNo  string `json:"invoiceNo"`
+	CustomerNo string `json:"customerNo"`
+	Name       string `json:"name"`
+	Address    string `json:"address"`
+	Amount     string `json:"amount"`
+	Currency   string `json:"currency"`
+	EventID    string `json:"eventId"`
+}
+
+// NewLetterRequest is the request for a letter.
+func NewLetterRequest(l Letter) LetterRequest {
+	return LetterRequest{LetterID: l.LetterID, InvoiceNo: l.InvoiceNo, CustomerNo: l.CustomerNo, Name: l.Name,
+		Address: l.Address, Amount: l.Amount, Currency: l.Currency, EventID: l.EventID}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +18,12 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
-	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/invoice"
 	"github.com/inboxkit/inboxkit/invoice/legacy"
+	"github.com/inboxkit/inboxkit/outbox"
 )
 
 // demoEvent is one message of the demo's scripted invoice stream.
@@ -83,6 +84,16 @@ func (l *demoLetters) Send(_ context.Context, letter invoice.Letter, key string)
 	}
 	l.sent++
 	return nil
+}
+
+// send is the relay's send of a letter request: the same service, keyed by
+// the request's message id (the letter id).
+func (l *demoLetters) send(ctx context.Context, m outbox.Outgoing) error {
+	var r invoice.LetterRequest
+	if err := json.Unmarshal(m.Body, &r); err != nil {
+		return err
+	}
+	return l.Send(ctx, invoice.Letter{LetterID: r.LetterID, InvoiceNo: r.InvoiceNo}, m.ID)
 }
 
 func (l *demoLetters) count() int {
@@ -211,11 +222,14 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	}
 	deliveryLine("EVENT", "OUTCOME", "INBOX STATUS", "BROKER ACTION")
 	letters := newDemoLetters()
-	br, err := breaker.New(breaker.Config{Name: "letter-service"})
+	ob, err := outbox.New(db, inbox.SQLite, outbox.Config{})
 	if err != nil {
 		return err
 	}
-	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Letters: letters, Breaker: br})
+	if _, err := ob.Migrate(ctx); err != nil {
+		return err
+	}
+	h, err := invoice.NewHandler(invoice.Config{Dialect: inbox.SQLite, Outbox: ob, LetterDestination: "https://letters.example/v1/letters"})
 	if err != nil {
 		return err
 	}
@@ -228,7 +242,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	done := make(chan struct{}, 1)
 	cons, err := consumer.New(consumer.Config{
 		Name: defaultConsumer, Source: &crashSource{Source: src, eventID: demoCrashEvent}, Store: st, Handler: h,
-		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, PausedFunc: br.Open, Logger: logger,
+		DeadLetter: pub, DeadLetterQueue: demoDLQ, Concurrency: 2, Logger: logger,
 		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
 			what := string(s.Action)
 			if s.Err != nil {
@@ -277,6 +291,12 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) error
 	}
 	stop()
 	if err := <-runErr; err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out)
+	step("the outbox relay sends the letter requests after the commits (letter id = Idempotency-Key)")
+	if err := demoRelay(ctx, out, ob, letters, logger); err != nil {
 		return err
 	}
 
@@ -386,6 +406,41 @@ func demoDB(ctx context.Context, path string, cfg inbox.Config) (*inbox.Store, *
 		return nil, nil, err
 	}
 	return st, db, nil
+}
+
+// demoRelay sends what the consumer wrote to the outbox (the letter
+// service fails the first sends of one invoice: tried again after 100ms,
+// doubling) and prints each request with what became of it.
+func demoRelay(ctx context.Context, out io.Writer, ob *outbox.Store, letters *demoLetters, logger *slog.Logger) error {
+	relay, err := outbox.NewRelay(ob, outbox.RelayConfig{SendFunc: letters.send, Logger: logger,
+		Retry: inboxkit.RetryPolicy{MaxAttempts: 5, Redelivery: inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}}})
+	if err != nil {
+		return err
+	}
+	for {
+		d, err := relay.Drain(ctx)
+		if err != nil {
+			return err
+		}
+		if d.NextDue.IsZero() {
+			break
+		}
+		select {
+		case <-time.After(time.Until(d.NextDue)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	rows, err := ob.List(ctx, outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusPending, outbox.StatusSent, outbox.StatusParked}})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "    EVENT\tLETTER\tSTATUS\tATTEMPTS\tLAST ERROR")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%d\t%s\n", r.CauseEventID, r.ID, r.Status, r.Attempts, orDash(r.LastError))
+	}
+	return tw.Flush()
 }
 
 // demoLegacy feeds the legacy MDB the deliveries the broker would make: the

@@ -252,7 +252,8 @@ func TestDemo(t *testing.T) {
 		`ev-1001\s+order-1\s+PROCESSED\s+-\s+1`,
 		`ev-1004\s+order-4\s+REJECTED\s+CUSTOMER_UNKNOWN\s+1`,
 		`ev-1005\s+order-5\s+DEAD_LETTERED\s+MALFORMED_PAYLOAD\s+1`,
-		`ev-1006\s+order-6\s+PROCESSED\s+-\s+3`,
+		`ev-1006\s+order-6\s+PROCESSED\s+-\s+1`, // the outage fails no event: the relay tries the letter again
+		`ev-1006\s+[0-9a-f]{32}\s+SENT\s+3\s+letter service unavailable`,
 		`letters sent\s+6\s+4`,
 		`shipping_letters rows\s+6\s+4`, // the legacy bean sends before its writes: a failed send leaves no row
 	} {
@@ -584,6 +585,9 @@ func TestUsageErrors(t *testing.T) {
 		{"golden record in process", "", []string{"golden", "record", "../../testdata/golden"}, []string{"record needs --black-box", "inboxctl golden approve DIR"}},
 		{"golden black box no exec", "", []string{"golden", "verify", "--black-box", "../../testdata/golden"}, []string{"--black-box needs --exec COMMAND"}},
 		{"golden black box broker", "", []string{"golden", "verify", "--black-box", "--exec", "true", "--broker", "amqp://x", "../../testdata/golden"}, []string{"speaks STOMP to ActiveMQ"}},
+		{"run relay lease", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--relay-lease", "0s"}, []string{"--relay-lease (0s) and --relay-retry-delay (1s) must be positive"}},
+		{"relay retry delay", "", []string{"relay", "--db", sqlite, "--retry-delay", "-1s"}, []string{"--lease (30s) and --retry-delay (-1s) must be positive"}},
+		{"relay max attempts", "", []string{"relay", "--db", sqlite, "--max-attempts", "0"}, []string{"--max-attempts of the relay must be at least 1"}},
 		{"run requeue delay", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--requeue-delay", "0s"}, []string{"--requeue-delay must be positive"}},
 		{"broker down", "", []string{"dlq", "list", "--broker", "stomp://admin:supersecret@127.0.0.1:1", "--queue", "q"}, []string{"broker stomp://admin:xxxxx@127.0.0.1:1", "check the URL and that the broker runs"}},
 		{"db down", "", []string{"check", "--db", "postgres://app:supersecret@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, []string{"unreachable", "app:xxxxx@127.0.0.1:1"}},
@@ -699,7 +703,10 @@ func TestGoldenBlackBox(t *testing.T) {
 		"--db", dbtest.PostgresDSN(), "--broker", "stomp://" + stompAddr, dir}
 	wantCode(t, inboxctl(t, "", append([]string{"golden", "record"}, args...)...), 0, "recorded the black-box cases as approved.go.txt")
 	rec, err := os.ReadFile(filepath.Join(dir, "approved.go.txt"))
-	if err != nil || !strings.Contains(string(rec), "letter-service key=E-1001") || !strings.Contains(string(rec), "| PROCESSED |") {
+	// The letter request went through the outbox: sent by the relay with the
+	// letter id as key, its row SENT.
+	if err != nil || !strings.Contains(string(rec), "letter-service key=<id> letter <id> invoice INV-1001") || !strings.Contains(string(rec), "| PROCESSED |") ||
+		!strings.Contains(string(rec), "| K-100 | 1 | <letter-service URL> | SENT | 1 | E-1001 |") {
 		t.Fatalf("record (%v):\n%s", err, rec)
 	}
 	wantCode(t, inboxctl(t, "", append([]string{"golden", "verify"}, args...)...), 0, "verified the black-box cases")

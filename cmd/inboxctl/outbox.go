@@ -92,14 +92,31 @@ type relayFlags struct {
 	maxAttempts int
 	onPoison    string
 	poll        time.Duration
+	lease       time.Duration
+	retryDelay  time.Duration
+	prefix      string // "--" or "--relay-": how the flags are named in messages
 }
 
 func (f *relayFlags) register(c *cobra.Command, prefix string) {
+	f.prefix = "--" + prefix
 	f.outbox.register(c)
 	c.Flags().IntVar(&f.concurrency, prefix+"concurrency", 32, "outbox keys sent at once (a key's messages leave one at a time, in commit order)")
-	c.Flags().IntVar(&f.maxAttempts, prefix+"max-attempts", 10, "send attempts of an outbox message before it is parked (backoff 1s doubling to 1m)")
+	c.Flags().IntVar(&f.maxAttempts, prefix+"max-attempts", 10, "send attempts of an outbox message before it is parked (backoff: "+prefix+"retry-delay, doubling to 1m)")
 	c.Flags().StringVar(&f.onPoison, prefix+"on-poison", string(outbox.ParkKey), "what a parked message does to its key: park-key (later messages of the key wait for 'outbox retry' or 'outbox drop') or skip (they go on)")
 	c.Flags().DurationVar(&f.poll, prefix+"poll", 250*time.Millisecond, "how often an idle relay looks for messages (PostgreSQL also wakes it at each commit)")
+	c.Flags().DurationVar(&f.lease, prefix+"lease", 30*time.Second, "how long a relay holds the keys it claimed: a relay that died gives them back after it (a send is bounded by a third of it, at most 10s)")
+	c.Flags().DurationVar(&f.retryDelay, prefix+"retry-delay", time.Second, "delay before a failed send is tried again; doubles per attempt, at most 1m (±50% jitter)")
+}
+
+// validate checks the flags before anything is opened.
+func (f *relayFlags) validate() error {
+	if f.maxAttempts < 1 {
+		return usageErr("%smax-attempts of the relay must be at least 1 (got %d): a message that always fails must be parked, not tried forever", f.prefix, f.maxAttempts)
+	}
+	if f.lease <= 0 || f.retryDelay <= 0 {
+		return usageErr("%slease (%s) and %sretry-delay (%s) must be positive", f.prefix, f.lease, f.prefix, f.retryDelay)
+	}
+	return nil
 }
 
 // relay is a running relay with what it needs: metrics, the wake-ups.
@@ -113,12 +130,19 @@ type relay struct {
 // PostgreSQL it listens for Add's notifications. reg (nil: none) gets its
 // metrics. It stops when ctx is done; wait for it with <-done.
 func startRelay(ctx context.Context, st *outbox.Store, t target.DB, pub dlq.Publisher, f relayFlags, reg prometheus.Registerer, logger *slog.Logger) (*relay, error) {
-	if f.maxAttempts < 1 {
-		return nil, usageErr("--max-attempts of the relay must be at least 1 (got %d): a message that always fails must be parked, not tried forever", f.maxAttempts)
+	if err := f.validate(); err != nil {
+		return nil, err
 	}
 	cfg := outbox.RelayConfig{
-		Broker: pub, Concurrency: f.concurrency, OnPoison: outbox.PoisonPolicy(f.onPoison), PollInterval: f.poll, Logger: logger,
-		Retry: inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts},
+		Concurrency: f.concurrency, OnPoison: outbox.PoisonPolicy(f.onPoison), PollInterval: f.poll, Logger: logger, Lease: f.lease,
+		Retry: inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts, Redelivery: inboxkit.Backoff{Initial: f.retryDelay, Max: max(f.retryDelay, time.Minute)}},
+		SendFunc: func(ctx context.Context, m outbox.Outgoing) error {
+			if m.Destination == logLetters {
+				logLetter(ctx, logger, m)
+				return nil
+			}
+			return outbox.Send(ctx, m, pub, nil)
+		},
 	}
 	r := &relay{done: make(chan struct{})}
 	if reg != nil {
@@ -159,7 +183,8 @@ header), which a receiver deduplicates by.
 
 The messages of one key leave one at a time, in the order their transactions
 committed, also with several relays at once ('inboxctl run' has one inside unless
---no-relay). A send that fails is tried again with a backoff (1s doubling to 1m);
+--no-relay). A send that fails is tried again with a backoff (--retry-delay, 1s,
+doubling to 1m); a relay that dies gives its keys back after --lease (30s);
 after --max-attempts, or at once when the destination refuses it for good (an HTTP
 4xx), it is PARKED with its last error: see 'inboxctl outbox list --parked', then
 'outbox retry' or 'outbox drop'. --on-poison says whether its key waits (park-key)
@@ -171,6 +196,9 @@ On SIGINT or SIGTERM it finishes the sends in hand, records them and exits 0.`,
   inboxctl relay --db sqlite:./inbox.db --broker stomp://127.0.0.1:61613 --on-poison skip --metrics-addr 127.0.0.1:9465`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rf.validate(); err != nil {
+				return err
+			}
 			level, err := parseLevel(logLevel)
 			if err != nil {
 				return err
@@ -395,11 +423,7 @@ func newOutboxRepairCmd(retry bool) *cobra.Command {
 // consumer's publisher, reports to /readyz as "outbox-relay", keeps its
 // metrics in the consumer's registry and, with a metrics address, refreshes
 // the outbox gauges.
-func startRunRelay(ctx context.Context, st *inbox.Store, t target.DB, pub dlq.Publisher, f relayFlags, o *ops, gauges bool, logger *slog.Logger) (*relay, error) {
-	ob, err := f.outbox.open(ctx, st.DB(), t, true)
-	if err != nil {
-		return nil, err
-	}
+func startRunRelay(ctx context.Context, ob *outbox.Store, t target.DB, pub dlq.Publisher, f relayFlags, o *ops, gauges bool, logger *slog.Logger) (*relay, error) {
 	r, err := startRelay(ctx, ob, t, pub, f, o.obs.Registry(), logger)
 	if err != nil {
 		return nil, err

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 	"github.com/inboxkit/inboxkit/invoice"
@@ -33,42 +31,13 @@ func newLogger(w io.Writer, format string, level slog.Level) (*slog.Logger, erro
 	return nil, usageErr("--log-format %q: use text or json", format)
 }
 
-// logLetters is the LetterService of `inboxctl run`: there is no print
-// provider here, so a letter is "sent" by logging it. It deduplicates by
-// idempotency key within the process, as a real provider does by key.
-type logLetters struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	sent map[string]bool
-}
-
-// msgKey carries the message being handled to the letter service's log.
-type msgKey struct{}
-
-// withMessage wraps h so that the message reaches logLetters through ctx,
-// and holds the mid-handler failpoint.
+// withMessage wraps h with the mid-handler failpoint.
 func withMessage(h consumer.Handler) consumer.Handler {
 	return func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
-		err := h(context.WithValue(ctx, msgKey{}, m), tx, m)
+		err := h(ctx, tx, m)
 		failpoint.Hit(failpoint.MidHandler) // business rows written, not committed; no-op unless -tags failpoints
 		return err
 	}
-}
-
-func (l *logLetters) Send(ctx context.Context, letter invoice.Letter, key string) error {
-	m, _ := ctx.Value(msgKey{}).(inboxkit.Message)
-	l.mu.Lock()
-	dup := key != "" && l.sent[key]
-	if key != "" {
-		l.sent[key] = true
-	}
-	l.mu.Unlock()
-	if dup {
-		l.log.Debug("letter already sent (idempotency key seen)", "event_id", key, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo)
-		return nil
-	}
-	l.log.Debug("letter sent", "event_id", letter.EventID, "correlation_id", m.CorrelationID, "invoice", letter.InvoiceNo, "customer", letter.CustomerNo, "letter_id", letter.LetterID)
-	return nil
 }
 
 type runFlags struct {
@@ -113,9 +82,13 @@ them again), each is logged, and it exits 1 (130 after SIGINT). A second signal
 exits at once: 130 for SIGINT, 143 for SIGTERM.
 Every log line carries event_id and correlation_id.
 
-Letters go to --letter-service URL (POST, JSON, the event id as Idempotency-Key;
-the contract the golden black-box recorder serves); without it a letter is "sent"
-by logging it. A technical failure is redelivered after --requeue-delay, doubling
+The handler calls nothing outside the database: it writes each letter request to
+the outbox table in its transaction, and the relay sends it after the commit to
+--letter-service URL (POST, JSON, the letter id as Idempotency-Key; the contract the
+golden black-box recorder serves), at least once, until the provider confirms (2xx);
+after --relay-max-attempts failed sends it is parked ('inboxctl outbox list
+--parked'). Without --letter-service the relay logs each letter request (destination
+` + logLetters + `) instead of sending it. A technical failure is redelivered after --requeue-delay, doubling
 per attempt up to one minute. With --batch N up to N messages share one database
 transaction (closed at N or --batch-wait after its first message), and are
 acknowledged after its commit (in store-then-process mode: the workers process
@@ -144,6 +117,9 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			}
 			if f.batch < 1 {
 				return usageErr("--batch must be at least 1 (got %d): 1 is one transaction per message", f.batch)
+			}
+			if err := f.relay.validate(); err != nil {
+				return err
 			}
 			if f.dlq == "" {
 				f.dlq = "DLQ." + f.queue
@@ -179,15 +155,15 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				return err
 			}
 			defer b.Close()
-			br, err := breaker.New(breaker.Config{Name: "letter-service"})
+			ob, err := f.relay.outbox.open(ctx, st.DB(), t, true)
 			if err != nil {
 				return err
 			}
-			var letters invoice.LetterService = &logLetters{log: logger, sent: map[string]bool{}}
+			letters := logLetters
 			if u := orEnv(f.letters, envLetterService); u != "" {
-				letters = newHTTPLetters(u)
+				letters = u
 			}
-			h, err := invoice.NewHandler(invoice.Config{Dialect: t.Dialect, Breaker: br, Letters: letters})
+			h, err := invoice.NewHandler(invoice.Config{Dialect: t.Dialect, Outbox: ob, LetterDestination: letters})
 			if err != nil {
 				return err
 			}
@@ -207,7 +183,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			}
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
-				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, PausedFunc: br.Open, Logger: logger, Mode: mode,
+				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				EventIDFunc:     eventID,
 				Observer:        o.obs,
@@ -219,7 +195,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			relayCtx, stopRelay := context.WithCancel(ctx)
 			defer stopRelay()
 			if !f.noRelay {
-				r, err := startRunRelay(relayCtx, st, t, pub, f.relay, o, f.metricsAddr != "", logger)
+				r, err := startRunRelay(relayCtx, ob, t, pub, f.relay, o, f.metricsAddr != "", logger)
 				if err != nil {
 					src.Close()
 					return err
@@ -252,7 +228,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 	c.Flags().DurationVar(&f.batchWait, "batch-wait", 5*time.Millisecond, "how long a batch waits for more messages after its first (with --batch N)")
 	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
-	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL to POST letters to (default $"+envLetterService+"; none: letters are logged)")
+	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL the relay POSTs the letter requests to (default $"+envLetterService+"; none: the relay logs them)")
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")

@@ -9,14 +9,16 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/classify/breaker"
 	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/invoice"
 	"github.com/inboxkit/inboxkit/invoice/legacy"
+	"github.com/inboxkit/inboxkit/outbox"
 )
 
 // ConsumerName is the CONSUMER_NAME of the refactored consumer.
@@ -41,29 +43,46 @@ var Tables = []golden.Table{
 
 func letters(env *golden.Env) invoice.LetterService {
 	return invoice.LetterServiceFunc(func(ctx context.Context, l invoice.Letter, key string) error {
-		return env.Call(ctx, LetterService, key, NewLetterRequest(l).Summary())
+		return env.Call(ctx, LetterService, key, Summary(invoice.NewLetterRequest(l)))
 	})
 }
 
-func setup(env *golden.Env) func(ctx context.Context) error {
+func setup(env *golden.Env, out *outbox.Store) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if err := invoice.Migrate(ctx, env.DB, env.Dialect.Name()); err != nil {
 			return err
+		}
+		if out != nil {
+			if _, err := out.Migrate(ctx); err != nil {
+				return err
+			}
 		}
 		return invoice.SeedCustomers(ctx, env.DB, env.Dialect)
 	}
 }
 
-// Refactored builds the refactored consumer (invoice.NewHandler) with a
-// letter-service breaker that opens after 5 consecutive failures.
+// LetterDestination is the refactored consumer's letter destination in the
+// in-process transcripts: the relay's sends to it are calls of the
+// scripted LetterService.
+const LetterDestination = "https://letter-service.example/letters"
+
+// RelayLease is the lease of the refactored consumer's relay in process:
+// a relay that dies in a call gives its key back after it.
+const RelayLease = 30 * time.Second
+
+// Refactored builds the refactored consumer (invoice.NewHandler) with its
+// outbox and a relay (outbox.Relay.Drain) that sends each letter request
+// to the scripted letter service after the commit, with the letter id as
+// idempotency key; a failed send is tried again after 1s, doubling,
+// without jitter, and parked after the scenario's max-attempts.
 // configure, if not nil, adjusts the handler's configuration.
 func Refactored(configure func(*invoice.Config)) golden.Factory {
 	return func(env *golden.Env) (golden.Subject, error) {
-		br, err := breaker.New(breaker.Config{Name: LetterService, MaxFailures: 5, OpenTimeout: time.Hour})
+		out, err := outbox.New(env.DB, env.Dialect, outbox.Config{Clock: env.Clock})
 		if err != nil {
 			return golden.Subject{}, err
 		}
-		cfg := invoice.Config{Dialect: env.Dialect, Letters: letters(env), Breaker: br, IDFunc: env.IDFunc, Clock: env.Clock}
+		cfg := invoice.Config{Dialect: env.Dialect, Outbox: out, LetterDestination: LetterDestination, IDFunc: env.IDFunc, Clock: env.Clock}
 		if configure != nil {
 			configure(&cfg)
 		}
@@ -71,7 +90,29 @@ func Refactored(configure func(*invoice.Config)) golden.Factory {
 		if err != nil {
 			return golden.Subject{}, err
 		}
-		return golden.Subject{Name: ConsumerName, Handler: h, Setup: setup(env), Tables: Tables}, nil
+		relay, err := outbox.NewRelay(out, outbox.RelayConfig{
+			Name:  fmt.Sprintf("golden-relay-%d", env.Instance),
+			Lease: RelayLease,
+			Retry: inboxkit.RetryPolicy{MaxAttempts: env.MaxAttempts,
+				Redelivery: inboxkit.Backoff{Initial: time.Second, Max: time.Minute, Jitter: -1}},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			SendFunc: func(ctx context.Context, m outbox.Outgoing) error {
+				var r invoice.LetterRequest
+				if err := json.Unmarshal(m.Body, &r); err != nil {
+					return err
+				}
+				return env.Call(ctx, LetterService, m.ID, Summary(r))
+			},
+		})
+		if err != nil {
+			return golden.Subject{}, err
+		}
+		return golden.Subject{Name: ConsumerName, Handler: h, Setup: setup(env, out), Tables: Tables,
+			Outbox: out.Table(), RelayLease: RelayLease,
+			Relay: func(ctx context.Context) (golden.RelayResult, error) {
+				d, err := relay.Drain(ctx)
+				return golden.RelayResult{Sent: d.Sent, Failed: d.Failed, Parked: d.Parked, NextDue: d.NextDue}, err
+			}}, nil
 	}
 }
 
@@ -87,7 +128,7 @@ func Legacy() golden.Factory {
 		}
 		return golden.Subject{Name: "invoice-mdb", Legacy: func(ctx context.Context, m inboxkit.Message) error {
 			return mdb.OnMessage(ctx, m)
-		}, Setup: setup(env), Tables: Tables}, nil
+		}, Setup: setup(env, nil), Tables: Tables}, nil
 	}
 }
 
@@ -115,30 +156,11 @@ func both(ctx context.Context, dir string, fn func(context.Context, string, gold
 	return append(leg, ref...), err
 }
 
-// LetterRequest is the body of a letter-service call over HTTP, the
-// contract the black-box recorder serves (golden.BlackBox): the Java
-// fixtures in testdata/legacy-java and `inboxctl run --letter-service URL`
-// POST it as JSON, with the idempotency key (if any) in the
-// Idempotency-Key header.
-type LetterRequest struct {
-	LetterID   string `json:"letterId"`
-	InvoiceNo  string `json:"invoiceNo"`
-	CustomerNo string `json:"customerNo"`
-	Name       string `json:"name"`
-	Address    string `json:"address"`
-	Amount     string `json:"amount"`
-	Currency   string `json:"currency"`
-	EventID    string `json:"eventId"`
-}
-
-// NewLetterRequest is the request for a letter.
-func NewLetterRequest(l invoice.Letter) LetterRequest {
-	return LetterRequest{LetterID: l.LetterID, InvoiceNo: l.InvoiceNo, CustomerNo: l.CustomerNo, Name: l.Name,
-		Address: l.Address, Amount: l.Amount, Currency: l.Currency, EventID: l.EventID}
-}
-
-// Summary describes the letter the way the in-process transcripts do.
-func (r LetterRequest) Summary() string {
+// Summary describes a letter request (invoice.LetterRequest, the body of a
+// letter-service call over HTTP: the contract the black-box recorder serves,
+// which the Java fixtures in testdata/legacy-java and the relay of `inboxctl
+// run --letter-service URL` POST) the way the transcripts do.
+func Summary(r invoice.LetterRequest) string {
 	return fmt.Sprintf("letter %s invoice %s to %s (%s), %s %s", r.LetterID, r.InvoiceNo, r.CustomerNo, r.Name, r.Amount, r.Currency)
 }
 
@@ -156,11 +178,11 @@ func BlackBox(name, command string) golden.BlackBox {
 			return invoice.SeedCustomers(ctx, db, inbox.Postgres)
 		},
 		SummaryFunc: func(body []byte) string {
-			var r LetterRequest
+			var r invoice.LetterRequest
 			if err := json.Unmarshal(body, &r); err != nil {
 				return fmt.Sprintf("undecodable request %q", body)
 			}
-			return r.Summary()
+			return Summary(r)
 		},
 	}
 }
