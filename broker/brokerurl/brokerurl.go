@@ -162,6 +162,13 @@ type Broker struct {
 	// AckWait is JetStream's AckWait for the sources opened from now on;
 	// 0 is the adapter's default (30s).
 	AckWait time.Duration
+	// MaxAckPending, if above 0, is the JetStream durable's MaxAckPending
+	// for the sources opened from now on, in place of the prefetch but at
+	// least 1000: the deliveries unacknowledged at once across every
+	// process of the consumer name. 1 keeps a queue's order through a
+	// crash (a killed process's delivery comes back after AckWait, before
+	// any later one), at the cost of the whole consumer waiting AckWait.
+	MaxAckPending int
 
 	opts     Options
 	natsURL  string
@@ -253,6 +260,9 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ack
 			// until AckWait) stop all the others. A process holds at most
 			// prefetch deliveries anyway: its workers pull one at a time.
 			cfg.Durable, cfg.Prefetch, cfg.AckWait, cfg.Transient = durableName(name), max(prefetch, sharedDurablePrefetch), ackWait, transient
+			if b.MaxAckPending > 0 && !transient {
+				cfg.Prefetch = b.MaxAckPending
+			}
 		}
 		a, err = jetstream.Open(ctx, cfg)
 	}
