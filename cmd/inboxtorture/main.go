@@ -16,6 +16,15 @@
 //	scripts/torture-services start
 //	go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker
 //
+// --scenario outbox runs the claims story end to end instead: the rig sends
+// commands (key and per-key sequence, with producer retries) to sender
+// processes that write a business row and an outbox row in one
+// transaction; inboxctl relay processes publish them; receivers consume
+// with the inbox and write their own row; senders, relays and receivers
+// are killed every few seconds. Its ledger: every command exactly once at
+// the receiver, each key's sequence strictly rising there, no outbox row
+// left unsent (docs/torture.md).
+//
 // --private points the rig at the private PostgreSQL and broker that
 // scripts/torture-services runs on their own ports, and restarts those
 // (with the same script), so that a run disturbs no one else using the
@@ -68,9 +77,26 @@ type config struct {
 	keep        bool
 	verbose     bool
 	private     bool
+
+	// The outbox scenario (--scenario outbox).
+	scenario   string
+	agent      string
+	keys       int
+	senders    int
+	relays     int
+	receivers  int
+	producers  int
+	killEvery  time.Duration
+	relayLease time.Duration
+	jsAckWait  time.Duration
 }
 
 const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-dlq-publish-before-mark:0.05"
+
+// outboxFailpoints are the default failpoints of the outbox scenario: the
+// receivers' (after-commit-before-ack, mid-handler) and the relays'
+// (after-send-before-mark).
+const outboxFailpoints = "after-commit-before-ack:0.005,mid-handler:0.005,after-send-before-mark:0.002"
 
 // Default restart commands: the machine's own start commands.
 const (
@@ -138,6 +164,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logDir, "logs", "", "directory for the consumers' logs (default: none kept)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's database")
 	fs.BoolVar(&c.verbose, "v", false, "log progress")
+	fs.StringVar(&c.scenario, "scenario", "invoice", "invoice: events through competing inboxctl run consumers; outbox: commands through senders (business row + outbox row), inboxctl relay processes and inbox receivers (docs/torture.md)")
+	fs.StringVar(&c.agent, "agent", "", "outbox scenario: this command built with -tags failpoints, run as sender and receiver (default: build it from ./cmd/inboxtorture)")
+	fs.IntVar(&c.keys, "keys", 100, "outbox scenario: keys the commands are spread over (each key's commands carry a sequence)")
+	fs.IntVar(&c.senders, "senders", 2, "outbox scenario: sender processes")
+	fs.IntVar(&c.relays, "relays", 2, "outbox scenario: inboxctl relay processes")
+	fs.IntVar(&c.receivers, "receivers", 2, "outbox scenario: receiver processes, one per partition queue, each with concurrency 1")
+	fs.IntVar(&c.producers, "producers", 8, "outbox scenario: keys the producer sends commands of at once")
+	fs.DurationVar(&c.killEvery, "kill-every", 3*time.Second, "outbox scenario: kill -9 a random sender, relay or receiver this often (0: only failpoints)")
+	fs.DurationVar(&c.relayLease, "relay-lease", 5*time.Second, "outbox scenario: inboxctl relay --lease (a killed relay's keys wait this long)")
+	fs.DurationVar(&c.jsAckWait, "jetstream-ack-wait", 0, "outbox scenario on JetStream: the receivers' durables get MaxAckPending 1 and this AckWait, which keeps a key's order through a receiver's kill (0: brokerurl's durable, MaxAckPending 1000, AckWait 30s)")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
@@ -194,6 +230,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--batch must be at least 1")
 	case c.kills < 0:
 		return c, errors.New("--kills must not be negative")
+	case c.scenario != "invoice" && c.scenario != "outbox":
+		return c, fmt.Errorf("--scenario %q: use invoice or outbox", c.scenario)
+	case c.scenario == "outbox" && (c.keys < 1 || c.senders < 1 || c.relays < 1 || c.receivers < 1 || c.producers < 1):
+		return c, errors.New("--keys, --senders, --relays, --receivers and --producers must be at least 1")
+	}
+	if c.scenario == "outbox" && !set["failpoints"] {
+		c.failpoints = outboxFailpoints
 	}
 	if _, err := failpoint.Parse(c.failpoints); err != nil {
 		return c, fmt.Errorf("--failpoints: %v", err)
@@ -210,6 +253,9 @@ DLQ and DEAD_LETTERED, nothing left RECEIVED, IN_PROGRESS or
 TECHNICAL_FAILURE, inboxctl check clean. Exit 1 on any lost, doubled or stuck event.`
 
 func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(agentMain(role, os.Args[2:], os.Stderr))
+	}
 	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -224,6 +270,18 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.scenario == "outbox" {
+		res, err := runOutbox(ctx, cfg, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
+			return 2
+		}
+		res.print(stdout)
+		if !res.ok() {
+			return 1
+		}
+		return 0
+	}
 	res, err := run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "inboxtorture: %v\n", err)

@@ -27,12 +27,14 @@ const (
 // supervisor runs the consumer processes and restarts each one that ends,
 // as a process manager would, until stop.
 type supervisor struct {
-	args    []string // inboxctl run ...
-	env     []string
-	logDir  string
-	logf    func(string, ...any)
-	startMu sync.Mutex // held while (re)starting; stop takes it to end restarts
-	stopped bool       // under startMu and mu
+	name     string                  // what the processes are, in the log ("consumer")
+	slotArgs func(slot int) []string // arguments appended for one slot (nil: none)
+	args     []string                // inboxctl run ...
+	env      []string
+	logDir   string
+	logf     func(string, ...any)
+	startMu  sync.Mutex // held while (re)starting; stop takes it to end restarts
+	stopped  bool       // under startMu and mu
 
 	mu       sync.Mutex
 	procs    []*proc
@@ -52,12 +54,16 @@ type proc struct {
 }
 
 func newSupervisor(inboxctl string, args, env []string, logDir string, logf func(string, ...any)) *supervisor {
-	return &supervisor{args: append([]string{inboxctl}, args...), env: env, logDir: logDir, logf: logf, deaths: map[death]int{}}
+	return &supervisor{name: "consumer", args: append([]string{inboxctl}, args...), env: env, logDir: logDir, logf: logf, deaths: map[death]int{}}
 }
 
 // start starts slot's process (generation gen).
 func (s *supervisor) start(slot, gen int) error {
-	cmd := exec.Command(s.args[0], s.args[1:]...)
+	args := s.args[1:]
+	if s.slotArgs != nil {
+		args = append(append([]string(nil), args...), s.slotArgs(slot)...)
+	}
+	cmd := exec.Command(s.args[0], args...)
 	cmd.Env = append(os.Environ(), s.env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -66,7 +72,7 @@ func (s *supervisor) start(slot, gen int) error {
 	logw := io.Discard
 	var logFile *os.File
 	if s.logDir != "" {
-		logFile, err = os.Create(filepath.Join(s.logDir, fmt.Sprintf("consumer-%d.%d.log", slot, gen)))
+		logFile, err = os.Create(filepath.Join(s.logDir, fmt.Sprintf("%s-%d.%d.log", s.name, slot, gen)))
 		if err != nil {
 			return err
 		}
@@ -137,9 +143,9 @@ func (s *supervisor) ended(p *proc, err error, tail []string) {
 	s.deaths[why]++
 	s.mu.Unlock()
 	if why == deathError || why == deathClean {
-		s.logf("consumer %d.%d ended (%v); last lines:\n\t%s", p.slot, p.gen, err, strings.Join(tail, "\n\t"))
+		s.logf("%s %d.%d ended (%v); last lines:\n\t%s", s.name, p.slot, p.gen, err, strings.Join(tail, "\n\t"))
 	} else {
-		s.logf("consumer %d.%d ended: %s", p.slot, p.gen, why)
+		s.logf("%s %d.%d ended: %s", s.name, p.slot, p.gen, why)
 	}
 	if stopped {
 		return
@@ -158,7 +164,7 @@ func (s *supervisor) ended(p *proc, err error, tail []string) {
 	s.restarts++
 	s.mu.Unlock()
 	if err := s.start(p.slot, p.gen+1); err != nil {
-		s.logf("restart consumer %d: %v", p.slot, err)
+		s.logf("restart %s %d: %v", s.name, p.slot, err)
 	}
 }
 
@@ -202,6 +208,13 @@ func (s *supervisor) stop(grace time.Duration) {
 		}
 	}
 	s.wg.Wait()
+}
+
+// size is the number of slots.
+func (s *supervisor) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.procs)
 }
 
 func (s *supervisor) counts() (map[death]int, int) {
