@@ -367,7 +367,7 @@ func (s *Store) UnknownStatusRows(ctx context.Context, limit int) ([]Record, err
 		limit = 100
 	}
 	_, lim := s.d.limit("?")
-	out, err := s.query(ctx, s.d.Rebind(`SELECT `+recordColumns+` FROM `+s.cfg.Table+` WHERE `+s.d.unknownCond()+` ORDER BY CREATED_AT, EVENT_ID`+lim), limit)
+	out, err := s.query(ctx, s.d.Rebind(`SELECT `+s.recordColumns()+` FROM `+s.cfg.Table+` WHERE `+s.d.unknownCond()+` ORDER BY CREATED_AT, EVENT_ID`+lim), limit)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: rows in unknown statuses: %w", err)
 	}

@@ -38,6 +38,9 @@ type Record struct {
 	// EventIDSource names where a derived event id came from ("" for the
 	// event id header).
 	EventIDSource string
+	// OrderKey is the delivery's order key ("" for none: see
+	// consumer.Config.OrderKeyFunc).
+	OrderKey string
 }
 
 type rowScanner interface{ Scan(dest ...any) error }
@@ -45,17 +48,17 @@ type rowScanner interface{ Scan(dest ...any) error }
 func scanRecord(sc rowScanner) (Record, error) {
 	var r Record
 	var status string
-	var corr, reason, class, lastErr, hash, owner, source sql.NullString
+	var corr, reason, class, lastErr, hash, owner, source, okey sql.NullString
 	var processed, created, updated, firstFailed, leaseUntil, next dbTime
 	err := sc.Scan(&r.EventID, &r.ConsumerName, &status, &corr, &reason, &processed, &created, &r.Attempts, &class, &lastErr,
-		&updated, &firstFailed, &hash, &r.ReplayCount, &owner, &leaseUntil, &next, &source)
+		&updated, &firstFailed, &hash, &r.ReplayCount, &owner, &leaseUntil, &next, &source, &okey)
 	if err != nil {
 		return Record{}, err
 	}
 	r.Status = inboxkit.Status(status)
 	r.CorrelationID, r.ReasonCode, r.ErrorClass = corr.String, reason.String, class.String
 	r.LastError, r.PayloadHash, r.LeaseOwner = lastErr.String, hash.String, owner.String
-	r.EventIDSource = source.String
+	r.EventIDSource, r.OrderKey = source.String, okey.String
 	r.ProcessedAt, r.CreatedAt, r.UpdatedAt = processed.ptr(), created.Time, updated.ptr()
 	r.FirstFailedAt, r.LeaseUntil, r.NextAttempt = firstFailed.ptr(), leaseUntil.ptr(), next.ptr()
 	return r, nil

@@ -42,7 +42,7 @@ func TestOracleStatements(t *testing.T) {
 	if !strings.Contains(q.stuckFailures, "FETCH FIRST :2 ROWS ONLY") {
 		t.Errorf("stuck: %s", q.stuckFailures)
 	}
-	if !strings.Contains(q.insertStarted.text, "VALUES (:1, :2, 'TECHNICAL_FAILURE', :3, :4, :5, 1, :6, :7)") {
+	if !strings.Contains(q.insertStarted.text, "VALUES (:1, :2, 'TECHNICAL_FAILURE', :3, :4, :5, 1, :6, :7, :8)") {
 		t.Errorf("insert: %s", q.insertStarted.text)
 	}
 	if !Oracle.IsDuplicate(errors.New("ORA-00001: unique constraint (APP.INBOX_EVENT_PROCESSING_PK) violated")) {

@@ -190,8 +190,8 @@ func (m marked) apply(j *job) {
 // is its commit either way; Oracle has no upsert that returns what it did.
 // The figures: docs/decisions.md.
 const pgMarkUpsert = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)), ` +
-	`m AS (INSERT INTO %[1]s AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) ` +
-	`SELECT @event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source FROM sync ` +
+	`m AS (INSERT INTO %[1]s AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) ` +
+	`SELECT @event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source, @okey FROM sync ` +
 	`ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO UPDATE SET ` +
 	`LAST_ERROR = CASE WHEN t.ERROR_CLASS IS NULL AND t.ATTEMPTS > 0 THEN @marker ELSE t.LAST_ERROR END, ` +
 	`FIRST_FAILED_AT = CASE WHEN t.ERROR_CLASS IS NULL AND t.ATTEMPTS > 0 THEN COALESCE(t.FIRST_FAILED_AT, t.UPDATED_AT) ELSE t.FIRST_FAILED_AT END, ` +

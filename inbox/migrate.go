@@ -103,6 +103,8 @@ var steps = []step{
 		add: []column{{"EVENT_ID_SOURCE", kVarchar, 40, false}}},
 	{version: 6, description: HistoryTable + ": purge runs and status mappings, per inbox table",
 		tables: []string{HistoryTable}},
+	{version: 7, description: "ORDER_KEY: the key whose deliveries one consumer runs in arrival order (consumer.Config.OrderKeyFunc)",
+		add: []column{{"ORDER_KEY", kVarchar, 120, false}}},
 }
 
 // SchemaVersion is the schema version this build needs: the number of the
@@ -678,6 +680,10 @@ func migrateLocked(ctx context.Context, conn *sql.Conn, d Dialect, table string,
 
 // MaxEventIDSourceLength is the width of EVENT_ID_SOURCE.
 const MaxEventIDSourceLength = 40
+
+// MaxOrderKeyLength is the width of ORDER_KEY; a longer key is stored
+// hashed (see consumer.FitEventID).
+const MaxOrderKeyLength = 120
 
 // sourceArg binds an EVENT_ID_SOURCE value: NULL when empty, cut to the
 // column (it is a label for the audit, not a key).

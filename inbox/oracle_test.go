@@ -22,6 +22,7 @@ func TestOracleUpgradeFromSeed(t *testing.T) {
 		"ALTER TABLE INBOX_EVENT_PROCESSING ADD HEADERS CLOB\n/",
 		"CREATE INDEX INBOX_EVENT_PROCESSING_RET ON INBOX_EVENT_PROCESSING (STATUS, PROCESSED_AT)\n/",
 		"ALTER TABLE INBOX_EVENT_PROCESSING ADD EVENT_ID_SOURCE VARCHAR2(40)\n/",
+		"ALTER TABLE INBOX_EVENT_PROCESSING ADD ORDER_KEY VARCHAR2(120)\n/",
 		"INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOX_EVENT_PROCESSING', 5, ",
 	} {
 		if !strings.Contains(text, want) {
@@ -45,7 +46,7 @@ func TestOracleUpgradeFromSeed(t *testing.T) {
 	}
 	// Statements of the store bind :1, :2, ... and page with FETCH FIRST.
 	q := buildQueries(Oracle, DefaultTable)
-	if !strings.Contains(q.insertStarted.text, ":7)") || strings.Contains(q.insertStarted.text, "?") {
+	if !strings.Contains(q.insertStarted.text, ":8)") || strings.Contains(q.insertStarted.text, "?") {
 		t.Errorf("insert: %s", q.insertStarted.text)
 	}
 }

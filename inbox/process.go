@@ -36,6 +36,10 @@ type Entry struct {
 	// EventIDSource names where a derived event id came from (stored in
 	// EVENT_ID_SOURCE, at most 40 bytes); "" for the event id header.
 	EventIDSource string
+	// OrderKey is the key whose deliveries the consumer runs one at a time
+	// in arrival order (consumer.Config.OrderKeyFunc), stored in ORDER_KEY
+	// (at most MaxOrderKeyLength bytes); "" for none.
+	OrderKey string
 	// FirstDelivery is true only when the broker vouches that this is the
 	// message's first delivery: no handler can have run for it before, so
 	// Process runs it without the attempt marker (see "The first

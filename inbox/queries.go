@@ -54,7 +54,7 @@ type queries struct {
 	releaseItem    string
 }
 
-const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, PROCESSED_AT, CREATED_AT, ATTEMPTS, ERROR_CLASS, LAST_ERROR, UPDATED_AT, FIRST_FAILED_AT, PAYLOAD_HASH, REPLAY_COUNT, LEASE_OWNER, LEASE_UNTIL, NEXT_ATTEMPT_AT, EVENT_ID_SOURCE`
+const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, PROCESSED_AT, CREATED_AT, ATTEMPTS, ERROR_CLASS, LAST_ERROR, UPDATED_AT, FIRST_FAILED_AT, PAYLOAD_HASH, REPLAY_COUNT, LEASE_OWNER, LEASE_UNTIL, NEXT_ATTEMPT_AT, EVENT_ID_SOURCE, ORDER_KEY`
 
 func terminalList() string {
 	return "'" + string(inboxkit.StatusProcessed) + "', '" + string(inboxkit.StatusRejected) + "', '" + string(inboxkit.StatusDeadLettered) + "'"
@@ -63,22 +63,22 @@ func terminalList() string {
 // insertStartedRows + startedRow is the attempt marker of an event without
 // a row; ProcessBatch appends one startedRow per event (see rowN).
 const (
-	insertStartedRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES `
-	startedRow        = `(@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source)`
+	insertStartedRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES `
+	startedRow        = `(@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source, @okey)`
 )
 
 // insertFirstRows + firstRow is the row of a first delivery that runs
 // without a marker (first.go): PROCESSED at attempt 1, the columns the
 // marker and the claim would have written.
 const (
-	insertFirstRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES `
-	firstRow        = `(@event, @consumer, 'PROCESSED', @corr, @now, @now, @now, 1, @hash, @source)`
+	insertFirstRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES `
+	firstRow        = `(@event, @consumer, 'PROCESSED', @corr, @now, @now, @now, 1, @hash, @source, @okey)`
 )
 
 // rowN is a row of VALUES (startedRow, firstRow) with the parameters of
 // the k-th event (@eventK, ...; @now is shared).
 func rowN(row, k string) string {
-	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k).Replace(row)
+	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k, "@okey", "@okey"+k).Replace(row)
 }
 
 func buildQueries(d Dialect, table string) queries {
@@ -103,9 +103,9 @@ func buildQueries(d Dialect, table string) queries {
 		// A first delivery's PROCESSED row (ProcessBatch) made the marker
 		// it skipped, after its handler did not succeed.
 		unprocess:      n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', PROCESSED_AT = NULL` + key + ` AND STATUS = 'PROCESSED'`),
-		insertRejected: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source)`),
-		insertFailure:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source)`),
-		insertDead:     n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source)`),
+		insertRejected: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source, @okey)`),
+		insertFailure:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source, @okey)`),
+		insertDead:     n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source, @okey)`),
 		updateFailure:  n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
 		// TECHNICAL_FAILURE row with attempts means "the handler of the last
@@ -123,11 +123,11 @@ func buildQueries(d Dialect, table string) queries {
 		takeBackAttempt: n(`UPDATE {t} SET LAST_ERROR = CASE WHEN LAST_ERROR = @marker THEN NULL ELSE LAST_ERROR END, ATTEMPTS = ATTEMPTS - 1` + key + ` AND ATTEMPTS > 0`),
 		// A row the marker did not insert (an earlier attempt's, or an
 		// adopted legacy row) gets the columns it may lack.
-		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		processFromFail: n(`UPDATE {t} SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		// A business rejection of a marked row whose business transaction
 		// rolled back (Process), or was rolled back to the item's savepoint
 		// (ProcessBatch): claim and reject in one statement.
-		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the

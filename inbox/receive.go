@@ -104,13 +104,13 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	// still cannot complete an older claim.
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
 	return queueQueries{
-		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @now, @now, 0, @source)`),
+		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @now, @now, 0, @source, @okey)`),
 		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
 		// written by the transactional variant, or an adopted legacy row
 		// mapped by Migrate) takes the message in and becomes a RECEIVED
 		// entry; its attempts stay counted.
 		adoptReceived: n(`UPDATE {t} SET STATUS = 'RECEIVED', PAYLOAD = @payload, HEADERS = @headers, PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), ` +
-			`CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), UPDATED_AT = @now ` +
+			`CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey), UPDATED_AT = @now ` +
 			`WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT IS NULL`),
 		claim:        n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
 		claimUpdates: d.claimUpdates,

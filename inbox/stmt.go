@@ -64,9 +64,10 @@ func (e Entry) key(more args) args {
 	return more
 }
 
-// row is key with the entry's other columns (@corr, @hash, @source).
+// row is key with the entry's other columns (@corr, @hash, @source, @okey).
 func (e Entry) row(more args) args {
 	a := e.key(more)
 	a["corr"], a["hash"], a["source"] = nullString(e.CorrelationID), nullString(e.PayloadHash), sourceArg(e.EventIDSource)
+	a["okey"] = nullString(e.OrderKey)
 	return a
 }

@@ -25,7 +25,7 @@ func TestStmtBindsByName(t *testing.T) {
 // Every statement of every dialect names only parameters its callers give.
 func TestStmtNames(t *testing.T) {
 	known := map[string]bool{}
-	for _, n := range strings.Fields(`event consumer corr hash source reason class error now attempts delta max marker owner until next uncount n payload headers`) {
+	for _, n := range strings.Fields(`event consumer corr hash source okey reason class error now attempts delta max marker owner until next uncount n payload headers`) {
 		known[n] = true
 	}
 	for _, d := range []Dialect{Postgres, MySQL, SQLite, Oracle} {

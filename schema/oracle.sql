@@ -1,4 +1,4 @@
--- inboxkit schema of INBOX_EVENT_PROCESSING (oracle): version 0 -> 6
+-- inboxkit schema of INBOX_EVENT_PROCESSING (oracle): version 0 -> 7
 CREATE TABLE INBOXKIT_SCHEMA_VERSION (
     TABLE_NAME VARCHAR2(30) NOT NULL,
     VERSION NUMBER(10) NOT NULL,
@@ -30,6 +30,7 @@ CREATE TABLE INBOX_EVENT_PROCESSING (
     LEASE_UNTIL TIMESTAMP,
     NEXT_ATTEMPT_AT TIMESTAMP,
     EVENT_ID_SOURCE VARCHAR2(40),
+    ORDER_KEY VARCHAR2(120),
     CONSTRAINT INBOX_EVENT_PROCESSING_PK PRIMARY KEY (EVENT_ID, CONSUMER_NAME)
 )
 /
@@ -71,4 +72,8 @@ CREATE TABLE INBOXKIT_HISTORY (
 )
 /
 INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOX_EVENT_PROCESSING', 6, 'INBOXKIT_HISTORY: purge runs and status mappings, per inbox table')
+/
+
+-- step 7: ORDER_KEY: the key whose deliveries one consumer runs in arrival order (consumer.Config.OrderKeyFunc)
+INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOX_EVENT_PROCESSING', 7, 'ORDER_KEY: the key whose deliveries one consumer runs in arrival order (consumer.Config.OrderKeyFunc)')
 /
