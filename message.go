@@ -15,6 +15,10 @@ type Message struct {
 	EventIDSource string
 	// CorrelationID links the events of one business case (audit).
 	CorrelationID string
+	// OrderKey is the key whose deliveries one consumer runs one at a time
+	// in arrival order (consumer.Config.OrderKeyFunc: a customer number, a
+	// JMSXGroupID); "" when none is configured or the message has none.
+	OrderKey string
 	// Headers are the message headers (application properties) as received.
 	Headers map[string]string
 	// Body is the payload, unchanged.

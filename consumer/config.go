@@ -89,6 +89,16 @@ type Config struct {
 	// (see IDSource for what each protects against). The source used is
 	// logged and stored in EVENT_ID_SOURCE. Nil: the EventIDHeader header.
 	EventIDFunc EventIDFunc
+	// OrderKeyFunc, if set, gives each message a key (ParseOrderKey:
+	// header:JMSXGroupID, json:customerNo, ...) whose deliveries run one at
+	// a time in arrival order, while different keys run concurrently up to
+	// Concurrency; the key is stored in ORDER_KEY. A message without a key
+	// runs without an order. A technical failure of a keyed delivery is
+	// retried in process, holding the key's later deliveries unacknowledged
+	// (see "Order per key" in the package documentation and docs/order.md).
+	// Only in ModeTransactional: New refuses it in ModeStoreThenProcess.
+	// Nil: no order.
+	OrderKeyFunc OrderKeyFunc
 	// CorrelationIDHeader is the header holding the correlation id. Defaults
 	// to "correlationId"; when it is absent the broker's own correlation id
 	// ("correlation-id", as JMS producers set JMSCorrelationID) is used (see
@@ -255,6 +265,10 @@ func (c *Config) validateMode() error {
 		return onlySTP("LeaseDuration", c.LeaseDuration)
 	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
 		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
+	case c.Mode == ModeStoreThenProcess && c.OrderKeyFunc != nil:
+		return fmt.Errorf("consumer: Config.OrderKeyFunc is set, but Mode %q does not keep an order per key: its workers claim "+
+			"stored entries in any order (claiming only the oldest open entry of a key is not built); use Mode %q for ordered keys",
+			c.Mode, ModeTransactional)
 	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
 		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
 			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",

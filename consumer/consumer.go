@@ -21,6 +21,7 @@ type Consumer struct {
 	cfg   Config
 	store *inbox.Store // Config.Store with the consumer's ports (see publish.go)
 	eng   engine       // the mode's, chosen once by New
+	order *orderer     // Config.OrderKeyFunc's scheduler; nil without it
 
 	mu     sync.Mutex
 	nextID uint64
@@ -52,6 +53,9 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.OrderKeyFunc != nil {
+		c.order = newOrderer(c)
 	}
 	return c, nil
 }
@@ -112,11 +116,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	summaryDone := make(chan struct{})
 	go func() { defer close(summaryDone); c.summarize(ctx) }()
 	defer func() { stop(); <-summaryDone; c.logSummary() }()
-	for i := 0; i < c.cfg.Concurrency; i++ {
+	loops := c.cfg.Concurrency
+	loop := c.loop
+	if c.order != nil {
+		loops, loop = 1, c.order.run // its own receiver and Concurrency workers
+	}
+	for range loops {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := c.loop(ctx, work); err != nil {
+			if err := loop(ctx, work); err != nil {
 				errs <- err
 				stop() // the others drain too
 			}
@@ -210,36 +219,12 @@ func eventIDs(ms []inboxkit.Message) []string {
 	return ids
 }
 
-// loop receives until ctx is done and handles each delivery with work. It
-// takes deliveries only while the gate lets it (see gate: during an
-// outage only the trial).
+// loop receives until ctx is done and handles each delivery with work.
 func (c *Consumer) loop(ctx, work context.Context) error {
 	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if c.cfg.PausedFunc != nil && c.cfg.PausedFunc() {
-			if !sleep(ctx, c.cfg.PollInterval) {
-				return nil
-			}
-			continue
-		}
-		rx, trial, ok := c.gate.admit(ctx)
-		if !ok {
-			return nil
-		}
-		d, err := c.cfg.Source.Receive(rx)
-		if err != nil {
-			if trial {
-				c.gate.trialDone(false)
-			}
-			switch {
-			case ctx.Err() != nil, errors.Is(err, ErrClosed):
-				return nil
-			case rx.Err() != nil:
-				continue // an outage began: intake stops
-			}
-			return fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
+		d, rx, trial, err := c.next(ctx)
+		if d == nil {
+			return err
 		}
 		// Deliveries in hand are finished even when ctx is cancelled now.
 		var ss []Settled
@@ -264,6 +249,44 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 	}
 }
 
+// next receives the next delivery while the gate lets it (see gate:
+// during an outage only the trial) and PausedFunc does not pause intake.
+// It returns the delivery, the context it was received with and whether it
+// is the outage's trial (the caller then reports it with trialDone); or a
+// nil delivery and the error that ends intake (nil once ctx is done or the
+// source is closed).
+func (c *Consumer) next(ctx context.Context) (d Delivery, rx context.Context, trial bool, err error) {
+	for {
+		if ctx.Err() != nil {
+			return nil, nil, false, nil
+		}
+		if c.cfg.PausedFunc != nil && c.cfg.PausedFunc() {
+			if !sleep(ctx, c.cfg.PollInterval) {
+				return nil, nil, false, nil
+			}
+			continue
+		}
+		rx, trial, ok := c.gate.admit(ctx)
+		if !ok {
+			return nil, nil, false, nil
+		}
+		d, err := c.cfg.Source.Receive(rx)
+		if err == nil {
+			return d, rx, trial, nil
+		}
+		if trial {
+			c.gate.trialDone(false)
+		}
+		switch {
+		case ctx.Err() != nil, errors.Is(err, ErrClosed):
+			return nil, nil, false, nil
+		case rx.Err() != nil:
+			continue // an outage began: intake stops
+		}
+		return nil, nil, false, fmt.Errorf("consumer %s: receive: %w", c.cfg.Name, err)
+	}
+}
+
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -276,7 +299,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // Message returns the delivery's message with the event id and correlation
-// id filled from the configured headers.
+// id filled from the configured headers, and its order key
+// (Config.OrderKeyFunc).
 func (c *Consumer) Message(d Delivery) inboxkit.Message {
 	m := d.Message()
 	// The correlation id first: the event id source "correlation-id" reads it.
@@ -284,6 +308,9 @@ func (c *Consumer) Message(d Delivery) inboxkit.Message {
 	m.ID = m.Header(c.cfg.EventIDHeader)
 	if c.cfg.EventIDFunc != nil {
 		m.ID, m.EventIDSource = c.cfg.EventIDFunc(m)
+	}
+	if c.cfg.OrderKeyFunc != nil {
+		m.OrderKey = c.cfg.OrderKeyFunc(m)
 	}
 	return m
 }
@@ -347,7 +374,7 @@ func (c *Consumer) entry(m inboxkit.Message) inbox.Entry {
 		EventID: m.ID, ConsumerName: c.cfg.Name, CorrelationID: m.CorrelationID,
 		PayloadHash: PayloadHash(m.Body), Redelivered: m.Redelivered, DeliveryCount: m.DeliveryCount,
 		FirstDelivery: m.FirstDelivery,
-		EventIDSource: m.EventIDSource, Message: m,
+		EventIDSource: m.EventIDSource, OrderKey: m.OrderKey, Message: m,
 	}
 }
 

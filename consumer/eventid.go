@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -270,8 +269,24 @@ func EventIDChain(sources ...IDSource) EventIDFunc {
 //
 // Example: "header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id".
 func ParseEventIDChain(spec string) (EventIDFunc, []IDSource, error) {
+	out, err := parseSources("event id", spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range out {
+		if len(s.Name)+len("#sha256") > MaxEventIDSourceLength {
+			return nil, nil, fmt.Errorf("event id source %q is longer than %d characters (the EVENT_ID_SOURCE column keeps it with a #sha256 suffix)", s.Name, MaxEventIDSourceLength-len("#sha256"))
+		}
+	}
+	return EventIDChain(out...), out, nil
+}
+
+// parseSources parses a comma-separated list of sources (see
+// ParseEventIDChain); what names the list in errors ("event id", "order
+// key").
+func parseSources(what, spec string) ([]IDSource, error) {
 	if strings.TrimSpace(spec) == "" {
-		return nil, nil, errors.New("event id sources: the list is empty; e.g. header:eventId,json:invoiceNo,message-id")
+		return nil, fmt.Errorf("%s sources: the list is empty; e.g. header:eventId,json:invoiceNo,message-id", what)
 	}
 	var out []IDSource
 	seen := map[string]bool{}
@@ -287,32 +302,50 @@ func ParseEventIDChain(spec string) (EventIDFunc, []IDSource, error) {
 				s = CorrelationIDSource()
 			}
 		case !hasArg:
-			return nil, nil, fmt.Errorf("event id source %q is unknown: use header:NAME, json:PATH, xml:PATH, correlation-id or message-id", tok)
+			return nil, fmt.Errorf("%s source %q is unknown: use header:NAME, json:PATH, xml:PATH, correlation-id or message-id", what, tok)
 		case arg == "" || strings.TrimSpace(arg) != arg:
-			return nil, nil, fmt.Errorf("event id source %q names no %s: e.g. header:eventId, json:invoiceNo, xml:Invoice/Number", tok, kind)
+			return nil, fmt.Errorf("%s source %q names no %s: e.g. header:eventId, json:invoiceNo, xml:Invoice/Number", what, tok, kind)
 		case kind == "header":
 			s = HeaderSource(arg)
 		case kind == "json":
 			if strings.Contains("."+arg+".", "..") {
-				return nil, nil, fmt.Errorf("event id source %q: the JSON path has an empty step; write keys separated by single dots, e.g. json:invoice.number", tok)
+				return nil, fmt.Errorf("%s source %q: the JSON path has an empty step; write keys separated by single dots, e.g. json:invoice.number", what, tok)
 			}
 			s = JSONFieldSource(arg)
 		case kind == "xml":
 			if strings.Contains("/"+arg+"/", "//") {
-				return nil, nil, fmt.Errorf("event id source %q: the XML path has an empty step; write element names from the root separated by '/', e.g. xml:Invoice/Number", tok)
+				return nil, fmt.Errorf("%s source %q: the XML path has an empty step; write element names from the root separated by '/', e.g. xml:Invoice/Number", what, tok)
 			}
 			s = XMLElementSource(arg)
 		default:
-			return nil, nil, fmt.Errorf("event id source %q is unknown: use header:NAME, json:PATH, xml:PATH, correlation-id or message-id", tok)
-		}
-		if len(s.Name)+len("#sha256") > MaxEventIDSourceLength {
-			return nil, nil, fmt.Errorf("event id source %q is longer than %d characters (the EVENT_ID_SOURCE column keeps it with a #sha256 suffix)", tok, MaxEventIDSourceLength-len("#sha256"))
+			return nil, fmt.Errorf("%s source %q is unknown: use header:NAME, json:PATH, xml:PATH, correlation-id or message-id", what, tok)
 		}
 		if seen[s.Name] {
-			return nil, nil, fmt.Errorf("event id source %q is listed twice", tok)
+			return nil, fmt.Errorf("%s source %q is listed twice", what, tok)
 		}
 		seen[s.Name] = true
 		out = append(out, s)
 	}
-	return EventIDChain(out...), out, nil
+	return out, nil
+}
+
+// OrderKeyFunc derives the order key of a message (see
+// Config.OrderKeyFunc); "" means the message has none.
+type OrderKeyFunc func(m inboxkit.Message) string
+
+// ParseOrderKey parses a comma-separated list of order key sources, as
+// `inboxctl run --order-key` takes it: the sources of ParseEventIDChain
+// (header:NAME, json:PATH, xml:PATH, correlation-id, message-id), the first
+// that holds a value wins. A key longer than the ORDER_KEY column is hashed
+// as FitEventID hashes an event id. Example: "header:JMSXGroupID,json:customerNo".
+func ParseOrderKey(spec string) (OrderKeyFunc, error) {
+	sources, err := parseSources("order key", spec)
+	if err != nil {
+		return nil, err
+	}
+	chain := EventIDChain(sources...)
+	return func(m inboxkit.Message) string {
+		key, _ := chain(m)
+		return key
+	}, nil
 }

@@ -218,7 +218,7 @@ func (c *Consumer) ackAll(ctx context.Context, items []batchItem, idx []int, out
 	ds := make([]Delivery, len(idx))
 	for j, k := range idx {
 		failpoint.Hit(failpoint.AfterCommitBeforeAck) // once per delivery, as ack
-		ds[j] = items[k].d
+		ds[j] = unwrap(items[k].d)
 	}
 	errs := ba.AckBatch(ctx, ds)
 	for j, k := range idx {

@@ -137,6 +137,8 @@ func Run(t *testing.T, b Broker) {
 		{"ReplayRejection", testReplayRejection},
 		{"ReplayPoison", testReplayPoison},
 		{"PoisonResend", testPoisonResend},
+		{"Order", testOrder},
+		{"OrderWithoutKey", testOrderWithoutKey},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
@@ -378,6 +380,8 @@ type runOpts struct {
 	mode consumer.Mode
 	// store replaces the env's store (e.g. one on a proxied pool).
 	store *inbox.Store
+	// orderKey is consumer.Config.OrderKeyFunc.
+	orderKey consumer.OrderKeyFunc
 }
 
 // run is one running consumer.
@@ -419,6 +423,7 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observer:     consumer.ObserveSettled(r.rec.add),
+		OrderKeyFunc: o.orderKey,
 	}
 	if o.mode == consumer.ModeStoreThenProcess {
 		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode
