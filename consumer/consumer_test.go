@@ -237,6 +237,11 @@ func TestNewRefusesFieldsTheModeIgnores(t *testing.T) {
 		{"lease and poll in store-then-process", cfg, consumer.ModeStoreThenProcess, nil,
 			func(c *consumer.Config) { c.LeaseDuration, c.WorkerPollInterval = time.Minute, time.Second }},
 		{"in-process retries in transactional", withRetries, consumer.ModeTransactional, nil, func(*consumer.Config) {}},
+		{"order key in store-then-process", cfg, consumer.ModeStoreThenProcess,
+			[]string{"Config.OrderKeyFunc", "oldest open entry of a key is not built", "transactional"},
+			func(c *consumer.Config) { c.OrderKeyFunc = func(inboxkit.Message) string { return "k" } }},
+		{"order key in transactional", cfg, consumer.ModeTransactional, nil,
+			func(c *consumer.Config) { c.OrderKeyFunc = func(inboxkit.Message) string { return "k" } }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg

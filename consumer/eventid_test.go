@@ -201,3 +201,35 @@ func TestCorrelationIDSourceIsTheRecordedCorrelationID(t *testing.T) {
 		t.Errorf("CorrelationID with header X-Corr = %q", got)
 	}
 }
+
+// An order key comes from the sources of the event id, parsed by the same
+// parser: the first that holds a value; a long key is hashed to fit
+// ORDER_KEY; errors name the order key.
+func TestParseOrderKey(t *testing.T) {
+	key, err := consumer.ParseOrderKey("header:JMSXGroupID,json:customer.no")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		m    inboxkit.Message
+		want string
+	}{
+		{inboxkit.Message{Headers: map[string]string{"JMSXGroupID": "G-1"}, Body: []byte(`{"customer":{"no":"C-7"}}`)}, "G-1"},
+		{inboxkit.Message{Body: []byte(`{"customer":{"no":"C-7"}}`)}, "C-7"},
+		{inboxkit.Message{Body: []byte(`not json`)}, ""},
+		{inboxkit.Message{Headers: map[string]string{"JMSXGroupID": strings.Repeat("g", 200)}}, consumer.HashedIDPrefix},
+	} {
+		if got := key(tc.m); !strings.HasPrefix(got, tc.want) || (tc.want == "" && got != "") || len(got) > inbox.MaxOrderKeyLength {
+			t.Errorf("order key of %v = %q, want %q", tc.m.Headers, got, tc.want)
+		}
+	}
+	for spec, want := range map[string]string{
+		"":                  "order key sources: the list is empty",
+		"JMSXGroupID":       "order key source \"JMSXGroupID\" is unknown",
+		"header:a,header:a": "order key source \"header:a\" is listed twice",
+	} {
+		if _, err := consumer.ParseOrderKey(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOrderKey(%q) = %v, want an error with %q", spec, err, want)
+		}
+	}
+}

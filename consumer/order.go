@@ -63,12 +63,18 @@ type held struct {
 	delay   time.Duration
 }
 
-// minOrderHeld is the least number of deliveries an orderer holds.
-const minOrderHeld = 16
+// OrderHeld is the number of deliveries Run holds at most with
+// Config.OrderKeyFunc set, running or waiting for their key: 4 ×
+// concurrency × batchSize, at least 16. Set the broker's prefetch to it:
+// with less, the waiting deliveries of a key whose head is retried can
+// fill the prefetch and stop the intake of the other keys.
+func OrderHeld(concurrency, batchSize int) int {
+	return max(4*concurrency*batchSize, 16)
+}
 
 func newOrderer(c *Consumer) *orderer {
 	return &orderer{
-		c: c, limit: max(4*c.cfg.Concurrency*c.cfg.BatchSize, minOrderHeld),
+		c: c, limit: OrderHeld(c.cfg.Concurrency, c.cfg.BatchSize),
 		lines: map[string]*line{}, changed: make(chan struct{}),
 	}
 }

@@ -32,6 +32,7 @@ type auditRow struct {
 	PayloadHash   string     `json:"payloadHash,omitempty"`
 	DLQTrace      string     `json:"dlqTrace,omitempty"`
 	EventIDSource string     `json:"eventIdSource,omitempty"`
+	OrderKey      string     `json:"orderKey,omitempty"`
 	// Legacy is true for a row written before the second of the table's
 	// baseline (its adoption by inboxctl migrate): a legacy consumer's.
 	Legacy bool `json:"legacy,omitempty"`
@@ -74,6 +75,7 @@ func auditRowOf(r inbox.Record, adopted time.Time) auditRow {
 		Reason: r.ReasonCode, ErrorClass: r.ErrorClass, Attempts: r.Attempts, LastError: r.LastError,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FirstFailedAt: r.FirstFailedAt, ProcessedAt: r.ProcessedAt,
 		ReplayCount: r.ReplayCount, PayloadHash: r.PayloadHash, EventIDSource: r.EventIDSource,
+		OrderKey: r.OrderKey,
 	}
 	a.Legacy = adopted.IsZero() || r.CreatedAt.Before(adopted.Truncate(time.Second))
 	switch {

@@ -37,3 +37,27 @@ func parseEventIDFrom(spec string) (consumer.EventIDFunc, error) {
 	}
 	return fn, nil
 }
+
+// orderKeyHelp is the --order-key part of run's help.
+const orderKeyHelp = `
+
+Order per key: --order-key takes the same sources as --event-id-from (the first
+that holds a value is the key; e.g. header:JMSXGroupID,json:customerNo). A key's
+messages run one at a time in arrival order, different keys run concurrently up to
+--concurrency, and the key is stored in ORDER_KEY. A technical failure is retried
+in this process while the key's later messages wait unacknowledged; a message
+without a key runs without an order. Only in transactional mode, and only within
+one process: see docs/order.md.`
+
+// parseOrderKey turns --order-key into the consumer's OrderKeyFunc (nil
+// when empty: no order).
+func parseOrderKey(spec string) (consumer.OrderKeyFunc, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	fn, err := consumer.ParseOrderKey(spec)
+	if err != nil {
+		return nil, usageErr("--order-key: %v", err)
+	}
+	return fn, nil
+}

@@ -63,3 +63,51 @@ func TestRunEventIDFrom(t *testing.T) {
 	wantCode(t, r, 0, "audit of event id INV-77: 1 row(s)", "json:invoiceNo", "queues ("+dlqName+"): 1 message(s) for this case", "(no event id)", "MISSING_EVENT_ID")
 	t.Logf("audit:\n%s", r.stdout)
 }
+
+// TestRunOrderKey: `run --order-key json:customerNo` on a real broker
+// (ActiveMQ) stores each message's key in ORDER_KEY, shown by audit; a
+// bad source list and store-then-process mode are refused with exit 2.
+func TestRunOrderKey(t *testing.T) {
+	t.Parallel()
+	needActiveMQ(t)
+	db := dbtest.New(t, dbtest.SQLite)
+	dbURL := dbURL(t, db)
+	broker := "stomp://" + stompAddr
+	queue := fmt.Sprintf("inboxctl.orderkey.%d", time.Now().UnixNano())
+	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL, "--seed-customers"), 0, "migrated")
+	wantCode(t, inboxctl(t, "", "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--order-key", "customerNo"), exitUsage,
+		`--order-key: order key source "customerNo" is unknown`)
+	wantCode(t, inboxctl(t, "", "run", "--db", dbURL, "--broker", broker, "--queue", queue, "--order-key", "json:customerNo", "--mode", "store-then-process"), exitUsage,
+		"Config.OrderKeyFunc is set", "oldest open entry of a key is not built")
+
+	var events strings.Builder
+	for i := 1; i <= 3; i++ {
+		fmt.Fprintf(&events, `{"headers":{"eventId":"INV-O%d","correlationId":"order-o"},"body":{"invoiceNo":"INV-O%d","customerNo":"K-100","amount":"1.00","currency":"EUR","issuedAt":"2026-01-05"}}`+"\n", i, i)
+	}
+	wantCode(t, inboxctl(t, events.String(), "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 3 message(s)")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, logs := startRun(ctx, t, "--db", dbURL, "--broker", broker, "--queue", queue, "--concurrency", "4", "--order-key", "json:customerNo")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := inboxctl(t, "", "audit", "--db", dbURL, "--correlation-id", "order-o", "--json")
+		var rows []struct{ EventID, Status, OrderKey string }
+		_ = json.Unmarshal([]byte(r.stdout), &rows)
+		done := len(rows) == 3
+		for _, row := range rows {
+			done = done && row.Status == "PROCESSED"
+		}
+		if done {
+			for _, row := range rows {
+				if row.OrderKey != "K-100" {
+					t.Errorf("%s: order key %q, want K-100", row.EventID, row.OrderKey)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not processed in 30s: %s\nlogs:\n%s", r, logs.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}

@@ -56,6 +56,7 @@ type runFlags struct {
 	requeueDelay time.Duration
 	shutdown     time.Duration
 	eventIDFrom  string
+	orderKey     string
 	logLevel     string
 	metricsAddr  string
 	noRelay      bool
@@ -95,7 +96,7 @@ acknowledged after its commit (in store-then-process mode: the workers process
 N stored entries per transaction). An outbox relay runs beside the consumer (see
 'inboxctl relay'; --relay-* flags) and sends what handlers wrote to the outbox
 table after their commits; --no-relay leaves that to 'inboxctl relay' processes. The tables must exist at this build's schema version: run 'inboxctl migrate' first
-(run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp,
+(run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp + orderKeyHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
   inboxctl run --broker stomp://127.0.0.1:61613 --queue invoices \
@@ -128,6 +129,11 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			if err != nil {
 				return err
 			}
+			orderKey, err := parseOrderKey(f.orderKey)
+			if err != nil {
+				return err
+			}
+
 			level, err := parseLevel(f.logLevel)
 			if err != nil {
 				return err
@@ -176,8 +182,14 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				return err
 			}
 			defer o.stop()
-			// Every goroutine fills batches of its own: the prefetch covers them all.
-			src, err := b.Source(ctx, f.queue, f.name, f.concurrency*f.batch)
+			// Every goroutine fills batches of its own: the prefetch covers
+			// them all; with --order-key, all the deliveries the consumer
+			// holds for their keys.
+			prefetch := f.concurrency * f.batch
+			if orderKey != nil {
+				prefetch = consumer.OrderHeld(f.concurrency, f.batch)
+			}
+			src, err := b.Source(ctx, f.queue, f.name, prefetch)
 			if err != nil {
 				return err
 			}
@@ -186,6 +198,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				EventIDFunc:     eventID,
+				OrderKeyFunc:    orderKey,
 				Observer:        o.obs,
 			})
 			if err != nil {
@@ -232,6 +245,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
+	c.Flags().StringVar(&f.orderKey, "order-key", "", "run each key's messages one at a time in arrival order; the key's sources as --event-id-from's, e.g. header:JMSXGroupID,json:customerNo (default: no order)")
 	c.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug (a line per message), info (a summary per minute, outages), warn, error")
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. 127.0.0.1:9464; default: off)")
 	c.Flags().BoolVar(&f.noRelay, "no-relay", false, "run no outbox relay in this process (run 'inboxctl relay' on its own instead)")

@@ -139,6 +139,7 @@ func Run(t *testing.T, b Broker) {
 		{"PoisonResend", testPoisonResend},
 		{"Order", testOrder},
 		{"OrderWithoutKey", testOrderWithoutKey},
+		{"OrderPoisonHoldsItsKey", testOrderPoisonHoldsItsKey},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {

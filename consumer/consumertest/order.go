@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 )
 
@@ -155,4 +157,90 @@ func testOrderWithoutKey(t *testing.T, e *env) {
 		t.Errorf("without an order key the log shows no per-key inversion: the Order body's zero proves nothing on this broker")
 	}
 	t.Logf("%s/%s batch %d: without an order key, %d per-key inversions in %d events", e.b.Name, e.backend, e.batch, inv, orderKeys*orderPerKey)
+}
+
+// testOrderPoisonHoldsItsKey (issue 28, item 4 in one process): the head
+// of key "poison" fails technically on every attempt (asking for a retry
+// after 150ms); it is retried in process up to the backout threshold and
+// dead-lettered, and only then do its key's later events run, in order,
+// while the other keys flow meanwhile. The later events of the poison key
+// are published after the others: they wait in process, unacknowledged,
+// and with a prefetch no larger than them they would stop intake (see
+// docs/order.md).
+func testOrderPoisonHoldsItsKey(t *testing.T, e *env) {
+	const others, perOther = 5, 10
+	head := "order-poison-01"
+	e.send(t, head, "corr-poison", Event{Amount: 1}.Body(), orderHeader, "poison")
+	for i := range perOther {
+		for k := range others {
+			e.send(t, fmt.Sprintf("order-%s-%02d", orderKeyName(k), i+1), "corr-other", Event{Amount: i + 1}.Body(), orderHeader, orderKeyName(k))
+		}
+	}
+	for i := 2; i <= 4; i++ {
+		e.send(t, fmt.Sprintf("order-poison-%02d", i), "corr-poison", Event{Amount: i}.Body(), orderHeader, "poison")
+	}
+	var mu sync.Mutex
+	var log []string // "attempt" for each try of the head, else the event id run
+	hook := func(ctx context.Context, _ consumer.Source, m inboxkit.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.ID == head {
+			log = append(log, "attempt")
+			return classify.RetryAfter(150*time.Millisecond, errors.New("consumertest: the head of key poison always fails"))
+		}
+		log = append(log, m.ID)
+		return nil
+	}
+	keyFunc, err := consumer.ParseOrderKey("header:" + orderHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(t, runOpts{concurrency: 4, hook: hook, orderKey: keyFunc})
+	total := others*perOther + 3
+	e.waitFor(t, fmt.Sprintf("%d events run", total), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(log) >= total+maxAttempts
+	}, func() string { return summary(r.rec.list()) })
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first, attempts, between := -1, 0, 0
+	var poison []string
+	for i, s := range log {
+		switch {
+		case s == "attempt":
+			attempts++
+			if first < 0 {
+				first = i
+			}
+		case strings.HasPrefix(s, "order-poison-"):
+			poison = append(poison, s)
+			if attempts < maxAttempts {
+				t.Errorf("%s ran before the head of its key was dead-lettered: %v", s, log)
+			}
+		case first >= 0 && attempts < maxAttempts:
+			between++
+		}
+	}
+	if attempts != maxAttempts {
+		t.Errorf("the head ran %d times, want %d (the backout threshold): %v", attempts, maxAttempts, log)
+	}
+	if strings.Join(poison, ",") != "order-poison-02,order-poison-03,order-poison-04" {
+		t.Errorf("the poison key's later events ran as %v, want 02, 03, 04 in order", poison)
+	}
+	if between == 0 {
+		t.Errorf("no other key's event ran while the head of key poison was retried: %v", log)
+	}
+	if row := e.row(t, head); row.Status != inboxkit.StatusDeadLettered || row.OrderKey != "poison" {
+		t.Errorf("head's row %s, order key %q; want DEAD_LETTERED, poison", row.Status, row.OrderKey)
+	}
+	if n := len(e.drain(t, e.dlq)); n != 1 {
+		t.Errorf("%d dead letters, want the head's 1", n)
+	}
+	e.expectEmpty(t, e.queue)
+	t.Logf("%s/%s batch %d: the head of key poison tried %d times and dead-lettered; %d events of other keys ran meanwhile; its key's 3 later events after it, in order",
+		e.b.Name, e.backend, e.batch, attempts, between)
 }
