@@ -51,6 +51,24 @@
 // above, acknowledgements only after the commit. A batch that does not
 // commit is handed back whole.
 //
+// # Order per key
+//
+// With Config.OrderKeyFunc (ParseOrderKey: the sources of the event id)
+// the deliveries of one key run one at a time, in the order Run received
+// them, and different keys concurrently up to Concurrency; a batch holds
+// at most one delivery of a key. Run then takes deliveries in with one
+// receiver and holds at most OrderHeld(Concurrency, BatchSize) of them
+// (set the broker's prefetch to that). A delivery of key K that the
+// runtime would hand back (a technical failure, an outcome not recorded)
+// is held instead, unacknowledged, and run again in process after the
+// requeue's delay, while K's later deliveries wait unacknowledged: so none
+// of them overtakes it. Its attempts are counted as for a redelivery; at
+// the backout threshold it is dead-lettered and K goes on; the other keys
+// flow meanwhile. When Run stops, what is held is handed back, each key's
+// in the order received. The order holds within one process and only in
+// ModeTransactional (New refuses it in ModeStoreThenProcess). See
+// docs/order.md.
+//
 // While Config.PausedFunc returns true (for example a circuit breaker's
 // Open), no new delivery is taken.
 //

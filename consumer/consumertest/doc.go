@@ -58,6 +58,16 @@
 //   - GracefulShutdown: the context is cancelled while slow handlers run;
 //     in-flight deliveries finish and are acknowledged; a restarted consumer
 //     processes the rest; every event is processed exactly once.
+//   - Order: 400 events over 20 keys with a per-key sequence number, in
+//     bursts of one key, concurrency 4, one in a hundred failing
+//     technically once, run with consumer.Config.OrderKeyFunc: the
+//     handler's log shows every key's events in sequence, each once, and
+//     ORDER_KEY holds the key.
+//   - OrderWithoutKey: the same events without an order key: the log shows
+//     per-key inversions (what Order's zero is measured against).
+//   - OrderPoisonHoldsItsKey: the head of one key always fails; it is
+//     retried in process up to MaxAttempts and dead-lettered, its key's
+//     later events run after it in order, other keys run meanwhile.
 //
 // Each body logs how many messages it checked.
 //

@@ -23,6 +23,10 @@ type ThroughputConfig struct {
 	Messages int
 	// Concurrency is the consumer's concurrency. Defaults to 1.
 	Concurrency int
+	// OrderKeys, when above 0, gives event i the order key
+	// "key-<i mod OrderKeys>" (header orderKey) and runs the consumer with
+	// an OrderKeyFunc reading it. Defaults to 0: no order.
+	OrderKeys int
 	// Queue is the (fresh, empty) queue to use. Required.
 	Queue string
 	// NewSource opens a Source on a queue. Required.
@@ -83,7 +87,11 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (ThroughputResult, er
 					return
 				}
 				id := fmt.Sprintf("bench-%07d", i)
-				if err := cfg.Publisher.Publish(ctx, cfg.Queue, map[string]string{"eventId": id, "correlationId": "bench"}, body); err != nil {
+				h := map[string]string{"eventId": id, "correlationId": "bench"}
+				if cfg.OrderKeys > 0 {
+					h["orderKey"] = fmt.Sprintf("key-%d", i%cfg.OrderKeys)
+				}
+				if err := cfg.Publisher.Publish(ctx, cfg.Queue, h, body); err != nil {
 					once.Do(func() { perr = err })
 					return
 				}
@@ -104,8 +112,13 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (ThroughputResult, er
 	done := make(chan struct{})
 	var doneOnce sync.Once
 	var failures atomic.Int64
+	var orderKey consumer.OrderKeyFunc
+	if cfg.OrderKeys > 0 {
+		orderKey = func(m inboxkit.Message) string { return m.Header("orderKey") }
+	}
 	c, err := consumer.New(consumer.Config{
-		Name: "inboxbench", Source: src, Store: store, Handler: Handler(cfg.Dialect, nil),
+		OrderKeyFunc: orderKey,
+		Name:         "inboxbench", Source: src, Store: store, Handler: Handler(cfg.Dialect, nil),
 		DeadLetter: cfg.Publisher, DeadLetterQueue: cfg.Queue + ".dlq", Concurrency: cfg.Concurrency,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
