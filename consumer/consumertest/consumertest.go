@@ -140,6 +140,7 @@ func Run(t *testing.T, b Broker) {
 		{"Order", testOrder},
 		{"OrderWithoutKey", testOrderWithoutKey},
 		{"OrderPoisonHoldsItsKey", testOrderPoisonHoldsItsKey},
+		{"OrderShutdownHandsBack", testOrderShutdownHandsBack},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {

@@ -244,3 +244,66 @@ func testOrderPoisonHoldsItsKey(t *testing.T, e *env) {
 	t.Logf("%s/%s batch %d: the head of key poison tried %d times and dead-lettered; %d events of other keys ran meanwhile; its key's 3 later events after it, in order",
 		e.b.Name, e.backend, e.batch, attempts, between)
 }
+
+// testOrderShutdownHandsBack: Run is stopped while the head of key "held"
+// waits for its retry (it asked for one after a minute) and its key's two
+// later events wait behind it. Run returns without waiting for the retry,
+// nothing is lost: a restarted consumer processes all three, the head at
+// its second attempt.
+func testOrderShutdownHandsBack(t *testing.T, e *env) {
+	for i := 1; i <= 3; i++ {
+		e.send(t, fmt.Sprintf("order-held-%02d", i), "corr-held", Event{Amount: i}.Body(), orderHeader, "held")
+	}
+	keyFunc, err := consumer.ParseOrderKey("header:" + orderHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ran []string
+	failing := true
+	hook := func(ctx context.Context, _ consumer.Source, m inboxkit.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, m.ID)
+		if m.ID == "order-held-01" && failing {
+			return classify.RetryAfter(time.Minute, errors.New("consumertest: fails until the restart"))
+		}
+		return nil
+	}
+	r := e.start(t, runOpts{concurrency: 2, hook: hook, orderKey: keyFunc})
+	e.waitFor(t, "the head's first attempt", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) > 0
+	}, nil)
+	time.Sleep(200 * time.Millisecond) // its key's later events are in, behind it
+	start := time.Now()
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	stopped := time.Since(start)
+	if stopped > 20*time.Second {
+		t.Errorf("Run took %s to stop: it waited for the held head's retry", stopped)
+	}
+	mu.Lock()
+	if strings.Join(ran, ",") != "order-held-01" {
+		t.Errorf("before the stop the handler ran %v, want only the head (its key's later events wait)", ran)
+	}
+	ran, failing = nil, false
+	mu.Unlock()
+	r2 := e.start(t, runOpts{concurrency: 2, hook: hook, orderKey: keyFunc})
+	e.waitFor(t, "the three events processed", func() bool {
+		return e.counts(t)[inboxkit.StatusProcessed] == 3
+	}, func() string { return summary(r2.rec.list()) })
+	if err := r2.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if row := e.row(t, "order-held-01"); row.Attempts != 2 {
+		t.Errorf("the head's row: %d attempts, want 2", row.Attempts)
+	}
+	e.expectEmpty(t, e.queue)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%s/%s batch %d: stopped in %s with the head held; after the restart the handler ran %v",
+		e.b.Name, e.backend, e.batch, stopped.Round(time.Millisecond), ran)
+}

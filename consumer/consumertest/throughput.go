@@ -117,8 +117,7 @@ func Throughput(ctx context.Context, cfg ThroughputConfig) (ThroughputResult, er
 		orderKey = func(m inboxkit.Message) string { return m.Header("orderKey") }
 	}
 	c, err := consumer.New(consumer.Config{
-		OrderKeyFunc: orderKey,
-		Name:         "inboxbench", Source: src, Store: store, Handler: Handler(cfg.Dialect, nil),
+		Name: "inboxbench", Source: src, Store: store, Handler: Handler(cfg.Dialect, nil), OrderKeyFunc: orderKey,
 		DeadLetter: cfg.Publisher, DeadLetterQueue: cfg.Queue + ".dlq", Concurrency: cfg.Concurrency,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
