@@ -52,7 +52,8 @@ type line struct {
 // held is one delivery the orderer holds.
 type held struct {
 	d     Delivery // the broker's
-	key   string
+	key   string   // its line's: "k" + the order key, or "u" + seq without one (a line of its own)
+	keyed bool     // it has an order key
 	seq   uint64
 	id    uint64 // Consumer.hold's
 	trial bool   // the outage's trial, reported at its first settlement
@@ -117,12 +118,12 @@ func (o *orderer) receive(ctx context.Context) error {
 			return err
 		}
 		m := o.c.Message(d)
-		h := &held{d: d, key: m.OrderKey, trial: trial, id: o.c.hold(m)}
+		h := &held{d: d, key: "k" + m.OrderKey, keyed: m.OrderKey != "", trial: trial, id: o.c.hold(m)}
 		o.mu.Lock()
 		o.seq++
 		h.seq = o.seq
-		if h.key == "" {
-			h.key = fmt.Sprintf("\x00%d", h.seq) // no key: a line of its own
+		if !h.keyed {
+			h.key = fmt.Sprintf("u%d", h.seq)
 		}
 		l := o.lines[h.key]
 		if l == nil {
@@ -328,7 +329,7 @@ func (o *orderer) delivery(h *held) Delivery {
 			return h.d
 		}
 	}
-	if h.key != "" && h.key[0] == 0 {
+	if !h.keyed {
 		return h.d
 	}
 	return heldDelivery{h}
