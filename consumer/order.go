@@ -267,6 +267,11 @@ func (o *orderer) ready(now time.Time, next *time.Time) *held {
 // for good leaves its line; a requeued one stays its line's head, due
 // again after the requeue's delay (handed back with the rest if Run ends
 // first).
+//
+// A head handed back because the runtime failed (an outage) waits the
+// store's Retry.Redelivery backoff for its number of tries instead of the
+// requeue's delay (that of a first attempt), so that a long outage is not
+// retried at the first delay throughout; its attempts are not counted.
 func (o *orderer) settled(hs []*held, ss []Settled) {
 	for i, h := range hs {
 		if h.trial {
@@ -277,12 +282,15 @@ func (o *orderer) settled(hs []*held, ss []Settled) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	now := time.Now()
-	for _, h := range hs {
+	for i, h := range hs {
 		l := o.lines[h.key]
 		l.busy = false
 		h.tries++
 		if h.requeue {
 			h.requeue = false
+			if handedBack(ss[i]) {
+				h.delay = o.c.requeueDelay(h.tries)
+			}
 			l.due = now.Add(h.delay)
 			continue
 		}

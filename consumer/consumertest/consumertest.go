@@ -141,6 +141,7 @@ func Run(t *testing.T, b Broker) {
 		{"OrderWithoutKey", testOrderWithoutKey},
 		{"OrderPoisonHoldsItsKey", testOrderPoisonHoldsItsKey},
 		{"OrderShutdownHandsBack", testOrderShutdownHandsBack},
+		{"OrderDatabaseOutage", testOrderDatabaseOutage},
 	}
 	for _, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {

@@ -68,6 +68,12 @@
 //   - OrderPoisonHoldsItsKey: the head of one key always fails; it is
 //     retried in process up to MaxAttempts and dead-lettered, its key's
 //     later events run after it in order, other keys run meanwhile.
+//   - OrderShutdownHandsBack: Run stopped while a key's head waits for its
+//     retry returns at once; a restarted consumer processes the held
+//     events.
+//   - OrderDatabaseOutage: Order's events with a 2s database outage in the
+//     middle: every event processed once, in sequence per key, the outage
+//     no attempt.
 //
 // Each body logs how many messages it checked.
 //

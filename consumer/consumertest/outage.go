@@ -34,6 +34,18 @@ func outageDuration(t *testing.T) time.Duration {
 	return d
 }
 
+// proxiedStore returns a store of the env's database whose connections go
+// through a TCP proxy, to be cut.
+func (e *env) proxiedStore(t *testing.T) (*tcpproxy.Proxy, *inbox.Store) {
+	t.Helper()
+	proxy := tcpproxy.Start(t, e.db.Addr())
+	store, err := inbox.New(e.db.OpenVia(t, proxy.Addr()), e.store.Dialect(), inbox.Config{Retry: retry, ClassifyFunc: classify.Of})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy, store
+}
+
 // testDatabaseOutage (issue 11, item 1; issue 23, item 4): the database
 // becomes unreachable (a TCP proxy between the consumer's pool and the
 // server is cut) while a handler runs on every one of the consumer's
@@ -49,11 +61,7 @@ func testDatabaseOutage(t *testing.T, e *env) {
 		t.Log("SQLite is a file in the process: it has no connection to cut (the body runs on the server databases)")
 		return
 	}
-	proxy := tcpproxy.Start(t, e.db.Addr())
-	store, err := inbox.New(e.db.OpenVia(t, proxy.Addr()), e.store.Dialect(), inbox.Config{Retry: retry, ClassifyFunc: classify.Of})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, store := e.proxiedStore(t)
 	const concurrency = 4
 	inHand := concurrency * e.batch // deliveries a consumer holds at most
 	n := 3 * inHand
