@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/inboxkit/inbox"
@@ -38,6 +40,37 @@ func TestOrderKeyIsStored(t *testing.T) {
 		}
 		if r := get(t, s, "unkeyed"); r.OrderKey != "" {
 			t.Errorf("unkeyed: ORDER_KEY %q, want NULL", r.OrderKey)
+		}
+	})
+}
+
+// A table at version 6 (before ORDER_KEY) with a row: CheckSchema names
+// the one pending step, Migrate adds the column, the old row reads with no
+// order key and a new one stores its key.
+func TestOrderKeyMigrationFromVersion6(t *testing.T) {
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		ok := func(context.Context, *sql.Tx) error { return nil }
+		mustProcess(t, s, entry("before"), ok)
+		_, err := db.ExecContext(ctx, `ALTER TABLE `+inbox.DefaultTable+` DROP COLUMN ORDER_KEY`)
+		dbtest.Must(t, err, "drop ORDER_KEY")
+		_, err = db.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE VERSION = 7`, inbox.VersionTable))
+		dbtest.Must(t, err, "delete version 7")
+		var se *inbox.SchemaError
+		if err := s.CheckSchema(ctx); !errors.As(err, &se) || se.Current != 6 || len(se.Pending) != 1 || !strings.Contains(se.Pending[0], "ORDER_KEY") {
+			t.Fatalf("CheckSchema at version 6 = %v, want step 7 (ORDER_KEY) pending", err)
+		}
+		dbtest.Must(t, s.Migrate(ctx), "migrate to 7")
+		dbtest.Must(t, s.CheckSchema(ctx), "check")
+		e := entry("after")
+		e.OrderKey = "K-1"
+		mustProcess(t, s, e, ok)
+		if r := get(t, s, "before"); r.OrderKey != "" {
+			t.Errorf("the old row's ORDER_KEY is %q, want NULL", r.OrderKey)
+		}
+		if r := get(t, s, "after"); r.OrderKey != "K-1" {
+			t.Errorf("the new row's ORDER_KEY is %q, want K-1", r.OrderKey)
 		}
 	})
 }
