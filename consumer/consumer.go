@@ -95,6 +95,11 @@ func (c *Consumer) Workers() []*inbox.Worker { return c.eng.workers() }
 // is returned, so the process can exit and be restarted. A drain that takes
 // longer than Config.ShutdownTimeout abandons what is still in hand and
 // returns an error wrapping ErrShutdownTimeout, without waiting for it.
+//
+// With Config.OrderKeyFunc one goroutine receives and Config.Concurrency
+// goroutines handle, one delivery of a key at a time; the deliveries held
+// for their key and not yet begun are handed back when ctx is done (see
+// "Order per key" in the package documentation).
 func (c *Consumer) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
