@@ -64,7 +64,8 @@
 //     handler's log shows every key's events in sequence, each once, and
 //     ORDER_KEY holds the key.
 //   - OrderWithoutKey: the same events without an order key: the log shows
-//     per-key inversions (what Order's zero is measured against).
+//     per-key inversions (what Order's zero is measured against); batch
+//     size 1 only.
 //   - OrderPoisonHoldsItsKey: the head of one key always fails; it is
 //     retried in process up to MaxAttempts and dead-lettered, its key's
 //     later events run after it in order, other keys run meanwhile.
@@ -73,7 +74,7 @@
 //     events.
 //   - OrderDatabaseOutage: Order's events with a 2s database outage in the
 //     middle: every event processed once, in sequence per key, the outage
-//     no attempt.
+//     no attempt; batch size 1 only.
 //
 // Each body logs how many messages it checked.
 //
