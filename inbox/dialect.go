@@ -63,6 +63,11 @@ type Dialect struct {
 	// once it has grown, until the next ANALYZE (docs/decisions.md). ""
 	// where not needed.
 	customPlans string
+	// aggregateMemory, run in a read-only transaction before a GROUP BY
+	// over many rows (FailureGroups), lets the server hash the groups in
+	// memory instead of sorting the rows on disk (docs/decisions.md); ""
+	// where not needed.
+	aggregateMemory string
 	// schema is how the dialect spells the inbox's DDL, reads a schema
 	// back and takes the migration lock (migrate.go).
 	schema schemaSQL

@@ -13,3 +13,11 @@ func SetPurgeWait(s *Store, wait func(ctx context.Context, d time.Duration) erro
 
 // PurgePause is purgePause, the pause after a batch.
 var PurgePause = purgePause
+
+// WithoutAggregateMemory is s without its dialect's aggregateMemory, for
+// the benchmark that compares FailureGroups with and without it.
+func WithoutAggregateMemory(s *Store) *Store {
+	c := *s
+	c.d.aggregateMemory = ""
+	return &c
+}

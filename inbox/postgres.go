@@ -27,10 +27,11 @@ var Postgres = Dialect{
 
 	claim: `SELECT %[3]s FROM %[1]s WHERE %[2]s ORDER BY CREATED_AT, EVENT_ID LIMIT @n FOR UPDATE SKIP LOCKED`,
 
-	markUpsert:     pgMarkUpsert,
-	customPlans:    `SET LOCAL plan_cache_mode = force_custom_plan`,
-	multiRowInsert: true,
-	doNothing:      ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
+	markUpsert:      pgMarkUpsert,
+	customPlans:     `SET LOCAL plan_cache_mode = force_custom_plan`,
+	aggregateMemory: `SET LOCAL work_mem = '64MB'`,
+	multiRowInsert:  true,
+	doNothing:       ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
 
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",

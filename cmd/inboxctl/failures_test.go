@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// plantFailures inserts failed and healthy rows: two customers unknown
+// (one REJECTED group), a dead letter twice with different ids and one
+// replayed, a technical failure at the threshold and one below it, a
+// PROCESSED row, and another consumer's dead letter changed long ago.
+func plantFailures(t *testing.T, db *dbtest.DB) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	ts := func(d time.Duration) string { return now.Add(-d).Format("2006-01-02 15:04:05.000000") }
+	q := `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, REPLAY_COUNT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	if db.Backend == dbtest.Postgres {
+		n := 0
+		q = regexp.MustCompile(`\?`).ReplaceAllStringFunc(q, func(string) string { n++; return fmt.Sprintf("$%d", n) })
+	}
+	for _, r := range []struct {
+		id, consumer, status, reason, class, err string
+		attempts, replays                        int
+		age                                      time.Duration
+	}{
+		{"r-1", "invoice-consumer", "REJECTED", "CUSTOMER_UNKNOWN", "BUSINESS", "customer K-100 unknown", 1, 0, 2 * time.Hour},
+		{"r-2", "invoice-consumer", "REJECTED", "CUSTOMER_UNKNOWN", "BUSINESS", "customer K-200 unknown", 1, 0, time.Hour},
+		{"d-1", "invoice-consumer", "DEAD_LETTERED", "MAX_ATTEMPTS", "TECHNICAL", "letter service: HTTP 503 for 'INV-1'", 5, 2, 3 * time.Hour},
+		{"d-2", "invoice-consumer", "DEAD_LETTERED", "MAX_ATTEMPTS", "TECHNICAL", "letter service: HTTP 503 for 'INV-2'", 5, 0, time.Hour},
+		{"t-1", "invoice-consumer", "TECHNICAL_FAILURE", "", "TECHNICAL", "database timeout after 30s", 5, 0, time.Hour},
+		{"t-2", "invoice-consumer", "TECHNICAL_FAILURE", "", "TECHNICAL", "database timeout after 30s", 2, 0, time.Hour},
+		{"p-1", "invoice-consumer", "PROCESSED", "", "", "", 1, 0, time.Hour},
+		{"o-1", "claims", "DEAD_LETTERED", "POISON", "POISON", "cannot decode body at offset 17", 1, 0, 72 * time.Hour},
+	} {
+		if _, err := db.ExecContext(ctx, q, r.id, r.consumer, r.status, nullIfEmpty(r.reason), nullIfEmpty(r.class), nullIfEmpty(r.err),
+			r.attempts, r.replays, ts(r.age), ts(r.age), ts(r.age+time.Minute)); err != nil {
+			t.Fatalf("plant %s: %v", r.id, err)
+		}
+	}
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// failures groups: the failed rows by cause on every database, ids
+// scrubbed, the threshold, --consumer and --since, text and JSON.
+func TestFailureGroups(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+			wantCode(t, inboxctl(t, "", "failures", "groups", "--db", url), 0, "no failed rows")
+			plantFailures(t, db)
+			r := inboxctl(t, "", "failures", "groups", "--db", url)
+			wantCode(t, r, 0, "customer <id> unknown", "letter service: HTTP <n> for <q>", "database timeout after <id>",
+				"cannot decode body at offset <n>", "6 failed row(s) in 4 group(s)")
+			t.Logf("inboxctl failures groups:\n%s", r.stdout)
+			groups := func(args ...string) failureGroupsReport {
+				t.Helper()
+				r := inboxctl(t, "", append([]string{"failures", "groups", "--db", url, "-o", "json"}, args...)...)
+				wantCode(t, r, 0)
+				var rep failureGroupsReport
+				if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+					t.Fatalf("failures groups -o json: %v\n%s", err, r)
+				}
+				return rep
+			}
+			rep := groups()
+			if rep.Rows != 6 || len(rep.Groups) != 4 {
+				t.Fatalf("want 6 rows in 4 groups: %+v", rep)
+			}
+			var dead inbox.FailureGroup
+			for _, g := range rep.Groups {
+				if g.Status == "DEAD_LETTERED" && g.ConsumerName == "invoice-consumer" {
+					dead = g
+				}
+			}
+			if rep.Groups[0].Rows != 2 || rep.Groups[3].Rows != 1 {
+				t.Errorf("the largest group first: %+v", rep.Groups)
+			}
+			if dead.Rows != 2 || dead.Status != "DEAD_LETTERED" || dead.ConsumerName != "invoice-consumer" || dead.Replays != 2 || dead.Replayed != 1 ||
+				dead.ReasonCode != "MAX_ATTEMPTS" || dead.Example != "letter service: HTTP 503 for 'INV-2'" ||
+				dead.LastFailed.Sub(dead.FirstFailed) < 2*time.Hour || len(dead.ID) != 12 {
+				t.Errorf("the dead letters of invoice-consumer: %+v", dead)
+			}
+			for _, g := range rep.Groups {
+				if g.Status == "TECHNICAL_FAILURE" && g.Rows != 1 {
+					t.Errorf("only the row at the threshold counts: %+v", g)
+				}
+			}
+			if rep := groups("--max-attempts", "2"); rep.Rows != 7 {
+				t.Errorf("--max-attempts 2: want 7 rows, got %+v", rep)
+			}
+			if rep := groups("--consumer", "claims"); rep.Rows != 1 || rep.Groups[0].ReasonCode != "POISON" {
+				t.Errorf("--consumer claims: %+v", rep)
+			}
+			if rep := groups("--since", "24h"); rep.Rows != 5 {
+				t.Errorf("--since 24h: want 5 rows, got %+v", rep)
+			}
+			wantCode(t, inboxctl(t, "", "failures", "groups", "--db", url, "--since", "yesterday"), 2, `--since "yesterday"`)
+		})
+	}
+}
