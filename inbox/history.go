@@ -43,6 +43,16 @@ func sideTableDDL(d Dialect, name string) string {
 			d.columnDDL(column{"ROWS_AFFECTED", kCount, 0, true}),
 			d.columnDDL(column{"DETAIL", kVarchar, maxHistoryDetail, false}),
 		}
+	case ActionTable:
+		cols = []string{
+			d.columnDDL(column{"TABLE_NAME", kVarchar, 30, true}),
+			d.columnDDL(column{"ACTED_AT", kCreated, 0, true}),
+			d.columnDDL(column{"OPERATOR", kVarchar, maxOperator, true}),
+			d.columnDDL(column{"ACTION", kVarchar, 40, true}),
+			d.columnDDL(column{"EVENT_IDS", kVarchar, maxActionEvents, false}),
+			d.columnDDL(column{"ROWS_AFFECTED", kCount, 0, true}),
+			d.columnDDL(column{"DETAIL", kVarchar, maxHistoryDetail, false}),
+		}
 	default:
 		panic("inbox: no DDL for side table " + name)
 	}

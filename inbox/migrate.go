@@ -105,6 +105,8 @@ var steps = []step{
 		tables: []string{HistoryTable}},
 	{version: 7, description: "ORDER_KEY: the key whose deliveries one consumer runs in arrival order (consumer.Config.OrderKeyFunc)",
 		add: []column{{"ORDER_KEY", kVarchar, 120, false}}},
+	{version: 8, description: ActionTable + ": who did what (operator actions), per inbox table",
+		tables: []string{ActionTable}},
 }
 
 // SchemaVersion is the schema version this build needs: the number of the

@@ -79,8 +79,8 @@ func TestMigrateAdoptedTable(t *testing.T) {
 			wantCode(t, inboxctl(t, "", "stats", "--db", url), 0, "FAILED", "processed", "read as it is")
 
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--map-status", mapping), 0,
-				"mapped status FAILED -> TECHNICAL_FAILURE (1 row(s); recorded in INBOXKIT_HISTORY)", "mapped status processed -> PROCESSED (1 row(s)", "schema version 0 -> 7")
-			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 0, "schema version 7")
+				"mapped status FAILED -> TECHNICAL_FAILURE (1 row(s); recorded in INBOXKIT_HISTORY)", "mapped status processed -> PROCESSED (1 row(s)", "schema version 0 -> 8")
+			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 0, "schema version 8")
 
 			// Adopted: legacy rows have no id source; the legacy PROCESSED
 			// rows' letters are not inboxkit's to check.
@@ -167,7 +167,7 @@ func TestAdoptedInvoiceEndToEnd(t *testing.T) {
 	queue := fmt.Sprintf("inboxctl.adopt.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
 	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers"), 1, "FAILED")
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers", "--map-status", "FAILED=TECHNICAL_FAILURE,IN_PROGRESS=TECHNICAL_FAILURE,processed=PROCESSED"), 0, "schema version 0 -> 7")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers", "--map-status", "FAILED=TECHNICAL_FAILURE,IN_PROGRESS=TECHNICAL_FAILURE,processed=PROCESSED"), 0, "schema version 0 -> 8")
 
 	line := func(inv string) string {
 		return `{"headers":{"correlationId":"order-` + inv[4:] + `"},"body":{"invoiceNo":"` + inv + `","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}}` + "\n"
@@ -217,7 +217,9 @@ func TestAdoptedInvoiceEndToEnd(t *testing.T) {
 	// A replay before the mapping keeps the dead letter.
 	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "INV-9012", "--db", url), 1, "map it first")
 	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--map-status", "PENDING=TECHNICAL_FAILURE"), 0, "mapped status PENDING -> TECHNICAL_FAILURE (1 row(s)")
-	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "INV-9012", "--db", url), 0, "replayed INV-9012")
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", broker, "--queue", dlqName, "--event-id", "INV-9012", "--db", url, "--operator", "carol"), 0, "replayed INV-9012")
+	wantCode(t, inboxctl(t, "", "audit", "--db", url, "--event-id", "INV-9012"), 0, "operator actions on event id INV-9012: 1", "carol", "dlq-replay", "queue "+dlqName+", --event-id INV-9012")
+	wantCode(t, inboxctl(t, "", "audit", "--db", url, "--operator", "carol"), 0, "actions of operator carol: 1", "dlq-replay", "INV-9012")
 	waitFor(t, "the replayed INV-9012 processed", func() bool { return status("INV-9012") == "PROCESSED" }, logs)
 	if letters("INV-9012") != 1 {
 		t.Errorf("INV-9012 has %d letters after its replay, want 1", letters("INV-9012"))

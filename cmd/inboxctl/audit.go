@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -117,15 +118,17 @@ type auditReport struct {
 	Rows     []auditRow   `json:"rows"`
 	Queues   []queueEntry `json:"queues"`
 	Browsing string       `json:"browsing,omitempty"`
+	// Actions are the operator actions recorded on the event (--event-id).
+	Actions []inbox.Action `json:"actions,omitempty"`
 }
 
 func newAuditCmd() *cobra.Command {
 	var f dbFlags
-	var corr, eventID, brokerURL, dlqName, rejectQueue string
+	var corr, eventID, brokerURL, dlqName, rejectQueue, operator string
 	var o outputFlags
 	var of outboxFlags
 	c := &cobra.Command{
-		Use:   "audit --db URL (--correlation-id ID | --event-id ID) [--broker URL] [-o json]",
+		Use:   "audit --db URL (--correlation-id ID | --event-id ID | --operator NAME) [--broker URL] [-o json]",
 		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
 		Long: `audit prints every inbox row (of all consumers) with the correlation id, or with the
 event id, oldest first: event id, where a derived id came from (--event-id-from;
@@ -143,18 +146,27 @@ is consumed. RabbitMQ and JetStream cannot browse through inboxctl: their messag
 received and handed back unacknowledged (nothing is lost, but each counts as
 redelivered there); audit says so.
 
+With --event-id it also lists the operator actions recorded on the event (dlq replay,
+dlq drop, ...; see --operator). --operator NAME lists instead what that operator did,
+oldest first: when, which action on which table, how many rows, which events, and the
+selection (with --event-id: only the actions on that event).
+
 Exit 1 when nothing is found.`,
 		Example: `  inboxctl audit --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --correlation-id order-4711
   inboxctl audit --db sqlite:./inbox.db --event-id INV-42 --broker stomp://127.0.0.1:61613 --dlq DLQ.invoices --reject-queue invoices.rejected
-  INBOXKIT_DB=sqlite:./inbox.db inboxctl audit --correlation-id order-4711 --json`,
+  INBOXKIT_DB=sqlite:./inbox.db inboxctl audit --correlation-id order-4711 --json
+  inboxctl audit --db sqlite:./inbox.db --operator alice`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := o.json()
 			if err != nil {
 				return err
 			}
-			if (corr == "") == (eventID == "") {
-				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events) or --event-id ID")
+			if operator != "" && corr == "" {
+				return auditOperator(cmd, f, asJSON, inbox.ActionFilter{Operator: operator, EventID: eventID})
+			}
+			if (corr == "") == (eventID == "") || operator != "" {
+				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events), --event-id ID or --operator NAME")
 			}
 			ctx := cmd.Context()
 			st, t, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
@@ -181,6 +193,12 @@ Exit 1 when nothing is found.`,
 				return err
 			}
 			rep := auditReport{Rows: rows, Queues: []queueEntry{}}
+			if eventID != "" {
+				if rep.Actions, err = st.Actions(ctx, inbox.ActionFilter{EventID: eventID}); err != nil {
+					// A table before step 8 has no actions to show.
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: no operator actions shown: %v\n", err)
+				}
+			}
 			if brokerURL != "" {
 				corrs := map[string]bool{}
 				if corr != "" {
@@ -231,6 +249,10 @@ Exit 1 when nothing is found.`,
 			} else {
 				printAudit(out, title, rows)
 				printAuditOutbox(out, rows)
+				if len(rep.Actions) > 0 {
+					fmt.Fprintf(out, "operator actions on %s: %d\n", title, len(rep.Actions))
+					printActions(out, rep.Actions)
+				}
 				if brokerURL != "" {
 					if rep.Browsing != "" {
 						fmt.Fprintln(out, "note: "+rep.Browsing)
@@ -257,6 +279,7 @@ Exit 1 when nothing is found.`,
 	f.register(c)
 	c.Flags().StringVar(&corr, "correlation-id", "", "the correlation id to audit")
 	c.Flags().StringVar(&eventID, "event-id", "", "the event id to audit")
+	c.Flags().StringVar(&operator, "operator", "", "list the actions this operator did (recorded in "+inbox.ActionTable+")")
 	c.Flags().StringVar(&brokerURL, "broker", "", "also list the case's messages on --dlq and --reject-queue of this broker")
 	c.Flags().StringVar(&dlqName, "dlq", "DLQ.invoices", "dead-letter queue to look into (with --broker)")
 	c.Flags().StringVar(&rejectQueue, "reject-queue", "", "reject queue to look into (with --broker)")
@@ -291,4 +314,42 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// auditOperator is audit --operator: the actions an operator did.
+func auditOperator(cmd *cobra.Command, f dbFlags, asJSON bool, filter inbox.ActionFilter) error {
+	ctx := cmd.Context()
+	st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer st.DB().Close()
+	as, err := st.Actions(ctx, filter)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		if err := writeJSON(out, as); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "actions of operator %s: %d\n", filter.Operator, len(as))
+		printActions(out, as)
+	}
+	if len(as) == 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "no action of operator %q recorded in %s\n", filter.Operator, inbox.ActionTable)
+		return errFindings
+	}
+	return nil
+}
+
+func printActions(w io.Writer, as []inbox.Action) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tOPERATOR\tACTION\tTABLE\tROWS\tEVENTS\tDETAIL")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", fmtTime(&a.At), a.Operator, a.Action, a.Table, a.Rows,
+			orDash(shorten(strings.Join(a.EventIDs, " "), 60)), orDash(a.Detail))
+	}
+	tw.Flush()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
 )
 
 type dlqEntry struct {
@@ -182,6 +183,7 @@ type replayReport struct {
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
+	var op operatorFlag
 	var brokerURL, queue, eventID, dest string
 	var all, dryRun bool
 	var o outputFlags
@@ -243,6 +245,15 @@ not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' remov
 			}
 			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest, DryRun: dryRun})
 			src.Close()
+			var recErr error
+			if !dryRun && len(rep.Replayed) > 0 {
+				detail := "queue " + queue + ", " + map[bool]string{true: "--all", false: "--event-id " + eventID}[all]
+				if dest != "" {
+					detail += ", to " + dest
+				}
+				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "dlq-replay", EventIDs: rep.Replayed,
+					Rows: int64(len(rep.Replayed)), Detail: detail}, st.RecordAction)
+			}
 			out := cmd.OutOrStdout()
 			if j {
 				jr := replayReport{Queue: queue, DryRun: dryRun, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...), NotSelected: rep.Kept}
@@ -270,10 +281,11 @@ not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' remov
 				fmt.Fprintf(cmd.ErrOrStderr(), "no dead letter with event id %q in %s (%s); nothing was changed\n", eventID, queue, holds(rep.Kept))
 				return errFindings
 			}
-			return nil
+			return recErr
 		},
 	}
 	f.register(c)
+	op.register(c)
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL (default $"+envBroker+")")
 	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
 	c.Flags().StringVar(&eventID, "event-id", "", "replay the dead letters of this event id")
@@ -326,6 +338,8 @@ func printReplay(out io.Writer, queue, eventID string, dryRun bool, rep consumer
 }
 
 func newDLQDropCmd() *cobra.Command {
+	var f dbFlags
+	var op operatorFlag
 	var brokerURL, queue, eventID, messageID string
 	var notEnvelope, all, dryRun bool
 	var o outputFlags
@@ -362,6 +376,15 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 				return err
 			}
 			ctx := cmd.Context()
+			// The drop is recorded where a database is given: it changes
+			// no row, so it does not need one otherwise.
+			var st *inbox.Store
+			if orEnv(orEnv(f.url, envDB), envDatabaseURL) != "" && !dryRun {
+				if st, _, err = f.openStore(ctx); err != nil {
+					return err
+				}
+				defer st.DB().Close()
+			}
 			b, err := openLastingBroker(brokerURL, "dlq drop")
 			if err != nil {
 				return err
@@ -389,8 +412,20 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 			rep, err := consumer.Drop(ctx, consumer.DropConfig{DLQ: src, SelectFunc: sel, DryRun: dryRun})
 			src.Close()
 			es := make([]dlqEntry, 0, len(rep.Dropped))
+			ids := make([]string, 0, len(rep.Dropped))
 			for _, m := range rep.Dropped {
-				es = append(es, dlqEntryOf(m))
+				e := dlqEntryOf(m)
+				es = append(es, e)
+				ids = append(ids, orDefault(e.EventID, orDash(e.BrokerMessageID)))
+			}
+			var recErr error
+			switch {
+			case dryRun || len(es) == 0:
+			case st != nil:
+				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "dlq-drop", EventIDs: ids,
+					Rows: int64(len(es)), Detail: "queue " + queue}, st.RecordAction)
+			default:
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: the drop is not recorded in %s: give --db to record who dropped what\n", inbox.ActionTable)
 			}
 			out := cmd.OutOrStdout()
 			if j {
@@ -425,9 +460,11 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "no message in %s matched (%s); nothing was changed\n", queue, holds(rep.Kept))
 				return errFindings
 			}
-			return nil
+			return recErr
 		},
 	}
+	f.register(c)
+	op.register(c)
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL (default $"+envBroker+")")
 	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
 	c.Flags().StringVar(&eventID, "event-id", "", "drop the messages of this event id")

@@ -118,16 +118,9 @@ func printFailureGroups(w io.Writer, r failureGroupsReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "group\tconsumer\tstatus\treason\tclass\trows\treplays\tfirst\tlast\terror\t")
 	for _, g := range r.Groups {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", g.ID, g.ConsumerName, g.Status, dash(g.ReasonCode), dash(g.ErrorClass),
-			g.Rows, g.Replays, g.FirstFailed.UTC().Format(time.RFC3339), g.LastFailed.UTC().Format(time.RFC3339), dash(g.Fingerprint))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", g.ID, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.ErrorClass),
+			g.Rows, g.Replays, g.FirstFailed.UTC().Format(time.RFC3339), g.LastFailed.UTC().Format(time.RFC3339), orDash(g.Fingerprint))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d failed row(s) in %d group(s)\n", r.Rows, len(r.Groups))
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

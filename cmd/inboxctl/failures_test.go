@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"regexp"
 	"testing"
 	"time"
 
@@ -18,14 +15,9 @@ import (
 // PROCESSED row, and another consumer's dead letter changed long ago.
 func plantFailures(t *testing.T, db *dbtest.DB) {
 	t.Helper()
-	ctx := context.Background()
 	now := time.Now().UTC()
 	ts := func(d time.Duration) string { return now.Add(-d).Format("2006-01-02 15:04:05.000000") }
 	q := `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, REPLAY_COUNT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	if db.Backend == dbtest.Postgres {
-		n := 0
-		q = regexp.MustCompile(`\?`).ReplaceAllStringFunc(q, func(string) string { n++; return fmt.Sprintf("$%d", n) })
-	}
 	for _, r := range []struct {
 		id, consumer, status, reason, class, err string
 		attempts, replays                        int
@@ -40,10 +32,8 @@ func plantFailures(t *testing.T, db *dbtest.DB) {
 		{"p-1", "invoice-consumer", "PROCESSED", "", "", "", 1, 0, time.Hour},
 		{"o-1", "claims", "DEAD_LETTERED", "POISON", "POISON", "cannot decode body at offset 17", 1, 0, 72 * time.Hour},
 	} {
-		if _, err := db.ExecContext(ctx, q, r.id, r.consumer, r.status, nullIfEmpty(r.reason), nullIfEmpty(r.class), nullIfEmpty(r.err),
-			r.attempts, r.replays, ts(r.age), ts(r.age), ts(r.age+time.Minute)); err != nil {
-			t.Fatalf("plant %s: %v", r.id, err)
-		}
+		execSQL(t, db, q, r.id, r.consumer, r.status, nullIfEmpty(r.reason), nullIfEmpty(r.class), nullIfEmpty(r.err),
+			r.attempts, r.replays, ts(r.age), ts(r.age), ts(r.age+time.Minute))
 	}
 }
 

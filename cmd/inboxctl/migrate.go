@@ -39,6 +39,7 @@ type migrateReport struct {
 
 func newMigrateCmd() *cobra.Command {
 	var f dbFlags
+	var op operatorFlag
 	var seed, dryRun, noInvoice, noOutbox bool
 	var mapStatus string
 	var o outputFlags
@@ -143,6 +144,18 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 			if err := unknownStatuses(cmd, j, rep, p, err); err != nil {
 				return err
 			}
+			for _, from := range slices.Sorted(maps.Keys(opt.MapStatus)) {
+				var rows int64
+				for _, u := range p.Unknown {
+					if u.Status == from {
+						rows += u.Rows
+					}
+				}
+				if err := recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "map-status", Rows: rows,
+					Detail: from + " -> " + string(opt.MapStatus[from])}, st.RecordAction); err != nil {
+					return err
+				}
+			}
 			rep.From, rep.To = p.Current, p.Latest
 			rep.Steps = append(rep.Steps, p.Steps...)
 			rep.UnknownStatuses, rep.Mapping = p.Unknown, append(rep.Mapping, p.Mapping...)
@@ -188,6 +201,7 @@ start and exits 2 with "run inboxctl migrate" when the schema is behind.`,
 		},
 	}
 	f.register(c)
+	op.register(c)
 	c.Flags().BoolVar(&seed, "seed-customers", false, "also insert the demo customers (K-100, K-200) if missing")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "print the SQL that would run on this database; change nothing")
 	c.Flags().BoolVar(&noInvoice, "no-invoice-tables", false, "only the inbox table (for a consumer other than the invoice consumer)")

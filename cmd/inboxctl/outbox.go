@@ -366,6 +366,7 @@ func printOutboxRows(w io.Writer, rows []outbox.Row) {
 // newOutboxRepairCmd is `outbox retry` (retry) or `outbox drop`.
 func newOutboxRepairCmd(retry bool) *cobra.Command {
 	var f dbFlags
+	var op operatorFlag
 	var of outboxFlags
 	var sel outbox.Selector
 	use, short, did := "drop", "Give up parked messages: never sent, their key goes on", "dropped"
@@ -389,16 +390,16 @@ func newOutboxRepairCmd(retry bool) *cobra.Command {
 				return usageErr("outbox %s needs exactly one of --message-id ID or --key K%s", use, map[bool]string{true: " or --all-parked", false: ""}[retry])
 			}
 			ctx := cmd.Context()
-			st, _, err := of.openDB(ctx, f)
+			st, t, err := of.openDB(ctx, f)
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
-			op := st.Drop
+			act := st.Drop
 			if retry {
-				op = st.Retry
+				act = st.Retry
 			}
-			done, err := op(ctx, sel)
+			done, err := act(ctx, sel)
 			if errors.Is(err, outbox.ErrNotParked) {
 				return &exitError{code: exitFindings, err: fmt.Errorf("no parked outbox message matches (list them with inboxctl outbox list --parked)")}
 			}
@@ -406,10 +407,22 @@ func newOutboxRepairCmd(retry bool) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %d parked message(s) in %s\n", did, done, st.Table())
-			return nil
+			a := inbox.Action{Table: st.Table(), Operator: op.who(), Action: "outbox-" + use, Rows: int64(done)}
+			switch {
+			case sel.MessageID != "":
+				a.EventIDs, a.Detail = []string{sel.MessageID}, "--message-id "+sel.MessageID
+			case sel.Key != "":
+				a.Detail = "--key " + sel.Key
+			default:
+				a.Detail = "--all-parked"
+			}
+			return recorded(ctx, cmd.ErrOrStderr(), a, func(ctx context.Context, a inbox.Action) error {
+				return inbox.RecordAction(ctx, st.DB(), t.Dialect, a)
+			})
 		},
 	}
 	f.register(c)
+	op.register(c)
 	of.register(c)
 	c.Flags().StringVar(&sel.MessageID, "message-id", "", "the parked message with this id")
 	c.Flags().StringVar(&sel.Key, "key", "", "every parked message of this key")

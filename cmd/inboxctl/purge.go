@@ -28,6 +28,7 @@ type purgeReport struct {
 
 func newPurgeCmd() *cobra.Command {
 	var f dbFlags
+	var op operatorFlag
 	var olderThan time.Duration
 	var dryRun bool
 	var batch int
@@ -99,6 +100,12 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 			if err != nil {
 				return err
 			}
+			if !dryRun && n > 0 {
+				if err := recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "purge", Rows: n,
+					Detail: "terminal rows older than " + olderThan.String() + ", horizon " + f.horizon.String()}, st.RecordAction); err != nil {
+					return err
+				}
+			}
 			if rep.OutboxRows, err = purgeOutbox(ctx, st.DB(), t, of, outbox.PurgeOptions{OlderThan: outboxOlderThan, BatchSize: batch, DryRun: dryRun}); err != nil {
 				return err
 			}
@@ -118,6 +125,7 @@ redeliver that late. Durations take days or Go syntax: 30d, 1d12h, 720h.`,
 		},
 	}
 	f.register(c)
+	op.register(c)
 	c.Flags().Var(dayDuration{&olderThan}, "older-than", "retention window: delete terminal rows finished longer ago than this (required, e.g. 30d or 720h)")
 	f.horizon = 7 * 24 * time.Hour
 	c.Flags().Var(dayDuration{&f.horizon}, "horizon", "redelivery horizon: the shortest window allowed (e.g. 7d)")
