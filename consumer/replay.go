@@ -25,8 +25,18 @@ type ReplayConfig struct {
 	// all (with All set).
 	EventID string
 	// All must be set to replay every dead letter (a guard against an empty
-	// EventID by mistake).
+	// EventID by mistake), or SelectFunc given.
 	All bool
+	// SelectFunc, when set, replays only the dead letters (inboxkit
+	// envelopes) it returns true for; the others count as Kept. Its
+	// selection is ANDed with EventID.
+	SelectFunc func(dlq.Envelope) bool
+	// Limit, when positive, replays at most this many dead letters; the
+	// selected ones after it count as Kept.
+	Limit int
+	// Rate, when positive, is the most dead letters published per second:
+	// each publish waits until 1/Rate seconds after the previous one.
+	Rate float64
 	// Destination overrides the envelope's original destination.
 	Destination string
 	// DryRun changes nothing: every dead letter is handed back, no row is
@@ -70,15 +80,20 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	switch {
 	case cfg.DLQ == nil || cfg.Publisher == nil || cfg.Store == nil:
 		return rep, errors.New("consumer: ReplayConfig needs DLQ, Publisher and Store")
-	case cfg.EventID == "" && !cfg.All:
-		return rep, errors.New("consumer: Replay: give an EventID, or set All to replay every dead letter")
+	case cfg.EventID == "" && !cfg.All && cfg.SelectFunc == nil:
+		return rep, errors.New("consumer: Replay: give an EventID or a SelectFunc, or set All to replay every dead letter")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = inboxkit.SystemClock{}
 	}
+	var last time.Time // the previous publish (Rate)
 	err := scanDLQ(ctx, cfg.DLQ, cfg.IdleTimeout, cfg.Clock, func(d Delivery, m inboxkit.Message) error {
 		env, perr := dlq.Parse(m.Headers, m.Body)
-		if skip, report := skipReplay(cfg, m, env, perr); skip {
+		skip, report := skipReplay(cfg, m, env, perr)
+		if !skip && cfg.Limit > 0 && len(rep.Replayed) >= cfg.Limit {
+			skip, report = true, ""
+		}
+		if skip {
 			if report == "" {
 				rep.Kept++
 			} else {
@@ -102,6 +117,17 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 				rep.Replayed = append(rep.Replayed, env.EventID)
 			}
 			return handBack(ctx, d)
+		}
+		if cfg.Rate > 0 {
+			if wait := time.Duration(float64(time.Second)/cfg.Rate) - time.Since(last); !last.IsZero() && wait > 0 {
+				select {
+				case <-ctx.Done():
+					_ = d.Requeue(context.WithoutCancel(ctx), 0)
+					return ctx.Err()
+				case <-time.After(wait):
+				}
+			}
+			last = time.Now()
 		}
 		reason, err := reopen(ctx, cfg.Store, env)
 		if err != nil {
@@ -200,11 +226,13 @@ func BrokerID(m inboxkit.Message) string {
 func skipReplay(cfg ReplayConfig, m inboxkit.Message, env dlq.Envelope, perr error) (skip bool, report string) {
 	switch {
 	case perr != nil:
-		if cfg.EventID != "" && m.Header("eventId") != cfg.EventID {
+		if (cfg.EventID != "" && m.Header("eventId") != cfg.EventID) || cfg.SelectFunc != nil {
 			return true, ""
 		}
 		return true, describeForeign(m) + ": not an inboxkit dead letter (no " + dlq.HeaderReason + " header): the broker or another program put it there, and it cannot be replayed; remove it with 'inboxctl dlq drop'"
 	case cfg.EventID != "" && env.EventID != cfg.EventID:
+		return true, ""
+	case cfg.SelectFunc != nil && !cfg.SelectFunc(env):
 		return true, ""
 	case env.EventID == "":
 		return true, "(no event id, " + env.Reason + "): fix the producer and resend"

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -153,4 +154,61 @@ func (s *Store) FailureGroups(ctx context.Context, f FailureFilter) ([]FailureGr
 		return out[i].ID < out[j].ID
 	})
 	return out, nil
+}
+
+// ErrNoSuchGroup is returned by GroupEvents for an id no failure group
+// has.
+var ErrNoSuchGroup = errors.New("inbox: no such failure group")
+
+// GroupEvents returns the failure group with the id (FailureGroup.ID,
+// among the groups f selects) and the event ids of its rows, oldest
+// change first. A replay selects its dead letters by these ids.
+func (s *Store) GroupEvents(ctx context.Context, id string, f FailureFilter) (FailureGroup, []string, error) {
+	groups, err := s.FailureGroups(ctx, f)
+	if err != nil {
+		return FailureGroup{}, nil, err
+	}
+	var g FailureGroup
+	for _, x := range groups {
+		if x.ID == id {
+			g = x
+		}
+	}
+	if g.ID == "" {
+		return g, nil, fmt.Errorf("%w %q among %d group(s): list them with inboxctl failures groups", ErrNoSuchGroup, id, len(groups))
+	}
+	where, args := s.failedRows()+" AND CONSUMER_NAME = ? AND "+s.d.exactStatus()+" = ?", []any{s.cfg.Retry.MaxAttempts, g.ConsumerName, string(g.Status)}
+	for _, c := range []struct{ col, v string }{{"REASON_CODE", g.ReasonCode}, {s.expr("ERROR_CLASS"), g.ErrorClass}} {
+		if c.v == "" {
+			where += " AND " + c.col + " IS NULL"
+		} else {
+			where += " AND " + c.col + " = ?"
+			args = append(args, c.v)
+		}
+	}
+	if !f.Since.IsZero() {
+		where += " AND " + s.lastChanged() + " >= ?"
+		args = append(args, s.t(f.Since))
+	}
+	q := s.d.Rebind(`SELECT EVENT_ID, ` + s.expr("LAST_ERROR") + ` FROM ` + s.cfg.Table + ` WHERE ` + where + ` ORDER BY ` + s.lastChanged() + `, EVENT_ID`)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return g, nil, fmt.Errorf("inbox: events of failure group %s: %w", id, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var ev string
+		var lastErr sql.NullString
+		if err := rows.Scan(&ev, &lastErr); err != nil {
+			return g, nil, fmt.Errorf("inbox: events of failure group %s: %w", id, err)
+		}
+		if Fingerprint(lastErr.String) == g.Fingerprint {
+			ids = append(ids, ev)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return g, nil, fmt.Errorf("inbox: events of failure group %s: %w", id, err)
+	}
+	return g, ids, nil
 }

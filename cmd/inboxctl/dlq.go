@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -184,11 +187,12 @@ type replayReport struct {
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
 	var op operatorFlag
-	var brokerURL, queue, eventID, dest string
+	var brokerURL, queue, eventID, dest, group, reason, groupConsumer, rate string
 	var all, dryRun bool
+	var limit int
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --all) --db URL [--dry-run] [-o json]",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all) --db URL [--rate N/s] [--limit N] [--dry-run] [-o json]",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -202,7 +206,15 @@ event is processed once, and its audit shows the rejection, the replay and the
 processing. A message whose row is in another state (already processed) is not
 replayed: it stays on the queue and the command exits 1. So does a message that is
 not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' removes it.
---dry-run changes nothing and says what a replay would do.`,
+--dry-run changes nothing and says what a replay would do.
+
+--group G replays exactly the dead letters of a failure group ('inboxctl failures
+groups' shows the ids; --consumer and --max-attempts as there): the event ids of its
+rows now, so a row that changed group since is not replayed. --reason R replays the
+dead letters whose envelope has that reason (MAX_ATTEMPTS, POISON, ...). --limit N
+replays at most N, --rate N/s at most N a second (a pause before each); the dead
+letters not replayed stay on the queue. Each run is recorded with the operator
+(--operator, else $USER) in INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 		Example: `  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 \
     --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db`,
@@ -211,10 +223,14 @@ not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' remov
 			switch {
 			case queue == "":
 				return usageErr("dlq replay needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
-			case eventID == "" && !all:
-				return usageErr("dlq replay needs --event-id ID (one event) or --all (every dead letter)")
-			case eventID != "" && all:
-				return usageErr("dlq replay takes --event-id or --all, not both")
+			case countSet(eventID != "", all, group != "", reason != "") != 1:
+				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R or --all (every dead letter)")
+			case limit < 0:
+				return usageErr("--limit must not be negative (got %d); 0 means no limit", limit)
+			}
+			perSecond, err := parseRate(rate)
+			if err != nil {
+				return err
 			}
 			j, err := o.json()
 			if err != nil {
@@ -243,11 +259,39 @@ not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' remov
 				src.Close()
 				return err
 			}
-			rep, err := consumer.Replay(ctx, consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest, DryRun: dryRun})
+			rc := consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest, DryRun: dryRun, Limit: limit, Rate: perSecond}
+			selection := map[bool]string{true: "--all", false: "--event-id " + eventID}[all]
+			switch {
+			case group != "":
+				g, ids, err := st.GroupEvents(ctx, group, inbox.FailureFilter{Consumer: groupConsumer})
+				if err != nil {
+					src.Close()
+					if errors.Is(err, inbox.ErrNoSuchGroup) {
+						return usageErr("%v", err)
+					}
+					return err
+				}
+				in := make(map[string]bool, len(ids))
+				for _, id := range ids {
+					in[id] = true
+				}
+				rc.SelectFunc = func(e dlq.Envelope) bool { return in[e.EventID] }
+				selection = fmt.Sprintf("--group %s (%s %s %s: %d row(s))", group, g.ConsumerName, g.Status, orDash(g.ReasonCode), len(ids))
+			case reason != "":
+				rc.SelectFunc = func(e dlq.Envelope) bool { return e.Reason == reason }
+				selection = "--reason " + reason
+			}
+			if limit > 0 {
+				selection += fmt.Sprintf(", --limit %d", limit)
+			}
+			if perSecond > 0 {
+				selection += fmt.Sprintf(", --rate %g/s", perSecond)
+			}
+			rep, err := consumer.Replay(ctx, rc)
 			src.Close()
 			var recErr error
 			if !dryRun && len(rep.Replayed) > 0 {
-				detail := "queue " + queue + ", " + map[bool]string{true: "--all", false: "--event-id " + eventID}[all]
+				detail := "queue " + queue + ", " + selection
 				if dest != "" {
 					detail += ", to " + dest
 				}
@@ -290,6 +334,12 @@ not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' remov
 	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
 	c.Flags().StringVar(&eventID, "event-id", "", "replay the dead letters of this event id")
 	c.Flags().BoolVar(&all, "all", false, "replay every dead letter")
+	c.Flags().StringVar(&group, "group", "", "replay the dead letters of this failure group (an id 'inboxctl failures groups' shows)")
+	c.Flags().StringVar(&groupConsumer, "consumer", "", "with --group: the consumer the groups were listed for")
+	c.Flags().StringVar(&reason, "reason", "", "replay the dead letters of this reason code")
+	c.Flags().IntVar(&limit, "limit", 0, "replay at most this many (0: no limit)")
+	c.Flags().StringVar(&rate, "rate", "", "replay at most this many a second: 50/s or 50 (default: no limit)")
+	f.registerAttempts(c)
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say which dead letters would be replayed, and which left")
 	o.register(c)
@@ -474,4 +524,27 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "remove nothing: list what would be dropped")
 	o.register(c)
 	return c
+}
+
+// countSet counts the true values.
+func countSet(set ...bool) int {
+	n := 0
+	for _, s := range set {
+		if s {
+			n++
+		}
+	}
+	return n
+}
+
+// parseRate reads --rate: "50/s", "50" or "0.5/s"; "" is no limit (0).
+func parseRate(v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseFloat(strings.TrimSuffix(v, "/s"), 64)
+	if err != nil || n <= 0 || math.IsInf(n, 0) || math.IsNaN(n) {
+		return 0, usageErr("--rate %q: give a positive number of dead letters a second, e.g. 50/s", v)
+	}
+	return n, nil
 }

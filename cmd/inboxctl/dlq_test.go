@@ -104,11 +104,7 @@ func TestDLQReplayAndDropSayWhatIsTrue(t *testing.T) {
 	broker := "stomp://" + stompAddr
 	queue := fmt.Sprintf("inboxctl.dlqtruth.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
-	var poison strings.Builder
-	for i := 1; i <= 4; i++ {
-		fmt.Fprintf(&poison, `{"headers":{"eventId":"dt-%d","correlationId":"c-dt"},"body":"{not json"}`+"\n", i)
-	}
-	wantCode(t, inboxctl(t, poison.String(), "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 4")
+	wantCode(t, inboxctl(t, poisonLines("dt", 4), "publish", "--broker", broker, "--queue", queue, "--file", "-"), 0, "published 4")
 	big := `{"headers":{"eventId":"dt-big","correlationId":"c-dt"},"body":"` + strings.Repeat("x", 6<<20) + `"}` + "\n"
 	wantCode(t, inboxctl(t, big, "publish", "--broker", broker, "--queue", queue, "--file", "-", "--allow-invalid"), 0, "published 1")
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
