@@ -160,7 +160,8 @@ func TestDLQReplayAndDropSayWhatIsTrue(t *testing.T) {
 	wantCode(t, inboxctl(t, "", "dlq", "drop", "--broker", broker, "--queue", dlqName, "--not-envelope", "--dry-run"), 0,
 		"would drop "+foreign.BrokerMessageID+" (event id dt-big, reason MESSAGE_TOO_LARGE, 6291456 bytes)", "dry run, nothing changed: 1 would be dropped; 5 left")
 	wantCode(t, inboxctl(t, "", "dlq", "drop", "--broker", broker, "--queue", dlqName, "--message-id", "ID:no-such"), 1, "0 dropped; 5 left", "no message in "+dlqName+" matched")
-	wantCode(t, inboxctl(t, "", "dlq", "drop", "--broker", broker, "--queue", dlqName, "--message-id", foreign.BrokerMessageID), 0, "dropped "+foreign.BrokerMessageID, "1 dropped; 4 left")
+	wantCode(t, inboxctl(t, "", "dlq", "drop", "--broker", broker, "--queue", dlqName, "--message-id", foreign.BrokerMessageID, "--db", sqlite, "--operator", "erin"), 0, "dropped "+foreign.BrokerMessageID, "1 dropped; 4 left")
+	wantCode(t, inboxctl(t, "", "audit", "--db", sqlite, "--operator", "erin"), 0, "actions of operator erin: 1", "dlq-drop", "dt-big", "queue "+dlqName)
 	r = inboxctl(t, "", "dlq", "list", "--broker", broker, "--queue", dlqName)
 	wantCode(t, r, 0, dlqName+": 4 message(s)")
 	if strings.Contains(r.stdout, "dt-big") {
