@@ -46,15 +46,20 @@ func TestRunRecordsDeadlock(t *testing.T) {
 	_, err = other.ExecContext(ctx, `INSERT INTO shipping_letters (letter_id, invoice_no, customer_no, event_id, created_at) VALUES ($1, 'INV-DL-1', 'K-100', NULL, now())`,
 		invoice.LetterIDFor(eventID))
 	dbtest.Must(t, err, "insert the letter first")
+	var otherPID int
+	dbtest.Must(t, other.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID), "the test transaction's backend")
 
 	_, logs := startRun(ctx, t, "--db", url, "--broker", broker, "--queue", queue, "--log-format", "json",
 		"--log-level", "debug", "--requeue-delay", "100ms")
 
-	// The consumer's handler now waits for the letter's key.
+	// The consumer's handler now waits for the letter's key: an insert
+	// blocked by this test's transaction, not by another test's (every
+	// test schema lives in the same database, and other tests and test
+	// processes insert letters too).
 	waitFor(t, "the consumer's insert to wait for the test's transaction", func() bool {
 		var n int
 		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO shipping_letters%'`).Scan(&n)
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE 'INSERT INTO shipping_letters%'`, otherPID).Scan(&n)
 		return err == nil && n == 1
 	}, logs)
 	// Closing the cycle: the test's transaction wants the inbox row's key,
