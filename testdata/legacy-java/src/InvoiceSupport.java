@@ -52,7 +52,21 @@ final class InvoiceSupport {
         void init(Session session);
     }
 
-    static void run(Bean bean) throws Exception {
+    /**
+     * Runs the bean until the process is killed. A bean that cannot start exits with status 1,
+     * as a container does: the ActiveMQ client's threads, started by a connection that failed
+     * afterwards, would otherwise keep the JVM alive after main threw.
+     */
+    static void run(Bean bean) {
+        try {
+            serve(bean);
+        } catch (Throwable e) {
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void serve(Bean bean) throws Exception {
         ActiveMQConnectionFactory cf = new ActiveMQConnectionFactory(env("INBOXKIT_OPENWIRE_URL"));
         RedeliveryPolicy p = cf.getRedeliveryPolicy();
         p.setMaximumRedeliveries(Integer.parseInt(env("INBOXKIT_MAX_REDELIVERIES")));
