@@ -81,7 +81,7 @@ func open(t testing.TB, cfg amqp10.Config) *amqp10.Adapter {
 // false; redeliveries are flagged by first-acquirer false.
 func TestConformance(t *testing.T) {
 	declare := declarer(t)
-	b := consumertest.Broker{
+	consumertest.Run(t, consumertest.Broker{
 		Name: "amqp10-rabbitmq",
 		// FirstDelivery is not asserted: RabbitMQ's AMQP 1.0 plugin does not
 		// set first-acquirer on every first delivery (seen here), so those
@@ -92,9 +92,5 @@ func TestConformance(t *testing.T) {
 		},
 		NewPublisher: func(t testing.TB) dlq.Publisher { return open(t, amqp10.Config{}) },
 		Declare:      declare,
-	}
-	if testing.Short() {
-		b.Events = 200
-	}
-	consumertest.Run(t, b)
+	})
 }

@@ -21,7 +21,8 @@ import (
 )
 
 // TestConformance runs the broker conformance suite against the machine's
-// NATS JetStream server (127.0.0.1:4222) and against the embedded server.
+// NATS JetStream server (127.0.0.1:4222) and against the embedded server
+// (not under -short).
 func TestConformance(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		const url = "nats://127.0.0.1:4222"
@@ -35,6 +36,9 @@ func TestConformance(t *testing.T) {
 		consumertest.Run(t, conformanceBroker("jetstream", url))
 	})
 	t.Run("embedded", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("-short runs the suite on the machine's server only; ./scripts/test runs it on the embedded server too")
+		}
 		e, err := embedded.Start(t.TempDir())
 		if err != nil {
 			t.Fatal(err)

@@ -113,6 +113,12 @@ func (b *Broker) setDefaults() {
 
 // Run runs every conformance body against b, as parallel subtests per
 // database.
+//
+// Under go test -short (the fast tier) it runs every body on the first of
+// Broker.Databases only, at the first of Broker.BatchSizes only, with at
+// most shortEvents events in the duplicates body; the other databases and
+// batch sizes are skipped subtests that name ./scripts/test, which runs
+// them all.
 func Run(t *testing.T, b Broker) {
 	t.Helper()
 	if b.Name == "" || b.NewSource == nil || b.NewPublisher == nil {
@@ -143,9 +149,22 @@ func Run(t *testing.T, b Broker) {
 		{"OrderShutdownHandsBack", testOrderShutdownHandsBack},
 		{"OrderDatabaseOutage", testOrderDatabaseOutage},
 	}
-	for _, backend := range b.Databases {
+	short := testing.Short()
+	if short && b.Events > shortEvents {
+		b.Events = shortEvents
+	}
+	for i, backend := range b.Databases {
 		t.Run(backend, func(t *testing.T) {
-			for _, size := range b.BatchSizes {
+			if short && i > 0 {
+				t.Skipf("-short runs the bodies on %s only; ./scripts/test runs them on %s too", b.Databases[0], backend)
+			}
+			for j, size := range b.BatchSizes {
+				if short && j > 0 {
+					t.Run(fmt.Sprintf("batch%d", size), func(t *testing.T) {
+						t.Skipf("-short runs the bodies at batch size %d only; ./scripts/test runs them at %d too", b.BatchSizes[0], size)
+					})
+					continue
+				}
 				run := func(t *testing.T) {
 					for _, body := range bodies {
 						t.Run(body.name, func(t *testing.T) {
@@ -165,6 +184,9 @@ func Run(t *testing.T, b Broker) {
 		})
 	}
 }
+
+// shortEvents bounds Broker.Events under go test -short.
+const shortEvents = 200
 
 // Prefetch is the prefetch a Broker.NewSource should give the source of
 // test t: base, times N in the bodies of a batchN subtest (see

@@ -20,7 +20,8 @@
 // (PostgreSQL and SQLite by default, each a fresh schema or file from
 // internal/dbtest), on fresh queue names made of the test name and a random
 // suffix. Nothing is mocked: a broker or database that is down fails the
-// test loudly.
+// test loudly. Under go test -short the bodies run on the first database
+// and batch size only, with at most 200 events (see [Run]).
 //
 // # The bodies
 //
