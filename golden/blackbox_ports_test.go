@@ -65,6 +65,9 @@ func freePort(t *testing.T) int {
 // after Timeout; and nothing derives an OpenWire port beside a STOMP port
 // that is not 61613.
 func TestBlackBoxOnOtherPorts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips the private ActiveMQ broker this test starts; ./scripts/test runs it")
+	}
 	t.Parallel()
 	cp, _ := buildSubjects(t)
 	stompPort, openWirePort := privateActiveMQ(t)

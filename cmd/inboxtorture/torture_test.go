@@ -21,6 +21,9 @@ import (
 // INBOXKIT_TORTURE_MODE choose another (rabbitmq, nats; store-then-process),
 // INBOXKIT_TORTURE_BATCH a batch size (inboxctl run --batch).
 func TestTortureSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips the torture run (a failpoints build, 1,000 messages, 3 kill -9); ./scripts/test runs it")
+	}
 	bin := filepath.Join(t.TempDir(), "inboxctl")
 	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
 	build.Dir = filepath.Join("..", "..")
