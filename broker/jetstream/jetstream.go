@@ -360,12 +360,18 @@ func (a *Adapter) Close() error {
 			}
 		}
 		wg.Wait()
+		cancel()
 		if a.cfg.Transient && a.cons != nil && a.retention == jetstream.WorkQueuePolicy {
-			if err := a.js.DeleteConsumer(ctx, a.cfg.Stream, a.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			// A time of its own, not what the Naks left of theirs: a durable
+			// that survives keeps every delivery the Naks did not reach
+			// until AckWait, and the next reader under its name gets the
+			// rest in the order the Naks arrived.
+			dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := a.js.DeleteConsumer(dctx, a.cfg.Stream, a.cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 				a.cfg.Logger.Warn("jetstream: delete the transient durable consumer", "stream", a.cfg.Stream, "durable", a.cfg.Durable, "err", err)
 			}
+			dcancel()
 		}
-		cancel()
 		_ = a.nc.FlushTimeout(2 * time.Second)
 		a.nc.Close()
 	})
