@@ -42,6 +42,7 @@ var legacyMapping = map[string]inboxkit.Status{
 }
 
 func TestMigrateStopsUntilUnknownStatusesAreMapped(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		seedLegacy(t, db)
@@ -170,6 +171,7 @@ func TestMigrateStopsUntilUnknownStatusesAreMapped(t *testing.T) {
 // and never processed, on every path: dead-lettered with UNKNOWN_STATUS,
 // the row left as it is.
 func TestUnknownStatusAtRunTime(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		s, b := setup(t, db, inbox.Config{})
@@ -263,6 +265,7 @@ func TestUnknownStatusAtRunTime(t *testing.T) {
 // TECHNICAL_FAILURE row no worker would claim (an adopted FAILED row
 // mapped by migrate): a worker then processes it once.
 func TestReceiveTakesInAMappedFailure(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		s, b := setup(t, db, inbox.Config{})
@@ -291,6 +294,7 @@ func TestReceiveTakesInAMappedFailure(t *testing.T) {
 // its CREATED_AT; every run that deleted rows is recorded with its time,
 // cutoff, window and horizon.
 func TestPurgeLegacyRowsAndRecordRuns(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		s, b := setup(t, db, inbox.Config{}) // clock 2026-03-01 09:00, horizon 7 days
@@ -338,6 +342,7 @@ func TestPurgeLegacyRowsAndRecordRuns(t *testing.T) {
 
 // The read-only queries work on the seed table before it is migrated.
 func TestForReadingAnUnmigratedSeedTable(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		seedLegacy(t, db)

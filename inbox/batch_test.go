@@ -89,6 +89,7 @@ func rowOf(t *testing.T, s *inbox.Store, id string) string {
 // (events with a row already run after it); in "first-batch" a handler
 // fails and the batch runs again the marked way.
 func TestProcessBatchIsProcessOneByOne(t *testing.T) {
+	t.Parallel()
 	technical := errors.New("letter service timeout")
 	every := []scenarioItem{
 		{entry("NEW-1"), nil},
@@ -219,6 +220,7 @@ func sameAsProcess(t *testing.T, items []scenarioItem, first bool, run func(*inb
 
 // A delivery that is twice in one batch runs its handler once.
 func TestProcessBatchSameEventTwice(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		var calls atomic.Int32
@@ -239,6 +241,7 @@ func TestProcessBatchSameEventTwice(t *testing.T) {
 
 // Bad items are refused before anything is written.
 func TestProcessBatchInvalid(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ok := insertBusiness(db, "OK", "x")
@@ -265,6 +268,7 @@ func TestProcessBatchInvalid(t *testing.T) {
 // and its neighbours commit. Elsewhere the failed statement changed
 // nothing and the handler's nil stands.
 func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		hides := func(ctx context.Context, tx *sql.Tx) error {
@@ -305,6 +309,7 @@ func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 // is none either): after the outage the same batch is processed at
 // attempt 1.
 func TestProcessBatchOutageIsNoAttempt(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -348,6 +353,7 @@ func TestProcessBatchOutageIsNoAttempt(t *testing.T) {
 // single deliveries of the same events at once: every event is processed
 // exactly once, and nothing deadlocks.
 func TestProcessBatchConcurrent(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		const events, workers, rounds = 24, 6, 4
@@ -404,6 +410,7 @@ func TestProcessBatchConcurrent(t *testing.T) {
 // attempt, the one that failed technically keeps its attempt and its
 // recorded failure.
 func TestProcessBatchCommitFails(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	s, b := setup(t, db, inbox.Config{})
 	ctx := context.Background()
@@ -450,6 +457,7 @@ func TestProcessBatchCommitFails(t *testing.T) {
 // before and at the threshold, a claim past the threshold, stored headers
 // that do not decode.
 func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		fixed := inboxkit.Backoff{Initial: time.Second, Max: time.Second, Jitter: -1}
 		tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2, Redelivery: fixed}})
@@ -563,6 +571,7 @@ func (c *clock) set(t time.Time) {
 // nothing: each entry reports ErrLeaseLost and its business writes roll
 // back; the worker that took them over processes them.
 func TestWorkerBatchLeaseLost(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} { // SQLite: one writer, no takeover while a batch runs
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -619,6 +628,7 @@ func TestWorkerBatchLeaseLost(t *testing.T) {
 // committed, the business transaction is rolled back by its deferred
 // rollback, and nothing else of ProcessBatch runs, as when the process dies.
 func TestProcessBatchCrashChargesNeighboursOnce(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 )
 
 func TestStuckFailuresAndPayloadHashReuse(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		ctx := context.Background()

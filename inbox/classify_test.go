@@ -19,6 +19,7 @@ import (
 // Every class of error leaves its decision in the row (STATUS, REASON_CODE,
 // ERROR_CLASS) and in the result.
 func TestClassifyDecisionsInRow(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		ctx := context.Background()
@@ -86,6 +87,7 @@ func TestClassifyDecisionsInRow(t *testing.T) {
 // raise ATTEMPTS, so an outage of the letter service does not dead-letter the
 // queue. Real failures still count.
 func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{ClassifyFunc: classify.Of, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 		br, err := breaker.New(breaker.Config{Name: "letters", MaxFailures: 2, OpenTimeout: time.Hour})
@@ -124,6 +126,7 @@ func TestOpenCircuitDoesNotRaiseAttempts(t *testing.T) {
 // classify.Reject gives an empty code), in both engines: one reason code,
 // defined once in the root package.
 func TestEmptyBusinessReasonIsRejected(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -152,6 +155,7 @@ func TestEmptyBusinessReasonIsRejected(t *testing.T) {
 // of the database or the network gets its reason code (here CONNECTION),
 // where inboxkit.DecisionOf alone would leave the reason empty.
 func TestDefaultClassifierIsClassifyOf(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		res := mustProcess(t, s, entry("C-1"), func(context.Context, *sql.Tx) error {

@@ -20,6 +20,7 @@ import (
 // of a store with ports; it takes no turns, as deliveries in two processes
 // take none.
 func TestDeadLetterOnce(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 
 // TestDecide is the decision table of both engines, without a database.
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	const (
 		tf  = inboxkit.StatusTechnicalFailure
 		dl  = inboxkit.StatusDeadLettered

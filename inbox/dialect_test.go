@@ -9,6 +9,7 @@ import (
 )
 
 func TestRebind(t *testing.T) {
+	t.Parallel()
 	q := "UPDATE t SET A = ? WHERE B = ? AND C = ?"
 	for _, tc := range []struct {
 		d    Dialect
@@ -27,6 +28,7 @@ func TestRebind(t *testing.T) {
 
 // No Oracle server runs here: the Oracle statements are checked as text.
 func TestOracleStatements(t *testing.T) {
+	t.Parallel()
 	q := buildQueries(Oracle, "INBOX_EVENT_PROCESSING")
 	for name, stmt := range map[string]string{
 		"insertStarted": q.insertStarted.text, "startAttempt": q.startAttempt.text, "forgetAttempt": q.forgetAttempt.text, "purgeBatch": q.purgeBatch,
@@ -69,6 +71,7 @@ func TestOracleStatements(t *testing.T) {
 }
 
 func TestSchemaHasSeedColumns(t *testing.T) {
+	t.Parallel()
 	for _, d := range []string{"postgres", "mysql", "sqlite", "oracle"} {
 		text, err := schema.File(d)
 		if err != nil {

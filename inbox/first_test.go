@@ -23,6 +23,7 @@ func first(id string) inbox.Entry {
 // FirstDelivery (a redelivery) commits its marker first. Both through
 // Process and ProcessBatch.
 func TestFirstDeliveryCommitsNoMarker(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		if db.Backend == dbtest.SQLite {
 			t.Skip("SQLite: a second connection cannot read while the handler's write transaction holds the database")
@@ -80,6 +81,7 @@ func TestFirstDeliveryCommitsNoMarker(t *testing.T) {
 // death is runtime.Goexit in the handler, as in
 // TestProcessBatchCrashChargesNeighboursOnce.
 func TestFirstDeliveryKillerIsCountedFromItsRedelivery(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 		ctx := context.Background()
@@ -127,6 +129,7 @@ func TestFirstDeliveryKillerIsCountedFromItsRedelivery(t *testing.T) {
 // scanning the whole table after it had grown. A batch without such rows
 // pays nothing for it.
 func TestFirstBatchLooksUpWithCustomPlans(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	s, _ := setup(t, db, inbox.Config{})
 	ctx := context.Background()

@@ -140,6 +140,7 @@ func get(t *testing.T, s *inbox.Store, id string) inbox.Record {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		dbtest.Must(t, s.Migrate(context.Background()), "second migrate")
@@ -148,6 +149,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 }
 
 func TestProcessedThenDuplicate(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		res := mustProcess(t, s, entry("E-1"), insertBusiness(db, "E-1", "letter"))
@@ -179,6 +181,7 @@ func TestProcessedThenDuplicate(t *testing.T) {
 }
 
 func TestBusinessRejectRollsBackAndIsNotRetried(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		h := func(ctx context.Context, tx *sql.Tx) error {
@@ -209,6 +212,7 @@ func TestBusinessRejectRollsBackAndIsNotRetried(t *testing.T) {
 }
 
 func TestTechnicalFailureSurvivesRollbackThenProcessed(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		long := strings.Repeat("ü", 800) // 1600 bytes: truncated at a rune boundary
@@ -247,6 +251,7 @@ func TestTechnicalFailureSurvivesRollbackThenProcessed(t *testing.T) {
 }
 
 func TestResendWithoutRedeliveryFlagRetriesFailure(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		res := mustProcess(t, s, entry("E-4"), func(context.Context, *sql.Tx) error { return errors.New("db hiccup") })
@@ -264,6 +269,7 @@ func TestResendWithoutRedeliveryFlagRetriesFailure(t *testing.T) {
 }
 
 func TestBackoutThresholdDeadLetters(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
 		calls := 0
@@ -302,6 +308,7 @@ func TestBackoutThresholdDeadLetters(t *testing.T) {
 // counted by a marker committed before the handler runs, so the message is
 // dead-lettered after MaxAttempts deliveries, whatever the broker tells.
 func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 4}})
 		calls := 0
@@ -348,6 +355,7 @@ func TestPoisonByCrashReachesDeadLetter(t *testing.T) {
 // handler (handed back while the database was down): it is not an attempt
 // count (issue 11, item 1).
 func TestBrokerDeliveryCountIsNoAttemptCount(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 5}})
 		e := entry("E-7")
@@ -362,6 +370,7 @@ func TestBrokerDeliveryCountIsNoAttemptCount(t *testing.T) {
 }
 
 func TestPoisonFromHandler(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		h := func(ctx context.Context, tx *sql.Tx) error {
@@ -385,6 +394,7 @@ func TestPoisonFromHandler(t *testing.T) {
 }
 
 func TestMissingOrLongEventID(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		never := func(context.Context, *sql.Tx) error { t.Error("handler ran"); return nil }
@@ -406,6 +416,7 @@ func TestMissingOrLongEventID(t *testing.T) {
 }
 
 func TestNoAttemptFailuresDoNotCount(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2}})
 		open := decided{inboxkit.Decision{Class: inboxkit.ClassTechnical, Reason: "CIRCUIT_OPEN", NoAttempt: true}, "circuit open"}
@@ -423,6 +434,7 @@ func TestNoAttemptFailuresDoNotCount(t *testing.T) {
 }
 
 func TestAuditByCorrelation(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		for i, id := range []string{"C-3", "C-1", "C-2"} {
@@ -450,6 +462,7 @@ func TestAuditByCorrelation(t *testing.T) {
 }
 
 func TestReplayResetsDeadLetteredRow(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 1}})
 		res := mustProcess(t, s, entry("E-10"), func(context.Context, *sql.Tx) error { return errors.New("down") })
@@ -480,6 +493,7 @@ func TestReplayResetsDeadLetteredRow(t *testing.T) {
 // 32 goroutines deliver the same event at once: the primary key lets exactly
 // one through.
 func TestConcurrentSameEvent(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		db.SetMaxOpenConns(40)
@@ -518,6 +532,7 @@ func TestConcurrentSameEvent(t *testing.T) {
 
 // Two pools ("instances") race over 50 events, each delivered 4 times by each.
 func TestTwoInstancesRace(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s1, b := setup(t, db, inbox.Config{})
 		d, _ := inbox.DialectByName(db.Backend)
@@ -559,6 +574,7 @@ func TestTwoInstancesRace(t *testing.T) {
 }
 
 func TestValidateTable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -592,6 +608,7 @@ func TestValidateTable(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	_, err := inbox.New(&sql.DB{}, inbox.SQLite, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: -1}})
 	if err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
 		t.Errorf("negative MaxAttempts: %v", err)
@@ -610,6 +627,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func TestCustomTableName(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{Table: "letters_inbox"})
 		res := mustProcess(t, s, entry("T-1"), insertBusiness(db, "T-1", ""))

@@ -15,6 +15,7 @@ import (
 // connection, must still commit synchronously (rule 2's durability), and so
 // must anything else the pool's connection runs later.
 func TestMarkerLeavesSynchronousCommitOn(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	db.DB.SetMaxOpenConns(1) // the marker, the handler and the check share one connection
 	s, err := inbox.New(db.DB, inbox.Postgres, inbox.Config{})

@@ -12,6 +12,7 @@ import (
 // DBA reads exactly what Migrate runs on an empty database. Regenerate them
 // after adding a step: INBOXKIT_UPDATE_SCHEMA=1 go test ./inbox/ -run TestSchemaFiles
 func TestSchemaFilesAreTheCreateScript(t *testing.T) {
+	t.Parallel()
 	for _, d := range []Dialect{Postgres, MySQL, SQLite, Oracle} {
 		want, err := CreateScript(d, "")
 		if err != nil {

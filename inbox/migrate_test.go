@@ -41,6 +41,7 @@ func newStore(t *testing.T, db *sql.DB, backend string) *inbox.Store {
 }
 
 func TestMigrateUpgradesSeedTable(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		seedTable(t, db.DB, db.Backend)
@@ -131,6 +132,7 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 // Several instances (separate pools) start at once on the seed table: the
 // lock lets exactly one migrate; every step is recorded once.
 func TestMigrateConcurrentInstances(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		seedTable(t, db.DB, db.Backend)
@@ -161,6 +163,7 @@ func TestMigrateConcurrentInstances(t *testing.T) {
 }
 
 func TestCheckSchema(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		ctx := context.Background()
 		s := newStore(t, db.DB, db.Backend)

@@ -8,6 +8,7 @@ import (
 // The seed table on Oracle gets plain ALTER TABLE ... ADD statements with
 // Oracle types, no IF NOT EXISTS, and the version rows.
 func TestOracleUpgradeFromSeed(t *testing.T) {
+	t.Parallel()
 	seed := schemaState{tableExists: true, columns: map[string]bool{}, indexes: map[string]bool{"PK_INBOX_EVENT": true}}
 	for _, c := range steps[0].create {
 		seed.columns[c.name] = true

@@ -18,6 +18,7 @@ import (
 // redelivered with a growing broker count, then one that goes through:
 // PROCESSED with ATTEMPTS 1.
 func TestOutageIsNoAttempt(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

@@ -112,6 +112,7 @@ func claimNone(t *testing.T, w *inbox.Worker) {
 }
 
 func TestReceive(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -175,6 +176,7 @@ func TestReceive(t *testing.T) {
 // while the entries are IN_PROGRESS (and more at random moments): every
 // entry is processed exactly once and no duplicate changes a row.
 func TestWorkerExactlyOnce(t *testing.T) {
+	t.Parallel()
 	const entries, workers = 2000, 4
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		start := time.Now()
@@ -295,6 +297,7 @@ func TestWorkerExactlyOnce(t *testing.T) {
 // TestWorkerLeaseExpiry: a worker that stalls past its lease loses the
 // entry to another worker; its late commit is refused and rolled back.
 func TestWorkerLeaseExpiry(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -379,6 +382,7 @@ func TestWorkerLeaseExpiry(t *testing.T) {
 // NEXT_ATTEMPT_AT) and are retried; at the threshold the entry is
 // dead-lettered, and a failing dead-letter publish keeps it.
 func TestWorkerTechnicalFailure(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		// A backoff without jitter (Backoff.Delay's is tested on its own),
 		// so that the injected clock can step to the due time.
@@ -487,6 +491,7 @@ func TestWorkerTechnicalFailure(t *testing.T) {
 // TestWorkerRejectAndPoison: a business rejection is REJECTED and never
 // retried; poison is dead-lettered at once.
 func TestWorkerRejectAndPoison(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -539,6 +544,7 @@ func TestWorkerRejectAndPoison(t *testing.T) {
 // TestWorkerRun: several Run loops drain the table while messages arrive,
 // and stop on cancel; Release hands a claim back at once.
 func TestWorkerRun(t *testing.T) {
+	t.Parallel()
 	const entries = 200
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
@@ -594,6 +600,7 @@ func TestWorkerRun(t *testing.T) {
 }
 
 func TestWorkerConfig(t *testing.T) {
+	t.Parallel()
 	s, err := inbox.New(&sql.DB{}, inbox.SQLite, inbox.Config{})
 	dbtest.Must(t, err, "store")
 	h := func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }

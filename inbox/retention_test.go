@@ -37,6 +37,7 @@ func bulkInsert(t *testing.T, db *dbtest.DB, prefix string, n int, status inboxk
 }
 
 func TestRetention(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{}) // horizon: 7 days; clock: 2026-03-01 09:00
 		ctx := context.Background()
@@ -99,6 +100,7 @@ func TestRetention(t *testing.T) {
 // The pause after a batch makes the batch and the pause together last as
 // long as its rows take at the cap: rows/MaxRowsPerSecond.
 func TestPurgePause(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		took    time.Duration
 		rows    int64
@@ -121,6 +123,7 @@ func TestPurgePause(t *testing.T) {
 // MaxRowsPerSecond is negative, and stops in a pause when the context
 // ends. The pauses are recorded, not waited out.
 func TestPurgeRateCap(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -164,6 +167,7 @@ func TestPurgeRateCap(t *testing.T) {
 // transaction only: what the pool's connection runs next commits
 // synchronously again.
 func TestPurgeLeavesSynchronousCommitOn(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	db.DB.SetMaxOpenConns(1) // the purge and the check share one connection
 	s, _ := setup(t, db, inbox.Config{})

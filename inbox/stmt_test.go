@@ -7,6 +7,7 @@ import (
 )
 
 func TestStmtBindsByName(t *testing.T) {
+	t.Parallel()
 	st := compile(Postgres, `UPDATE t SET A = @x, B = @y WHERE C = @x`)
 	if st.text != `UPDATE t SET A = $1, B = $2 WHERE C = $3` {
 		t.Errorf("text = %s", st.text)
@@ -24,6 +25,7 @@ func TestStmtBindsByName(t *testing.T) {
 
 // Every statement of every dialect names only parameters its callers give.
 func TestStmtNames(t *testing.T) {
+	t.Parallel()
 	known := map[string]bool{}
 	for _, n := range strings.Fields(`event consumer corr hash source okey reason class error now attempts delta max marker owner until next uncount n payload headers`) {
 		known[n] = true

@@ -24,6 +24,7 @@ import (
 // MariaDB refused the bytes); a header that is not valid UTF-8 would be
 // stored changed (JSON), so store-then-process dead-letters it.
 func TestValuesTheDatabaseCannotStore(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
 		ctx := context.Background()
@@ -82,6 +83,7 @@ func TestValuesTheDatabaseCannotStore(t *testing.T) {
 // dead-lettered as INVALID_EVENT_ID without a row. SQLite stores them as
 // they are (no widths, no encoding check): processed.
 func TestRefusedValuesAreDeadLettered(t *testing.T) {
+	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()
