@@ -41,6 +41,7 @@ func tableDump(t *testing.T, db *dbtest.DB) string {
 // id source for the legacy rows, and check does not take the legacy
 // PROCESSED row for a split transaction (--since all does).
 func TestMigrateAdoptedTable(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -105,6 +106,7 @@ func TestMigrateAdoptedTable(t *testing.T) {
 // event's row, the event comes again and is processed a second time:
 // check reports the duplicate letters and names the purge run.
 func TestCheckTiesDuplicatesToThePurge(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

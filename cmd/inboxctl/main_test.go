@@ -468,6 +468,7 @@ func plant(t *testing.T, db *dbtest.DB) {
 }
 
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -663,6 +664,7 @@ func TestGolden(t *testing.T) {
 // plugin: publish (which declares the missing queue durable) and dlq list;
 // a broker that is down is reported with the password redacted.
 func TestAMQP10PublishAndList(t *testing.T) {
+	t.Parallel()
 	queue := fmt.Sprintf("inboxctl.amqp10.%d", time.Now().UnixNano())
 	t.Cleanup(func() {
 		if conn, err := amqp091.Dial("amqp://guest:guest@127.0.0.1:5672/"); err == nil {

@@ -14,6 +14,7 @@ import (
 // (exit 2, "run inboxctl migrate"), status and --dry-run show the steps,
 // migrate upgrades in place, then audit works on the old rows.
 func TestMigrateSeedTable(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

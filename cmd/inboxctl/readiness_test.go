@@ -19,6 +19,7 @@ import (
 // /readyz turns 503 naming the broker, and 200 again once the adapter has
 // reconnected by itself.
 func TestRunReadinessFollowsTheBroker(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, addr, url string }{
 		{"activemq", stompAddr, "stomp://%s"},
 		{"rabbitmq", "127.0.0.1:5672", "amqp://guest:guest@%s/"},

@@ -22,6 +22,7 @@ import (
 // oldest open row and the stuck one at the threshold; --json has stable
 // names and [] for no rows.
 func TestStats(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -56,6 +57,7 @@ func TestStats(t *testing.T) {
 // (browsed), RabbitMQ (passive declare) and JetStream (the subject's count
 // in its stream), and says AMQP 1.0 cannot tell; nothing is consumed.
 func TestStatsDLQDepth(t *testing.T) {
+	t.Parallel()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "inbox.db")
 	wantCode(t, inboxctl(t, "", "migrate", "--db", db), 0, "migrated")
 	for _, tc := range []struct{ name, broker string }{
