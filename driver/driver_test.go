@@ -222,7 +222,7 @@ func sqliteBusy(t *testing.T) error {
 	_, err := tx1.ExecContext(ctx, "UPDATE acct SET v = v + 1 WHERE id = 1")
 	dbtest.Must(t, err, "tx1 write")
 
-	dsn := strings.Replace(db.DSN, "busy_timeout(10000)", "busy_timeout(0)", 1)
+	dsn := strings.Replace(db.DSN, "busy_timeout(60000)", "busy_timeout(0)", 1)
 	if dsn == db.DSN {
 		t.Fatalf("cannot set busy_timeout(0) in %s", db.DSN)
 	}
