@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -33,23 +34,7 @@ func TestTortureSmall(t *testing.T) {
 	args := []string{"--inboxctl", bin, "--messages", "1000", "--kills", "3", "--timeout", "3m", "--seed", "17",
 		"--broker", envOr("INBOXKIT_TORTURE_BROKER", "stomp"), "--mode", envOr("INBOXKIT_TORTURE_MODE", "transactional"),
 		"--batch", envOr("INBOXKIT_TORTURE_BATCH", "1")}
-	cfg, err := parseFlags(args, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var log bytes.Buffer
-	res, err := run(ctx, cfg, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	res.print(&table)
-	t.Logf("\n%s", table.String())
-	if !res.ok() {
-		t.Fatalf("the ledger does not balance:\n%s", table.String())
-	}
+	res := balanced(t, args, 4*time.Minute, run)
 	if got := res.deaths[deathKill]; got != 3 {
 		t.Errorf("%d kill -9, want 3", got)
 	}
@@ -79,23 +64,7 @@ func TestTortureOutboxSmall(t *testing.T) {
 	args := []string{"--scenario", "outbox", "--inboxctl", bins["./cmd/inboxctl"], "--agent", bins["./cmd/inboxtorture"],
 		"--messages", "2000", "--keys", "20", "--kill-every", "1s", "--timeout", "2m", "--seed", "17",
 		"--broker", envOr("INBOXKIT_TORTURE_BROKER", "rabbitmq")}
-	cfg, err := parseFlags(args, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log bytes.Buffer
-	res, err := runOutbox(ctx, cfg, &log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	res.print(&table)
-	t.Logf("\n%s", table.String())
-	if !res.ok() {
-		t.Fatalf("the ledger does not balance:\n%s", table.String())
-	}
+	res := balanced(t, args, 3*time.Minute, runOutbox)
 	kills := 0
 	for _, n := range res.kills {
 		kills += n
@@ -106,6 +75,37 @@ func TestTortureOutboxSmall(t *testing.T) {
 	if res.resent != 400 || res.dupAnswers < 400 {
 		t.Errorf("%d planned retries sent, %d answered duplicate; want 400 and at least 400", res.resent, res.dupAnswers)
 	}
+}
+
+// ledger is what a scenario's run returns: its table and whether it
+// balances.
+type ledger interface {
+	print(w io.Writer)
+	ok() bool
+}
+
+// balanced runs a scenario with args within limit, logs its ledger and
+// fails the test unless the ledger balances.
+func balanced[R ledger](t *testing.T, args []string, limit time.Duration, run func(context.Context, config, io.Writer) (R, error)) R {
+	t.Helper()
+	cfg, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var log bytes.Buffer
+	res, err := run(ctx, cfg, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	res.print(&table)
+	t.Logf("\n%s", table.String())
+	if !res.ok() {
+		t.Fatalf("the ledger does not balance:\n%s", table.String())
+	}
+	return res
 }
 
 func envOr(name, def string) string {
