@@ -51,6 +51,19 @@ type Adapter struct {
 	mu      sync.Mutex
 	closing bool                   // set by Close, under mu
 	pending map[*delivery]struct{} // received, not settled
+
+	// orphans holds the pull requests whose Receive gave up (its ctx was
+	// done) before the server answered. The next Receive waits for one of
+	// them before it asks again, so a message the server sent meanwhile is
+	// returned, in the order it was sent, not left until AckWait.
+	orphans chan chan pulled
+}
+
+// pulled is the answer to one pull request: a delivery, or none (err nil
+// when the request expired empty).
+type pulled struct {
+	d   *delivery
+	err error
 }
 
 // Open connects to the server, makes sure Config.Stream captures
@@ -65,6 +78,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 		cfg:     cfg,
 		url:     redact(cfg.URL),
 		pending: make(map[*delivery]struct{}),
+		orphans: make(chan chan pulled, 64),
 	}
 	log := cfg.Logger
 	nc, err := nats.Connect(cfg.URL,
@@ -139,14 +153,14 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 // delivery arrives, ctx is done (ctx.Err()) or the Adapter is closed
 // (consumer.ErrClosed). It pulls one message per request, each request
 // waiting up to Config.PollWait on the server, so it keeps working across
-// reconnects: a request lost with a connection is replaced by the next.
+// reconnects: a request lost with a connection is replaced by the next. A
+// Receive whose ctx ends while its request waits leaves the request to the
+// next Receive, which returns what it brings before it asks again: a
+// message is never held back until AckWait because a receive gave up.
 func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 	if a.cons == nil {
 		return nil, ErrNoSubject
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(a.closedCtx, cancel)()
 	for {
 		if a.closedCtx.Err() != nil {
 			return nil, consumer.ErrClosed
@@ -154,37 +168,75 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if dl, ok := rctx.Deadline(); ok && time.Until(dl) < 50*time.Millisecond {
-			<-rctx.Done() // too short for a pull request
-			continue
+		var res chan pulled
+		select {
+		case res = <-a.orphans:
+		default:
+			res = a.pull()
 		}
-		fctx, fcancel := context.WithTimeout(rctx, a.cfg.PollWait)
-		batch, err := a.cons.Fetch(1, jetstream.FetchContext(fctx))
-		if err == nil {
-			for msg := range batch.Messages() {
-				fcancel()
-				if d := a.track(msg); d != nil {
-					return d, nil
-				}
-				return nil, consumer.ErrClosed
-			}
-			err = batch.Error()
+		var r pulled
+		select {
+		case r = <-res:
+		case <-ctx.Done():
+			a.orphan(res)
+			return nil, ctx.Err()
+		case <-a.closedCtx.Done():
+			return nil, consumer.ErrClosed // a late delivery is Nak'd (track, Close)
 		}
-		fcancel()
 		switch {
+		case r.d != nil:
+			return r.d, nil
 		case a.closedCtx.Err() != nil:
 			return nil, consumer.ErrClosed
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case err == nil, errors.Is(err, context.DeadlineExceeded):
+		case r.err == nil, errors.Is(r.err, context.DeadlineExceeded):
 			// The pull request expired empty: ask again.
 		default:
-			a.cfg.Logger.Warn("jetstream: pull failed, retrying", "stream", a.cfg.Stream, "consumer", a.cfg.Durable, "err", err)
+			a.cfg.Logger.Warn("jetstream: pull failed, retrying", "stream", a.cfg.Stream, "consumer", a.cfg.Durable, "err", r.err)
 			select {
-			case <-rctx.Done():
+			case <-ctx.Done():
+			case <-a.closedCtx.Done():
 			case <-time.After(a.cfg.Reconnect.Initial):
 			}
 		}
+	}
+}
+
+// pull sends one pull request for one message, waiting up to PollWait on
+// the server, bounded by Close but not by any Receive's ctx: a message the
+// server sends after the Receive gave up is still taken in (and tracked).
+func (a *Adapter) pull() chan pulled {
+	res := make(chan pulled, 1)
+	go func() {
+		fctx, cancel := context.WithTimeout(a.closedCtx, a.cfg.PollWait)
+		defer cancel()
+		batch, err := a.cons.Fetch(1, jetstream.FetchContext(fctx))
+		if err != nil {
+			res <- pulled{err: err}
+			return
+		}
+		for msg := range batch.Messages() {
+			res <- pulled{d: a.track(msg)} // nil when closing: Nak'd
+			return
+		}
+		res <- pulled{err: batch.Error()}
+	}()
+	return res
+}
+
+// orphan keeps the pull request res for the next Receive; with too many
+// kept, its message (if one comes) is handed back.
+func (a *Adapter) orphan(res chan pulled) {
+	select {
+	case a.orphans <- res:
+	default:
+		go func() {
+			if r := <-res; r.d != nil && r.d.settled.CompareAndSwap(false, true) {
+				a.forget(r.d)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				_ = r.d.nak(ctx, 0)
+			}
+		}()
 	}
 }
 

@@ -357,12 +357,6 @@ func testOrderDatabaseOutage(t *testing.T, e *env) {
 		t.Log("runs at batch size 1 only")
 		return
 	}
-	if strings.HasPrefix(e.b.Name, "jetstream") {
-		// Seen once: a head run after its 19 followers. The outage gate
-		// cancels receives in flight, and a pull the server had answered
-		// loses its message until AckWait (docs/order.md, Limits).
-		t.Skip("JetStream: a pull cancelled at the outage's start loses its message until AckWait, which reorders its key (docs/order.md, Limits)")
-	}
 	proxy, store := e.proxiedStore(t)
 	failing := e.publishOrdered(t)
 	var mu sync.Mutex
