@@ -201,22 +201,24 @@ func (r *result) print(w io.Writer) {
 	for _, e := range r.restartErrs {
 		fmt.Fprintln(w, "RESTART FAILED:", e)
 	}
-	for _, l := range []struct {
-		name string
-		ids  []string
-	}{{"LOST", r.lost}, {"DOUBLED", r.doubled}, {"STUCK", r.stuck}} {
-		for i, s := range l.ids {
-			if i == 20 {
-				fmt.Fprintf(w, "%s: ... and %d more\n", l.name, len(l.ids)-20)
-				break
-			}
-			fmt.Fprintf(w, "%s: %s\n", l.name, s)
-		}
-	}
+	printIDs(w, "LOST", r.lost)
+	printIDs(w, "DOUBLED", r.doubled)
+	printIDs(w, "STUCK", r.stuck)
 	if r.check != "" {
 		fmt.Fprintf(w, "inboxctl check:\n%s\n", r.check)
 	}
 	if r.keptDB != "" {
 		fmt.Fprintf(w, "database %s kept for inspection\n", r.keptDB)
+	}
+}
+
+// printIDs writes one line per id under name, the first 20 of them.
+func printIDs(w io.Writer, name string, ids []string) {
+	for i, s := range ids {
+		if i == 20 {
+			fmt.Fprintf(w, "%s: ... and %d more\n", name, len(ids)-20)
+			return
+		}
+		fmt.Fprintf(w, "%s: %s\n", name, s)
 	}
 }

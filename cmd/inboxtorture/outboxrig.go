@@ -364,28 +364,11 @@ func (o *obRig) snapshot(ctx context.Context) (obSnapshot, error) {
 func (o *obRig) torture(ctx context.Context, rnd *rand.Rand) (kills map[string]int, timedOut bool) {
 	cfg := o.cfg
 	kills = map[string]int{}
-	dbDone, brokerDone := !cfg.restartDB, !cfg.restartBrk
-	var restarts sync.WaitGroup
-	defer restarts.Wait()
-	deadline := time.Now().Add(cfg.timeout)
 	lastKill := time.Now()
-	var quietSince time.Time
-	var lastSig string
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return kills, true
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			o.log("timeout: not quiet after %v", cfg.timeout)
-			return kills, true
-		}
+	timedOut = o.watch(ctx, func() (float64, bool, string, error) {
 		s, err := o.snapshot(ctx)
 		if err != nil {
-			continue // the database may be restarting
+			return 0, true, "", err
 		}
 		progress := float64(s.received) / float64(cfg.messages)
 		if cfg.killEvery > 0 && s.received < cfg.messages && time.Since(lastKill) >= cfg.killEvery {
@@ -398,26 +381,9 @@ func (o *obRig) torture(ctx context.Context, rnd *rand.Rand) (kills map[string]i
 			}
 			lastKill = time.Now()
 		}
-		if !dbDone && progress >= 0.4 {
-			dbDone = true
-			restarts.Add(1)
-			go func() { defer restarts.Done(); o.restart("database", cfg.dbRestart, &o.dbRestarts) }()
-		}
-		if !brokerDone && progress >= 0.6 {
-			brokerDone = true
-			restarts.Add(1)
-			go func() { defer restarts.Done(); o.restart("broker", cfg.brkRestart, &o.brokerRestarts) }()
-		}
-		busy := !dbDone || !brokerDone || !o.publishDone.Load() || s.received < cfg.messages || s.pending > 0 || s.open > 0
-		if busy || s.sig != lastSig {
-			quietSince, lastSig = time.Now(), s.sig
-			continue
-		}
-		if time.Since(quietSince) >= cfg.quiet {
-			restarts.Wait()
-			return kills, false
-		}
-	}
+		return progress, s.received < cfg.messages || s.pending > 0 || s.open > 0, s.sig, nil
+	})
+	return kills, timedOut
 }
 
 // obResult is the ledger of the outbox scenario.
@@ -554,18 +520,10 @@ func (r *obResult) print(w io.Writer) {
 	for _, e := range r.restartErrs {
 		fmt.Fprintln(w, "RESTART FAILED:", e)
 	}
-	for _, l := range []struct {
-		name string
-		ids  []string
-	}{{"LOST", r.lost}, {"DOUBLED", r.doubled}, {"OUT OF ORDER", r.order}, {"STUCK", r.stuck}} {
-		for i, s := range l.ids {
-			if i == 20 {
-				fmt.Fprintf(w, "%s: ... and %d more\n", l.name, len(l.ids)-20)
-				break
-			}
-			fmt.Fprintf(w, "%s: %s\n", l.name, s)
-		}
-	}
+	printIDs(w, "LOST", r.lost)
+	printIDs(w, "DOUBLED", r.doubled)
+	printIDs(w, "OUT OF ORDER", r.order)
+	printIDs(w, "STUCK", r.stuck)
 	if r.keptDB != "" {
 		fmt.Fprintf(w, "database %s kept for inspection\n", r.keptDB)
 	}

@@ -332,29 +332,11 @@ func (r *rig) torture(ctx context.Context, rnd *rand.Rand) (kills int, timedOut 
 		at[i] = 0.03 + 0.85*rnd.Float64()
 	}
 	sort.Float64s(at)
-	dbAt, brokerAt := 0.4, 0.6
-	dbDone, brokerDone := !cfg.restartDB, !cfg.restartBrk
-	var restarts sync.WaitGroup
-	deadline := time.Now().Add(cfg.timeout)
 	var lastKill time.Time
-	var quietSince time.Time
-	var lastSig string
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	defer restarts.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return kills, true
-		case <-tick.C:
-		}
-		if time.Now().After(deadline) {
-			r.log("timeout: not quiet after %v", cfg.timeout)
-			return kills, true
-		}
+	timedOut = r.watch(ctx, func() (float64, bool, string, error) {
 		s, err := r.snapshot(ctx)
 		if err != nil {
-			continue // the database may be restarting
+			return 0, true, "", err
 		}
 		progress := float64(s.final) / float64(cfg.messages)
 		if len(at) > 0 && progress >= at[0] && time.Since(lastKill) > 300*time.Millisecond {
@@ -369,24 +351,59 @@ func (r *rig) torture(ctx context.Context, rnd *rand.Rand) (kills int, timedOut 
 				}
 			}
 		}
-		if !dbDone && progress >= dbAt {
+		return progress, len(at) > 0 || s.final < cfg.messages || s.open > 0, s.sig, nil
+	})
+	return kills, timedOut
+}
+
+// watch is a torture run's supervising loop. Every 250 ms it calls poll,
+// which does the scenario's killing and returns the progress (0 to 1),
+// whether work is left, and a signature of the state (an error skips the
+// tick: the database may be restarting). It restarts the database at 40 %
+// and the broker at 60 % of the progress when asked, and returns false
+// once nothing is left to do, the producer is done and the signature has
+// not changed for --quiet; true when ctx ends or --timeout passes first.
+// It returns after the restarts it began.
+func (r *rig) watch(ctx context.Context, poll func() (progress float64, busy bool, sig string, err error)) (timedOut bool) {
+	cfg := r.cfg
+	dbDone, brokerDone := !cfg.restartDB, !cfg.restartBrk
+	var restarts sync.WaitGroup
+	defer restarts.Wait()
+	deadline := time.Now().Add(cfg.timeout)
+	var quietSince time.Time
+	var lastSig string
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			r.log("timeout: not quiet after %v", cfg.timeout)
+			return true
+		}
+		progress, busy, sig, err := poll()
+		if err != nil {
+			continue
+		}
+		if !dbDone && progress >= 0.4 {
 			dbDone = true
 			restarts.Add(1)
 			go func() { defer restarts.Done(); r.restart("database", cfg.dbRestart, &r.dbRestarts) }()
 		}
-		if !brokerDone && progress >= brokerAt {
+		if !brokerDone && progress >= 0.6 {
 			brokerDone = true
 			restarts.Add(1)
 			go func() { defer restarts.Done(); r.restart("broker", cfg.brkRestart, &r.brokerRestarts) }()
 		}
-		busy := len(at) > 0 || !dbDone || !brokerDone || !r.publishDone.Load() || s.final < cfg.messages || s.open > 0
-		if busy || s.sig != lastSig {
-			quietSince, lastSig = time.Now(), s.sig
+		if busy || !dbDone || !brokerDone || !r.publishDone.Load() || sig != lastSig {
+			quietSince, lastSig = time.Now(), sig
 			continue
 		}
 		if time.Since(quietSince) >= cfg.quiet {
-			restarts.Wait()
-			return kills, false
+			return false
 		}
 	}
 }
