@@ -110,6 +110,8 @@ func orDash(s string) string {
 // queueEntry is a message the audit found on the DLQ or the reject queue.
 type queueEntry struct {
 	Queue string `json:"queue"`
+	// Headers are the message's headers as the broker delivered them.
+	Headers map[string]string `json:"headers,omitempty"`
 	dlqEntry
 }
 
@@ -124,11 +126,11 @@ type auditReport struct {
 
 func newAuditCmd() *cobra.Command {
 	var f dbFlags
-	var corr, eventID, brokerURL, dlqName, rejectQueue, operator string
+	var corr, eventID, orderKey, brokerURL, dlqName, rejectQueue, operator string
 	var o outputFlags
 	var of outboxFlags
 	c := &cobra.Command{
-		Use:   "audit --db URL (--correlation-id ID | --event-id ID | --operator NAME) [--broker URL] [-o json]",
+		Use:   "audit --db URL (--correlation-id ID | --event-id ID | --order-key KEY | --operator NAME) [--broker URL] [-o json]",
 		Short: "Show every inbox row of one correlation id or event id (and, with --broker, what the DLQ and reject queue hold)",
 		Long: `audit prints every inbox row (of all consumers) with the correlation id, or with the
 event id, oldest first: event id, where a derived id came from (--event-id-from;
@@ -136,7 +138,9 @@ event id, oldest first: event id, where a derived id came from (--event-id-from;
 inboxctl migrate adopted the table), consumer, status, reason, attempts, times, the
 last error and the DLQ trace (dead-lettered, replays), and the outbox messages each
 event's handling wrote (where the outbox table exists): destination, key, status,
-attempts, last error. It reads a table inboxctl migrate has not upgraded yet as it is.
+attempts, last error. --order-key KEY lists the rows of a business key instead: those
+whose order key (run --order-key) is KEY, oldest first (a full read of the table: the
+column has no index). It reads a table inboxctl migrate has not upgraded yet as it is.
 
 With --broker it also lists what the dead-letter queue (--dlq) and the reject queue
 (--reject-queue) hold for the case: messages with the event id, or with the
@@ -162,11 +166,11 @@ Exit 1 when nothing is found.`,
 			if err != nil {
 				return err
 			}
-			if operator != "" && corr == "" {
+			if operator != "" && corr == "" && orderKey == "" {
 				return auditOperator(cmd, f, asJSON, inbox.ActionFilter{Operator: operator, EventID: eventID})
 			}
-			if (corr == "") == (eventID == "") || operator != "" {
-				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events), --event-id ID or --operator NAME")
+			if countSet(corr != "", eventID != "", orderKey != "") != 1 || operator != "" {
+				return usageErr("audit needs exactly one of --correlation-id ID (the correlationId header of the events), --event-id ID, --order-key KEY or --operator NAME")
 			}
 			ctx := cmd.Context()
 			st, t, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
@@ -174,76 +178,22 @@ Exit 1 when nothing is found.`,
 				return err
 			}
 			defer st.DB().Close()
-			var recs []inbox.Record
-			title := "correlation id " + corr
-			if corr != "" {
-				recs, err = st.ByCorrelation(ctx, corr)
-			} else {
-				title = "event id " + eventID
-				recs, err = st.ByEventID(ctx, eventID)
-			}
-			if err != nil {
-				return err
-			}
-			rows, err := auditRows(ctx, st, recs)
-			if err != nil {
-				return err
-			}
-			if err := attachOutbox(ctx, st.DB(), t, of, rows); err != nil {
-				return err
-			}
-			rep := auditReport{Rows: rows, Queues: []queueEntry{}}
-			if eventID != "" {
-				if rep.Actions, err = st.Actions(ctx, inbox.ActionFilter{EventID: eventID}); err != nil {
-					// A table before step 8 has no actions to show.
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: no operator actions shown: %v\n", err)
-				}
-			}
+			q := auditQuery{CorrelationID: corr, EventID: eventID, OrderKey: orderKey}
+			var b *broker
 			if brokerURL != "" {
-				corrs := map[string]bool{}
-				if corr != "" {
-					corrs[corr] = true
-				}
-				for _, r := range recs {
-					if r.CorrelationID != "" {
-						corrs[r.CorrelationID] = true
-					}
-				}
-				b, err := openBroker(brokerURL, nil)
-				if err != nil {
+				if b, err = openBroker(brokerURL, nil); err != nil {
 					return err
 				}
 				defer b.Close()
-				if b.t.Kind != target.STOMP {
-					rep.Browsing = b.t.Kind + " cannot be browsed by inboxctl: the queues' messages were received and handed back unacknowledged (each now counts as redelivered)"
-				}
-				for _, q := range []string{dlqName, rejectQueue} {
-					if q == "" {
-						continue
-					}
-					ms, err := b.Browse(ctx, q, 0)
-					if err != nil {
-						return err
-					}
-					for _, m := range ms {
-						e := dlqEntryOf(m)
-						c := e.CorrelationID
-						if c == "" {
-							c = orDefault(m.Header("correlationId"), m.Header("correlation-id"))
-						}
-						if (eventID != "" && e.EventID == eventID) || (c != "" && corrs[c]) {
-							rep.Queues = append(rep.Queues, queueEntry{Queue: q, dlqEntry: e})
-						}
-					}
-				}
 			}
+			rep, err := auditCase(ctx, st, t, of, q, b, []string{dlqName, rejectQueue}, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			rows, title := rep.Rows, q.title()
 			out := cmd.OutOrStdout()
 			if asJSON {
-				var v any = rows
-				if brokerURL != "" {
-					v = rep
-				}
-				if err := writeJSON(out, v); err != nil {
+				if err := writeJSON(out, rep.printed(b != nil)); err != nil {
 					return err
 				}
 			} else {
@@ -279,6 +229,7 @@ Exit 1 when nothing is found.`,
 	f.register(c)
 	c.Flags().StringVar(&corr, "correlation-id", "", "the correlation id to audit")
 	c.Flags().StringVar(&eventID, "event-id", "", "the event id to audit")
+	c.Flags().StringVar(&orderKey, "order-key", "", "the business key to audit: the rows whose order key (run --order-key) is this")
 	c.Flags().StringVar(&operator, "operator", "", "list the actions this operator did (recorded in "+inbox.ActionTable+")")
 	c.Flags().StringVar(&brokerURL, "broker", "", "also list the case's messages on --dlq and --reject-queue of this broker")
 	c.Flags().StringVar(&dlqName, "dlq", "DLQ.invoices", "dead-letter queue to look into (with --broker)")
@@ -286,6 +237,102 @@ Exit 1 when nothing is found.`,
 	of.register(c)
 	o.register(c)
 	return c
+}
+
+// auditQuery is what audit looks up: one of a correlation id, an event
+// id and an order key (a business key).
+type auditQuery struct {
+	CorrelationID string
+	EventID       string
+	OrderKey      string
+}
+
+func (q auditQuery) title() string {
+	switch {
+	case q.CorrelationID != "":
+		return "correlation id " + q.CorrelationID
+	case q.OrderKey != "":
+		return "order key " + q.OrderKey
+	}
+	return "event id " + q.EventID
+}
+
+// auditCase is audit's report, for the command and the console: the rows
+// of q with their outbox messages, the operator actions on an event id,
+// and, with a broker b, the messages of the case on queues (empty names
+// skipped). Notes (no actions table yet) go to notes.
+func auditCase(ctx context.Context, st *inbox.Store, t target.DB, of outboxFlags, q auditQuery, b *broker, queues []string, notes io.Writer) (auditReport, error) {
+	var recs []inbox.Record
+	var err error
+	switch {
+	case q.CorrelationID != "":
+		recs, err = st.ByCorrelation(ctx, q.CorrelationID)
+	case q.OrderKey != "":
+		recs, err = st.ByOrderKey(ctx, q.OrderKey)
+	default:
+		recs, err = st.ByEventID(ctx, q.EventID)
+	}
+	if err != nil {
+		return auditReport{}, err
+	}
+	rows, err := auditRows(ctx, st, recs)
+	if err != nil {
+		return auditReport{}, err
+	}
+	if err := attachOutbox(ctx, st.DB(), t, of, rows); err != nil {
+		return auditReport{}, err
+	}
+	rep := auditReport{Rows: rows, Queues: []queueEntry{}}
+	if q.EventID != "" {
+		if rep.Actions, err = st.Actions(ctx, inbox.ActionFilter{EventID: q.EventID}); err != nil {
+			// A table before step 8 has no actions to show.
+			fmt.Fprintf(notes, "note: no operator actions shown: %v\n", err)
+		}
+	}
+	if b == nil {
+		return rep, nil
+	}
+	corrs := map[string]bool{}
+	if q.CorrelationID != "" {
+		corrs[q.CorrelationID] = true
+	}
+	for _, r := range recs {
+		if r.CorrelationID != "" {
+			corrs[r.CorrelationID] = true
+		}
+	}
+	if b.t.Kind != target.STOMP {
+		rep.Browsing = b.t.Kind + " cannot be browsed by inboxctl: the queues' messages were received and handed back unacknowledged (each now counts as redelivered)"
+	}
+	for _, qn := range queues {
+		if qn == "" {
+			continue
+		}
+		ms, err := b.Browse(ctx, qn, 0)
+		if err != nil {
+			return rep, err
+		}
+		for _, m := range ms {
+			e := dlqEntryOf(m)
+			c := e.CorrelationID
+			if c == "" {
+				c = orDefault(m.Header("correlationId"), m.Header("correlation-id"))
+			}
+			if (q.EventID != "" && e.EventID == q.EventID) || (c != "" && corrs[c]) {
+				rep.Queues = append(rep.Queues, queueEntry{Queue: qn, Headers: m.Headers, dlqEntry: e})
+			}
+		}
+	}
+	return rep, nil
+}
+
+// printed is what audit -o json prints: the report with a broker, else
+// its rows alone.
+func (r auditReport) printed(withBroker bool) any {
+	if withBroker {
+		return r
+	}
+	return r.Rows
 }
 
 func nonEmpty(ss ...string) []string {

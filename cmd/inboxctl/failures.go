@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -65,20 +66,9 @@ is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 				return err
 			}
 			defer st.DB().Close()
-			r := failureGroupsReport{Table: st.Config().Table, At: time.Now().UTC(), MaxAttempts: st.Config().Retry.MaxAttempts, Consumer: consumer}
-			filter := inbox.FailureFilter{Consumer: consumer}
-			if since != "" {
-				t, err := sinceTime(since, r.At)
-				if err != nil {
-					return err
-				}
-				r.Since, filter.Since = &t, t
-			}
-			if r.Groups, err = st.FailureGroups(ctx, filter); err != nil {
-				return &exitError{code: exitUsage, err: fmt.Errorf("%v\n\tcheck that the database runs and 'inboxctl migrate' created the table", err)}
-			}
-			for _, g := range r.Groups {
-				r.Rows += g.Rows
+			r, err := failureGroups(ctx, st, consumer, since, time.Now().UTC())
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), r)
@@ -93,6 +83,29 @@ is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 	c.Flags().StringVar(&consumer, "consumer", "", "only this consumer's rows")
 	c.Flags().StringVar(&since, "since", "", "only rows changed since a time (2026-01-31, RFC 3339) or a duration ago (24h, 7d)")
 	return c
+}
+
+// failureGroups is the report of 'failures groups' (and the console's
+// /api/failures/groups): the failed rows of st grouped, for one consumer
+// ("" all), changed since (a --since value, "" all), at now.
+func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string, now time.Time) (failureGroupsReport, error) {
+	r := failureGroupsReport{Table: st.Config().Table, At: now, MaxAttempts: st.Config().Retry.MaxAttempts, Consumer: consumer}
+	filter := inbox.FailureFilter{Consumer: consumer}
+	if since != "" {
+		t, err := sinceTime(since, r.At)
+		if err != nil {
+			return r, err
+		}
+		r.Since, filter.Since = &t, t
+	}
+	var err error
+	if r.Groups, err = st.FailureGroups(ctx, filter); err != nil {
+		return r, &exitError{code: exitUsage, err: fmt.Errorf("%v\n\tcheck that the database runs and 'inboxctl migrate' created the table", err)}
+	}
+	for _, g := range r.Groups {
+		r.Rows += g.Rows
+	}
+	return r, nil
 }
 
 // sinceTime parses --since: a time (UTC where no zone is given) or a

@@ -231,7 +231,7 @@ Passwords never appear in the output.`,
 	})
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
 		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newMQCmd(), newVersionCmd(),
-		newRelayCmd(), newOutboxCmd(), newFailuresCmd())
+		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newUICmd())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}
