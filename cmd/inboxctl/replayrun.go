@@ -63,7 +63,7 @@ func replayDLQ(ctx context.Context, st *inbox.Store, b *broker, r replayRequest,
 		g, ids, err := st.GroupEvents(ctx, r.Group, inbox.FailureFilter{Consumer: r.Consumer})
 		if err != nil {
 			if errors.Is(err, inbox.ErrNoSuchGroup) {
-				return rep, usageErr("%v", err)
+				return rep, usageErr("%w", err)
 			}
 			return rep, err
 		}

@@ -380,6 +380,14 @@ func parsePages() (map[string]*template.Template, error) {
 		"pretty": prettyBody,
 		"dash":   orDash,
 		"join":   strings.Join,
+		"letterOf": func(qs []queueEntry, eventID string) bool {
+			for _, q := range qs {
+				if q.EventID == eventID && !q.NotEnvelope {
+					return true
+				}
+			}
+			return false
+		},
 	}
 	names, err := fs.Glob(uiFiles, "ui/*.html")
 	if err != nil {

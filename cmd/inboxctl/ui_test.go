@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/dlq"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
+)
+
+// The console serves exactly the routes docs/console-openapi.yaml lists,
+// and the file lists no route the console lacks.
+func TestConsoleOpenAPI(t *testing.T) {
+	t.Parallel()
+	c := &console{}
+	served := map[string]bool{}
+	for _, rt := range c.routes() {
+		served[strings.ToLower(rt.method)+" "+rt.path] = true
+	}
+	c.handler() // the patterns are valid and do not conflict (ServeMux panics otherwise)
+	documented := openAPIRoutes(t, filepath.Join("..", "..", "docs", "console-openapi.yaml"))
+	for r := range served {
+		if !documented[r] {
+			t.Errorf("the console serves %q, which docs/console-openapi.yaml does not document", r)
+		}
+	}
+	for r := range documented {
+		if !served[r] {
+			t.Errorf("docs/console-openapi.yaml documents %q, which the console does not serve", r)
+		}
+	}
+	if len(served) < 10 {
+		t.Fatalf("only %d routes served: %v", len(served), served)
+	}
+}
+
+// openAPIRoutes reads "method path" of every operation of an OpenAPI
+// file's paths: a path at two spaces' indent, its methods at four.
+func openAPIRoutes(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pathRe := regexp.MustCompile(`^  (/[^:\s]*):\s*$`)
+	methodRe := regexp.MustCompile(`^    (get|put|post|delete|patch|head|options):\s*$`)
+	out := map[string]bool{}
+	in, cur := false, ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "paths:":
+			in = true
+		case in && line != "" && !strings.HasPrefix(line, " "):
+			in = false
+		case in && pathRe.MatchString(line):
+			cur = pathRe.FindStringSubmatch(line)[1]
+		case in && cur != "" && methodRe.MatchString(line):
+			out[methodRe.FindStringSubmatch(line)[1]+" "+cur] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Off loopback the console refuses to start without a token, naming the
+// flag; a short token is refused too.
+func TestConsoleListenNeedsToken(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "i.db")
+	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--listen", "0.0.0.0:16399"), 2, "not a loopback address", "--auth-token-file")
+	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--listen", ":16399"), 2, "--auth-token-file")
+	short := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--listen", "0.0.0.0:16399", "--auth-token-file", short), 2, "give 16 or more")
+	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--dlq", "DLQ.x"), 2, "--dlq DLQ.x needs --broker")
+}
+
+// startConsole starts `inboxctl ui args...` on a free loopback port and
+// returns its base URL (http://127.0.0.1:PORT).
+func startConsole(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, logs := startCommand(ctx, t, append([]string{"ui", "--listen", "127.0.0.1:0"}, args...)...)
+	re := regexp.MustCompile(`serving the console at (http://[^/\s]+)/`)
+	var base string
+	waitFor(t, "the console's address in its log", func() bool {
+		m := re.FindStringSubmatch(logs.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, logs)
+	return base
+}
+
+// call sends a request to the console and returns the status and body.
+func call(t *testing.T, method, u string, header http.Header, body string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 60 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func wantStatus(t *testing.T, what string, got, want int, body string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: HTTP %d, want %d\n%s", what, got, want, body)
+	}
+}
+
+// With a token every request needs it (a bearer header or the login's
+// cookie), and every POST the CSRF token and a same-site origin.
+func TestConsoleAuth(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "i.db")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", sqlite), 0)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	const token = "s3cret-token-of-the-console"
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startConsole(t, "--db", sqlite, "--auth-token-file", tokenFile, "--operator", "proc")
+	bearer := http.Header{"Authorization": {"Bearer " + token}}
+
+	code, body, _ := call(t, "GET", base+"/api/stats", nil, "")
+	wantStatus(t, "GET /api/stats without the token", code, 401, body)
+	code, body, _ = call(t, "GET", base+"/api/stats", http.Header{"Authorization": {"Bearer wrong-token-wrong-token"}}, "")
+	wantStatus(t, "GET /api/stats with a wrong token", code, 401, body)
+	code, body, h := call(t, "GET", base+"/", nil, "")
+	wantStatus(t, "GET / without the token", code, 303, body)
+	if h.Get("Location") != "/login" {
+		t.Errorf("GET / without the token goes to %q, want /login", h.Get("Location"))
+	}
+	code, body, _ = call(t, "GET", base+"/api/stats", bearer, "")
+	wantStatus(t, "GET /api/stats with the token", code, 200, body)
+
+	code, body, _ = call(t, "GET", base+"/api/session", bearer, "")
+	wantStatus(t, "GET /api/session", code, 200, body)
+	var s struct{ Operator, CSRFToken string }
+	if err := json.Unmarshal([]byte(body), &s); err != nil || s.CSRFToken == "" || s.Operator != "proc" {
+		t.Fatalf("session: %v %+v", err, s)
+	}
+	replay := `{"all":true}`
+	code, body, _ = call(t, "POST", base+"/api/dlq/replay", bearer, replay)
+	wantStatus(t, "POST without the CSRF token", code, 403, body)
+	cross := http.Header{"Authorization": bearer["Authorization"], "X-Csrf-Token": {s.CSRFToken}, "Sec-Fetch-Site": {"cross-site"}}
+	code, body, _ = call(t, "POST", base+"/api/dlq/replay", cross, replay)
+	wantStatus(t, "POST from another site", code, 403, body)
+	origin := http.Header{"Authorization": bearer["Authorization"], "X-Csrf-Token": {s.CSRFToken}, "Origin": {"http://evil.example"}}
+	code, body, _ = call(t, "POST", base+"/api/dlq/replay", origin, replay)
+	wantStatus(t, "POST with another origin", code, 403, body)
+	ok := http.Header{"Authorization": bearer["Authorization"], "X-Csrf-Token": {s.CSRFToken}, "Content-Type": {"application/json"}}
+	code, body, _ = call(t, "POST", base+"/api/dlq/replay", ok, replay)
+	wantStatus(t, "POST with both (no broker: a usage error)", code, 400, body)
+	if !strings.Contains(body, "--broker URL --dlq NAME") {
+		t.Errorf("the error does not name the fix: %s", body)
+	}
+
+	form := func(v url.Values) (int, string, http.Header) {
+		return call(t, "POST", base+"/login", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, v.Encode())
+	}
+	code, body, _ = form(url.Values{"operator": {"alice"}, "token": {token}})
+	wantStatus(t, "login without the CSRF token", code, 403, body)
+	code, body, _ = form(url.Values{"operator": {"alice"}, "token": {"wrong"}, "csrf": {s.CSRFToken}})
+	wantStatus(t, "login with a wrong token", code, 401, body)
+	code, body, h = form(url.Values{"operator": {"alice"}, "token": {token}, "csrf": {s.CSRFToken}})
+	wantStatus(t, "login", code, 303, body)
+	cookie := h.Get("Set-Cookie")
+	if !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") {
+		t.Errorf("session cookie: %s", cookie)
+	}
+	code, body, _ = call(t, "GET", base+"/", http.Header{"Cookie": {strings.SplitN(cookie, ";", 2)[0]}}, "")
+	wantStatus(t, "GET / logged in", code, 200, body)
+	if !strings.Contains(body, "operator <b>alice</b>") {
+		t.Errorf("the page does not name the login:\n%s", body)
+	}
+	forged := sessionCookie + "=" + strings.SplitN(strings.SplitN(cookie, "=", 2)[1], ".", 2)[0] + ".00"
+	code, body, _ = call(t, "GET", base+"/api/stats", http.Header{"Cookie": {forged}}, "")
+	wantStatus(t, "a forged session", code, 401, body)
+}
+
+// consoleCase is a database with dead letters on RabbitMQ: group A (n
+// rows with one error), and one row of another error; their envelopes
+// on a DLQ of the test's own.
+type consoleCase struct {
+	url, queue, dlqName string
+	groupA              []string
+	other               string
+}
+
+const rabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+func newConsoleCase(t *testing.T, db *dbtest.DB, prefix string, n int) consoleCase {
+	t.Helper()
+	c := consoleCase{url: dbURL(t, db), queue: fmt.Sprintf("inboxctl.ui.%s.%d", prefix, time.Now().UnixNano())}
+	c.dlqName = "DLQ." + c.queue
+	rabbittest.Declare(t, c.queue)
+	rabbittest.Declare(t, c.dlqName)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", c.url), 0)
+	ctx := context.Background()
+	b, err := brokerurl.Open(rabbitURL, brokerurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	pub, err := b.Publisher(ctx)
+	if err != nil {
+		t.Fatalf("RabbitMQ publisher (start it with rabbitmq-server -detached): %v", err)
+	}
+	defer pub.Close()
+	now := time.Now().UTC()
+	q := `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, REPLAY_COUNT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, PROCESSED_AT, ORDER_KEY) VALUES (?, 'invoice-consumer', 'DEAD_LETTERED', ?, 'MAX_ATTEMPTS', 'TECHNICAL', ?, 5, 0, ?, ?, ?, ?, ?)`
+	for i := 1; i <= n+1; i++ {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		errText := fmt.Sprintf("letter service: HTTP 503 for 'INV-%d'", i)
+		if i == n+1 {
+			errText, c.other = "customer K-9 locked", id
+		} else {
+			c.groupA = append(c.groupA, id)
+		}
+		ts := now.Add(-time.Duration(n+2-i) * time.Minute).Format("2006-01-02 15:04:05.000000")
+		execSQL(t, db, q, id, "corr-"+prefix, errText, ts, ts, ts, ts, "K-"+prefix)
+		env := dlq.Envelope{Body: []byte(fmt.Sprintf(`{"invoice":"INV-%d","customer":"K-%d","amount":%d.50}`, i, i, 100*i)), Original: map[string]string{"eventId": id, "correlationId": "corr-" + prefix},
+			Reason: "MAX_ATTEMPTS", Class: "TECHNICAL", Error: errText, Attempts: 5, Consumer: "invoice-consumer",
+			OriginalDestination: c.queue, EventID: id, CorrelationID: "corr-" + prefix, DeadLetteredAt: now}
+		if err := pub.Publish(ctx, c.dlqName, env.Headers(), env.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// countOf is the rows of status in a stats report.
+func countOf(r statsReport, status string) int64 {
+	var n int64
+	for _, c := range r.Counts {
+		if string(c.Status) == status {
+			n += c.Rows
+		}
+	}
+	return n
+}
+
+// The JSON API returns what the commands print with -o json, and replays a
+// group at a rate, recorded with the operator, on PostgreSQL and MariaDB.
+func TestConsoleAPI(t *testing.T) {
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			c := newConsoleCase(t, db, "api"+backend[:2], 3)
+			base := startConsole(t, "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName, "--operator", "proc")
+			get := func(path string, v any) {
+				t.Helper()
+				code, body, _ := call(t, "GET", base+path, nil, "")
+				wantStatus(t, "GET "+path, code, 200, body)
+				if err := json.Unmarshal([]byte(body), v); err != nil {
+					t.Fatalf("GET %s: %v\n%s", path, err, body)
+				}
+			}
+			cli := func(v any, args ...string) {
+				t.Helper()
+				r := inboxctl(t, "", append(args, "-o", "json")...)
+				wantCode(t, r, 0)
+				if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+					t.Fatalf("inboxctl %v: %v\n%s", args, err, r)
+				}
+			}
+
+			var apiStats, cliStats statsReport
+			get("/api/stats", &apiStats)
+			cli(&cliStats, "stats", "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName)
+			if !slices.Equal(apiStats.Counts, cliStats.Counts) || *apiStats.DLQ != *cliStats.DLQ || apiStats.DLQ.Depth != 4 {
+				t.Errorf("/api/stats and inboxctl stats differ:\n%+v\n%+v", apiStats, cliStats)
+			}
+			var apiGroups, cliGroups failureGroupsReport
+			get("/api/failures/groups", &apiGroups)
+			cli(&cliGroups, "failures", "groups", "--db", c.url)
+			if !slices.Equal(apiGroups.Groups, cliGroups.Groups) || len(apiGroups.Groups) != 2 || apiGroups.Groups[0].Rows != 3 {
+				t.Fatalf("/api/failures/groups and inboxctl failures groups differ:\n%+v\n%+v", apiGroups, cliGroups)
+			}
+			group := apiGroups.Groups[0].ID
+			var apiAudit, cliAudit auditReport
+			get("/api/audit?eventId="+c.groupA[0], &apiAudit)
+			cli(&cliAudit, "audit", "--db", c.url, "--event-id", c.groupA[0], "--broker", rabbitURL, "--dlq", c.dlqName)
+			// The case: the event's row, and the dead letters of its
+			// correlation id (all four share one).
+			if len(apiAudit.Rows) != 1 || len(apiAudit.Queues) != 4 || apiAudit.Rows[0].EventID != cliAudit.Rows[0].EventID ||
+				len(cliAudit.Queues) != 4 || apiAudit.Queues[0].Headers["eventId"] == "" {
+				t.Errorf("/api/audit and inboxctl audit differ:\n%+v\n%+v", apiAudit, cliAudit)
+			}
+			var byKey, cliByKey auditReport
+			get("/api/audit?orderKey=K-api"+backend[:2], &byKey)
+			cli(&cliByKey, "audit", "--db", c.url, "--order-key", "K-api"+backend[:2], "--broker", rabbitURL, "--dlq", c.dlqName)
+			if len(byKey.Rows) != 4 || len(cliByKey.Rows) != 4 || len(byKey.Queues) != 4 {
+				t.Errorf("by business key: want the 4 rows and dead letters, API %+v, CLI %+v", byKey, cliByKey)
+			}
+			var apiDLQ, cliDLQ []dlqEntry
+			get("/api/dlq", &apiDLQ)
+			cli(&cliDLQ, "dlq", "list", "--broker", rabbitURL, "--queue", c.dlqName)
+			ids := func(es []dlqEntry) []string {
+				var out []string
+				for _, e := range es {
+					out = append(out, e.EventID)
+				}
+				slices.Sort(out)
+				return out
+			}
+			if !slices.Equal(ids(apiDLQ), ids(cliDLQ)) || len(apiDLQ) != 4 {
+				t.Errorf("/api/dlq and inboxctl dlq list differ: %v %v", ids(apiDLQ), ids(cliDLQ))
+			}
+
+			var sess struct{ CSRFToken string }
+			get("/api/session", &sess)
+			h := http.Header{"X-Csrf-Token": {sess.CSRFToken}, "X-Operator": {"api-tester"}, "Content-Type": {"application/json"}}
+			code, body, _ := call(t, "POST", base+"/api/dlq/replay", h, `{"group":"`+group+`","rate":"2/s","limit":0}`)
+			wantStatus(t, "replay the group", code, 200, body)
+			var rep replayReport
+			if err := json.Unmarshal([]byte(body), &rep); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(rep.Replayed)
+			if !slices.Equal(rep.Replayed, c.groupA) || rep.NotSelected != 1 || len(rep.Left) != 0 || rep.DryRun {
+				t.Errorf("replay of group %s: %+v, want %v replayed and 1 not selected", group, rep, c.groupA)
+			}
+			code, body, _ = call(t, "POST", base+"/api/dlq/replay", h, `{"group":"`+group+`","reason":"X"}`)
+			wantStatus(t, "two selections", code, 400, body)
+			code, body, _ = call(t, "POST", base+"/api/dlq/replay", h, `{"group":"000000000000"}`)
+			wantStatus(t, "an unknown group", code, 404, body)
+
+			get("/api/stats", &apiStats)
+			if countOf(apiStats, "DEAD_LETTERED") != 1 || countOf(apiStats, "TECHNICAL_FAILURE") != 3 || apiStats.DLQ.Depth != 1 {
+				t.Errorf("after the replay: want 1 DEAD_LETTERED, 3 TECHNICAL_FAILURE, DLQ depth 1: %+v", apiStats)
+			}
+			var as []inbox.Action
+			get("/api/audit?operator=api-tester", &as)
+			if len(as) != 1 || as[0].Action != "dlq-replay" || as[0].Rows != 3 || !strings.Contains(as[0].Detail, "inboxctl ui API, queue "+c.dlqName+", --group "+group) ||
+				!strings.Contains(as[0].Detail, "--rate 2/s") {
+				t.Errorf("the replay's action: %+v", as)
+			}
+			wantCode(t, inboxctl(t, "", "audit", "--db", c.url, "--operator", "api-tester"), 0, "actions of operator api-tester: 1")
+		})
+	}
+}
