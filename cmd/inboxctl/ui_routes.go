@@ -458,6 +458,7 @@ func (c *console) failuresPage(w http.ResponseWriter, r *http.Request) {
 
 // groupData is the group page's and its confirmation's data.
 type groupData struct {
+	EventID  string // none: the confirmation page is a group's
 	Group    inbox.FailureGroup
 	Consumer string
 	Events   []string

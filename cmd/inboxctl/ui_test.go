@@ -345,6 +345,17 @@ func TestConsoleAPI(t *testing.T) {
 				t.Errorf("/api/dlq and inboxctl dlq list differ: %v %v", ids(apiDLQ), ids(cliDLQ))
 			}
 
+			// Every page renders the same reports.
+			for _, p := range []string{"/", "/failures", "/failures/" + group, "/failures/" + group + "/replay?rate=2/s&limit=1",
+				"/messages/" + c.groupA[0], "/messages/" + c.groupA[0] + "/replay", "/search?q=corr-api" + backend[:2], "/login", "/static/live.js"} {
+				code, body, _ := call(t, "GET", base+p, nil, "")
+				wantStatus(t, "GET "+p, code, 200, body)
+			}
+			for p, want := range map[string]int{"/failures/000000000000": 404, "/replays/9": 404, "/failures?since=yesterday": 400, "/api/audit": 400} {
+				code, body, _ := call(t, "GET", base+p, nil, "")
+				wantStatus(t, "GET "+p, code, want, body)
+			}
+
 			var sess struct{ CSRFToken string }
 			get("/api/session", &sess)
 			h := http.Header{"X-Csrf-Token": {sess.CSRFToken}, "X-Operator": {"api-tester"}, "Content-Type": {"application/json"}}
@@ -377,3 +388,5 @@ func TestConsoleAPI(t *testing.T) {
 		})
 	}
 }
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }

@@ -30,7 +30,9 @@
         ["rows", "atThreshold", "nearThreshold"].forEach(function (f) { set(row.querySelector('[data-field="' + f + '"]'), c[f]); });
       });
       table.querySelectorAll("tr[data-key]").forEach(function (row) {
-        if (!seen[row.getAttribute("data-key")]) { set(row.querySelector('[data-field="rows"]'), 0); }
+        if (!seen[row.getAttribute("data-key")]) {
+          ["rows", "atThreshold", "nearThreshold"].forEach(function (f) { set(row.querySelector('[data-field="' + f + '"]'), 0); });
+        }
       });
       set(document.getElementById("atThreshold"), s.atThreshold);
       set(document.getElementById("nearThreshold"), s.nearThreshold);
