@@ -86,9 +86,11 @@ func replayDLQ(ctx context.Context, st *inbox.Store, b *broker, r replayRequest,
 	if err := b.requireQueue(ctx, r.Queue); err != nil {
 		return rep, err
 	}
-	src, err := b.toolSource(ctx, r.Queue, 10, 0)
+	// brokerurl's ToolSource directly, not broker.toolSource: that one
+	// sets the shared AckWait, which the console's pages read meanwhile.
+	src, err := b.ToolSource(ctx, r.Queue, 10)
 	if err != nil {
-		return rep, err
+		return rep, b.fail("consume "+r.Queue, err)
 	}
 	pub, err := b.Publisher(ctx)
 	if err != nil {

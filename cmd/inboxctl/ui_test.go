@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -95,6 +96,7 @@ func TestConsoleListenNeedsToken(t *testing.T) {
 	}
 	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--listen", "0.0.0.0:16399", "--auth-token-file", short), 2, "give 16 or more")
 	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--dlq", "DLQ.x"), 2, "--dlq DLQ.x needs --broker")
+	wantCode(t, inboxctl(t, "", "ui", "--db", sqlite, "--readyz", "127.0.0.1:9464"), 2, "give NAME=URL")
 }
 
 // startConsole starts `inboxctl ui args...` on a free loopback port and
@@ -284,7 +286,12 @@ func TestConsoleAPI(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t, backend)
 			c := newConsoleCase(t, db, "api"+backend[:2], 3)
-			base := startConsole(t, "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName, "--operator", "proc")
+			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
+			defer ready.Close()
+			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", 503) }))
+			defer down.Close()
+			base := startConsole(t, "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName, "--operator", "proc",
+				"--readyz", "invoice="+ready.URL+"/readyz", "--readyz", "claims="+down.URL+"/readyz", "--readyz", "gone=http://127.0.0.1:16398/readyz")
 			get := func(path string, v any) {
 				t.Helper()
 				code, body, _ := call(t, "GET", base+path, nil, "")
@@ -300,6 +307,12 @@ func TestConsoleAPI(t *testing.T) {
 				if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
 					t.Fatalf("inboxctl %v: %v\n%s", args, err, r)
 				}
+			}
+
+			var rz []readiness
+			get("/api/readiness", &rz)
+			if len(rz) != 3 || !rz[0].Ready || rz[0].Body != "ok" || rz[1].Ready || rz[1].Status != 503 || rz[2].Ready || rz[2].Error == "" {
+				t.Errorf("readiness: %+v", rz)
 			}
 
 			var apiStats, cliStats statsReport
