@@ -200,7 +200,7 @@ type console struct {
 	pages    map[string]*template.Template
 	client   *http.Client
 
-	replayMu sync.Mutex // one replay at a time: the broker's tool source is not shared
+	replayMu sync.Mutex // one replay at a time, as from one terminal: two never contend for the same dead letters
 	jobsMu   sync.Mutex
 	jobs     []*replayJob
 	running  sync.WaitGroup
