@@ -43,7 +43,11 @@ func (rt route) pattern() string {
 
 // routes are every route the console serves. A page renders the report of
 // the command whose -o json its /api/ twin returns, built by the same
-// function (collectStats, failureGroups, auditCase, replayDLQ).
+// function (collectStats, failureGroups, auditCase, replayDLQ). Another
+// action on a group (archive, restore: 'inboxctl failures archive') is
+// two routes here like the replay's (its confirmation and its POST, which
+// calls the command's function and records the operator), a form on the
+// group page and its entries in docs/console-openapi.yaml.
 func (c *console) routes() []route {
 	return []route{
 		{"GET", "/", c.overviewPage},
