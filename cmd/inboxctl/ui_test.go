@@ -193,6 +193,13 @@ func TestConsoleAuth(t *testing.T) {
 		t.Errorf("the error does not name the fix: %s", body)
 	}
 
+	unconfirmed := http.Header{"Authorization": bearer["Authorization"], "Content-Type": {"application/x-www-form-urlencoded"}}
+	code, body, _ = call(t, "POST", base+"/messages/ev-1/replay", unconfirmed, url.Values{"csrf": {s.CSRFToken}}.Encode())
+	wantStatus(t, "a replay form without the confirmation", code, 400, body)
+	if !strings.Contains(body, "not confirmed") {
+		t.Errorf("the refusal does not say why:\n%s", body)
+	}
+
 	form := func(v url.Values) (int, string, http.Header) {
 		return call(t, "POST", base+"/login", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, v.Encode())
 	}
@@ -288,7 +295,7 @@ func TestConsoleAPI(t *testing.T) {
 			c := newConsoleCase(t, db, "api"+backend[:2], 3)
 			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
 			defer ready.Close()
-			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", 503) }))
+			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }))
 			defer down.Close()
 			base := startConsole(t, "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName, "--operator", "proc",
 				"--readyz", "invoice="+ready.URL+"/readyz", "--readyz", "claims="+down.URL+"/readyz", "--readyz", "gone=http://127.0.0.1:16398/readyz")
