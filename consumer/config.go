@@ -151,6 +151,19 @@ type Config struct {
 	// Clock stamps dead letters. Defaults to the store's clock if it is set
 	// there, else the system clock.
 	Clock inboxkit.Clock
+	// ProcessTimeout bounds the database work and the handler of one
+	// delivery (of one batch, in ModeTransactional with BatchSize above 1;
+	// the storing of one delivery in ModeStoreThenProcess, and each entry a
+	// worker processes): they run under a context with this deadline. A
+	// database that stops answering while the connection stays open (a
+	// network partition, a hung server) then fails the delivery, which is
+	// handed back and delivered again, and the consumer waits out the
+	// outage (see "Outages" in the package documentation) instead of
+	// holding the delivery for as long as the partition lasts, or for ever
+	// when the connection's bytes were lost. Acknowledgements are not
+	// bounded by it. Set it above the slowest handler's time. Defaults to
+	// 30s; negative: no bound.
+	ProcessTimeout time.Duration
 	// ShutdownTimeout bounds Run's drain after its ctx is done. Deliveries
 	// still in hand after it (a hung database connection, a handler that
 	// does not return) are abandoned: their context is cancelled, they are
@@ -221,6 +234,19 @@ func (c *Config) setDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.ProcessTimeout == 0 {
+		c.ProcessTimeout = 30 * time.Second
+	}
+}
+
+// bounded is ctx with Config.ProcessTimeout's deadline: the context of a
+// delivery's (or a batch's) database work and handler, never of its
+// acknowledgement.
+func (c *Config) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.ProcessTimeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.ProcessTimeout)
 }
 
 func (c *Config) validate() error {

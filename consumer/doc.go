@@ -86,6 +86,14 @@
 // Config.SummaryInterval that it lasts, and when it ended; the summary
 // counts the hand-backs (handed_back) apart from the settled deliveries.
 //
+// A database that stops answering while its connections stay open (a
+// network partition, a hung server) raises no error by itself: every
+// delivery's database work and handler run within Config.ProcessTimeout,
+// so the delivery in hand fails when it passes and the outage above
+// begins. The delivery is handed back; its attempt is taken back where the
+// database answers in time for that (so that a partition does not use up
+// a message's attempts).
+//
 // # Replay
 //
 // [Replay] moves dead letters back to their original destination with the

@@ -46,11 +46,13 @@ func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
 func (e *storeThenProcess) handle(ctx context.Context, d Delivery, m inboxkit.Message, entry inbox.Entry) Settled {
 	c := e.c
 	s := Settled{Message: m}
-	inserted, st, err := c.store.Receive(ctx, entry, m.Headers, m.Body)
+	rctx, cancel := c.cfg.bounded(ctx) // the database's work, not the acknowledgement
+	defer cancel()
+	inserted, st, err := c.store.Receive(rctx, entry, m.Headers, m.Body)
 	var rerr *inbox.ReceiveError
 	switch {
 	case errors.As(err, &rerr):
-		s.Result, s.Err = c.store.DeadLetter(ctx, inbox.DeadLetter{Entry: entry, Class: rerr.InboxDecision().Class, Reason: rerr.Reason, Err: err})
+		s.Result, s.Err = c.store.DeadLetter(rctx, inbox.DeadLetter{Entry: entry, Class: rerr.InboxDecision().Class, Reason: rerr.Reason, Err: err})
 		if a, ok := plainAck(s); ok {
 			return c.ack(ctx, d, s, a)
 		}
@@ -91,12 +93,14 @@ func (e *storeThenProcess) start(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// observeClaim is the workers' inbox.Around: an entry a worker processes is
-// observed like a delivery, with the action its outcome stands for, and the
+// observeClaim is the workers' inbox.Around: an entry a worker processes
+// runs within Config.ProcessTimeout and is observed like a delivery, with the action its outcome stands for, and the
 // summary counts its outcome (countWorker); the worker logs it.
 func (c *Consumer) observeClaim(ctx context.Context, cl inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+	ctx, cancel := c.cfg.bounded(ctx)
 	ctx, done := c.observe(ctx, cl.Message)
 	return ctx, func(res inbox.Result, err error) {
+		cancel()
 		s := Settled{Message: cl.Message, Result: res, Err: err}
 		switch res.Outcome {
 		case inboxkit.OutcomeProcessed, inboxkit.OutcomeDuplicate:

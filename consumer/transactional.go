@@ -30,21 +30,28 @@ func (t transactional) workers() []*inbox.Worker               { return nil }
 
 // process runs the handler for m in the inbox transaction, and again in
 // process while the failure is transient, as many times as the store's
-// Retry.InProcessRetries allows.
+// Retry.InProcessRetries allows; each try within Config.ProcessTimeout.
 func (c *Consumer) process(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
-	handler := c.handler(ctx, m)
-	res, err := c.store.Process(ctx, entry, handler)
+	res, err := c.try(ctx, entry, m)
 	if c.cfg.Store.Config().Retry.InProcessRetries == 0 {
 		return res, err
 	}
-	return c.retry(ctx, entry, handler, res, err)
+	return c.retry(ctx, entry, m, res, err)
+}
+
+// try is one Store.Process of m within Config.ProcessTimeout: the handler
+// and the inbox's statements run under its deadline.
+func (c *Consumer) try(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
+	ctx, cancel := c.cfg.bounded(ctx)
+	defer cancel()
+	return c.store.Process(ctx, entry, c.handler(ctx, m))
 }
 
 // retry retries a delivery in process while the failure of the try that
 // gave res and err is transient, with the store's Retry.InProcess backoff,
 // and returns the last try's result. classify.Do returns at once unless it
 // is.
-func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler, res inbox.Result, err error) (inbox.Result, error) {
+func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, m inboxkit.Message, res inbox.Result, err error) (inbox.Result, error) {
 	last := failure(res, err)
 	if last == nil {
 		return res, err
@@ -55,7 +62,7 @@ func (c *Consumer) retry(ctx context.Context, entry inbox.Entry, h inbox.Handler
 	st := c.cfg.Store.Config()
 	_ = classify.Do(ctx, st.Retry, st.ClassifyFunc, func(ctx context.Context) error {
 		if tried {
-			res, err = c.store.Process(ctx, entry, h)
+			res, err = c.try(ctx, entry, m)
 			last = failure(res, err)
 		}
 		tried = true
@@ -164,7 +171,7 @@ func (t transactional) handleBatch(ctx context.Context, ds []Delivery) []Settled
 	if c.cfg.Observer != nil {
 		c.cfg.Observer.Batch(len(batch))
 	}
-	results, err := c.store.ProcessBatch(ctx, batch)
+	results, err := c.processBatch(ctx, items, batch)
 	// The deliveries that need nothing but an acknowledgement are
 	// acknowledged first and together (ackAll); then the others are settled
 	// one by one, with their in-process retries, publishes and requeues.
@@ -193,13 +200,29 @@ func (t transactional) handleBatch(ctx context.Context, ds []Delivery) []Settled
 			if errors.Is(s.Result.Err, inbox.ErrNotRecorded) {
 				s.Err = s.Result.Err // the database or the DLQ failed: hand it back
 			} else if c.cfg.Store.Config().Retry.InProcessRetries != 0 {
-				s.Result, s.Err = c.retry(it.ctx, it.entry, batch[k].Handler, s.Result, nil)
+				s.Result, s.Err = c.retry(it.ctx, it.entry, it.m, s.Result, nil)
 			}
 		}
 		out[it.i] = c.settle(it.ctx, it.d, s)
 		it.done(out[it.i])
 	}
 	return out
+}
+
+// processBatch is one Store.ProcessBatch within Config.ProcessTimeout:
+// every item's handler and statements run under the batch's deadline; the
+// items' own contexts (their acknowledgements') are not bounded.
+func (c *Consumer) processBatch(ctx context.Context, items []batchItem, batch []inbox.BatchItem) ([]inbox.Result, error) {
+	ctx, cancel := c.cfg.bounded(ctx)
+	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		for k, it := range items {
+			ictx, icancel := context.WithDeadline(it.ctx, dl)
+			defer icancel()
+			batch[k].Context, batch[k].Handler = ictx, c.handler(ictx, it.m)
+		}
+	}
+	return c.store.ProcessBatch(ctx, batch)
 }
 
 // ackAll acknowledges the items at idx, whose settlements in out carry

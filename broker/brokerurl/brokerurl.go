@@ -72,6 +72,11 @@ type URL struct {
 	Dir string
 	// Display is the URL with the password replaced by "xxxxx".
 	Display string
+	// Heartbeat is the URL's ?heartbeat= on NATS (the client's ping
+	// interval: jetstream.Config.PingInterval); 0 when not given. The
+	// STOMP and RabbitMQ adapters read their ?heartbeat= from URL
+	// themselves.
+	Heartbeat time.Duration
 }
 
 // Parse parses a broker URL. Its errors say what to write instead, and
@@ -126,6 +131,16 @@ func Parse(raw string) (URL, error) {
 			return URL{}, noHost("nats://127.0.0.1:4222")
 		}
 		b.Kind = NATS
+		if q := u.Query(); q.Has("heartbeat") {
+			d, err := time.ParseDuration(q.Get("heartbeat"))
+			if err != nil || d <= 0 {
+				return URL{}, fmt.Errorf("broker URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", b.Display, q.Get("heartbeat"))
+			}
+			b.Heartbeat = d
+			q.Del("heartbeat")
+			u.RawQuery = q.Encode()
+			b.URL = u.String() // nats.go reads no query
+		}
 		return b, nil
 	case "":
 		return URL{}, fmt.Errorf("broker %q has no scheme: %s", u.Redacted(), Examples)
@@ -252,7 +267,7 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ack
 	case AMQP10:
 		a, err = amqp10.Open(ctx, amqp10.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
 	default:
-		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, Logger: log}
+		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, PingInterval: b.URL.Heartbeat, Logger: log}
 		if queue != "" {
 			// Every process of one consumer name shares the durable, so its
 			// MaxAckPending (Prefetch) is the group's, not one process's:

@@ -333,3 +333,34 @@ func TestQueueTypeFromURL(t *testing.T) {
 		}
 	}
 }
+
+// TestHeartbeatFromURL: ?heartbeat= sets the interval that finds a
+// partitioned connection (issue 29.3); NATS's is taken off the URL, which
+// nats.go would not read; a value that is no interval is refused, naming
+// the form to use.
+func TestHeartbeatFromURL(t *testing.T) {
+	u, err := brokerurl.Parse("nats://127.0.0.1:4222?heartbeat=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Heartbeat != 2*time.Second || strings.Contains(u.URL, "heartbeat") {
+		t.Errorf("Parse(nats ?heartbeat=2s) = heartbeat %v, URL %q; want 2s and the URL without it", u.Heartbeat, u.URL)
+	}
+	if _, err := brokerurl.Parse("nats://127.0.0.1:4222?heartbeat=soon"); err == nil || !strings.Contains(err.Error(), "?heartbeat=5s") {
+		t.Errorf("Parse(nats ?heartbeat=soon): %v, want an error showing ?heartbeat=5s", err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	for _, tc := range []struct{ url, want string }{
+		{"amqp://guest:guest@127.0.0.1:5672/?heartbeat=1s", "?heartbeat=5"},
+		{"stomp://127.0.0.1:61613?heartbeat=-1s", "?heartbeat=5s"},
+	} {
+		b, err := brokerurl.Open(tc.url, brokerurl.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		if _, err := b.Source(ctx, queueName(t), "heartbeat", 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Source on %s: %v, want an error showing %s", tc.url, err, tc.want)
+		}
+	}
+}

@@ -74,6 +74,11 @@ type Config struct {
 	Reconnect inboxkit.Backoff
 	// DialTimeout bounds one connect. Defaults to 5s.
 	DialTimeout time.Duration
+	// PingInterval is how often the client pings the server; after three
+	// pings without an answer (a partition: the connection stays open and
+	// nothing arrives) it gives the connection up and reconnects.
+	// Defaults to 10s (nats.go's own default is 2 minutes).
+	PingInterval time.Duration
 	// ConnectionName is the connection name shown by the server's
 	// monitoring. Defaults to "inboxkit".
 	ConnectionName string
@@ -102,6 +107,9 @@ func (c *Config) setDefaults() {
 		c.PollWait = 5 * time.Second
 	}
 	c.Reconnect = c.Reconnect.Or(defaultReconnect)
+	if c.PingInterval <= 0 {
+		c.PingInterval = 10 * time.Second
+	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = 5 * time.Second
 	}

@@ -84,6 +84,8 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	nc, err := nats.Connect(cfg.URL,
 		nats.Name(cfg.ConnectionName),
 		nats.Timeout(cfg.DialTimeout),
+		nats.PingInterval(cfg.PingInterval),
+		nats.MaxPingsOutstanding(3),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(cfg.backoff),
 		// No buffering while disconnected: an Ack, Requeue or Publish that

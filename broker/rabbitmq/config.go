@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,9 +49,14 @@ type Config struct {
 	Reconnect inboxkit.Backoff
 	// DialTimeout bounds one TCP connect plus AMQP handshake. Defaults to 10s.
 	DialTimeout time.Duration
-	// Heartbeat is the AMQP heartbeat interval proposed to the broker.
-	// Defaults to 10s.
+	// Heartbeat is the AMQP heartbeat interval proposed to the broker: a
+	// connection that carries nothing for about three intervals (a
+	// partition) is given up and redialled. Defaults to the URL's
+	// ?heartbeat= (whole seconds, RabbitMQ's URI form: ?heartbeat=5),
+	// else 10s.
 	Heartbeat time.Duration
+	// heartbeatDefaulted: Heartbeat was 0, so the URL's ?heartbeat= sets it.
+	heartbeatDefaulted bool
 	// ConnectionName is shown in the management UI (client property
 	// connection_name). Defaults to "inboxkit".
 	ConnectionName string
@@ -74,7 +80,7 @@ func (c *Config) setDefaults() {
 	}
 	reconnect.SetDefaults(&c.Reconnect, -1, &c.DialTimeout)
 	if c.Heartbeat == 0 {
-		c.Heartbeat = 10 * time.Second
+		c.Heartbeat, c.heartbeatDefaulted = 10*time.Second, true
 	}
 	if c.ConnectionName == "" {
 		c.ConnectionName = "inboxkit"
@@ -94,6 +100,15 @@ func (c *Config) validate() error {
 			err = uerr.Err
 		}
 		return fmt.Errorf("rabbitmq: Config.URL is invalid: %s", err)
+	}
+	if hb := u.Query().Get("heartbeat"); hb != "" {
+		n, err := strconv.ParseUint(hb, 10, 16)
+		if err != nil || n == 0 {
+			return fmt.Errorf("rabbitmq: Config.URL %s: heartbeat=%q is not a whole number of seconds (RabbitMQ's URI form): e.g. ?heartbeat=5", u.Redacted(), hb)
+		}
+		if c.heartbeatDefaulted {
+			c.Heartbeat = time.Duration(n) * time.Second
+		}
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
 		msg := err.Error()

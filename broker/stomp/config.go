@@ -39,7 +39,8 @@ type Config struct {
 	Prefetch int
 	// Heartbeat is the STOMP heart-beat interval, both ways. The connection
 	// is considered dead (and the Adapter reconnects) when the broker sends
-	// nothing for three times the negotiated interval. Defaults to 10s; negative
+	// nothing for three times the negotiated interval. Defaults to the
+	// URL's ?heartbeat= (a Go duration, e.g. 5s), else 10s; negative
 	// disables heart-beats.
 	Heartbeat time.Duration
 	// DialTimeout bounds dialling and the STOMP handshake. Defaults to 10s.
@@ -88,6 +89,13 @@ func (c *Config) setDefaults() error {
 		if c.Login == "" && c.Passcode == "" && u.User != nil {
 			c.Login = u.User.Username()
 			c.Passcode, _ = u.User.Password()
+		}
+		if hb := u.Query().Get("heartbeat"); hb != "" && c.Heartbeat == 0 {
+			d, err := time.ParseDuration(hb)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("stomp: Config.URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", u.Redacted(), hb)
+			}
+			c.Heartbeat = d
 		}
 	}
 	if c.Addr == "" {

@@ -55,6 +55,7 @@ type runFlags struct {
 	letters      string
 	requeueDelay time.Duration
 	shutdown     time.Duration
+	process      time.Duration
 	eventIDFrom  string
 	orderKey     string
 	logLevel     string
@@ -81,6 +82,10 @@ If that takes longer than --shutdown-timeout (a hung database connection), the
 deliveries still in hand are handed back unacknowledged (the broker delivers
 them again), each is logged, and it exits 1 (130 after SIGINT). A second signal
 exits at once: 130 for SIGINT, 143 for SIGTERM.
+Each message's database work and handler run within --process-timeout: a
+database that stops answering while its connection stays open (a partition)
+fails the message, which is handed back and delivered again once the database
+answers, instead of holding it for as long as the partition lasts.
 Every log line carries event_id and correlation_id.
 
 The handler calls nothing outside the database: it writes each letter request to
@@ -112,6 +117,9 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			}
 			if f.shutdown <= 0 {
 				return usageErr("--shutdown-timeout must be positive (got %s): it bounds the drain on SIGTERM", f.shutdown)
+			}
+			if f.process <= 0 {
+				return usageErr("--process-timeout must be positive (got %s): it bounds one message's database work and handler", f.process)
 			}
 			if f.concurrency < 1 {
 				return usageErr("--concurrency must be at least 1 (got %d)", f.concurrency)
@@ -197,6 +205,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
+				ProcessTimeout:  f.process,
 				EventIDFunc:     eventID,
 				OrderKeyFunc:    orderKey,
 				Observer:        o.obs,
@@ -243,6 +252,7 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 	c.Flags().StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL the relay POSTs the letter requests to (default $"+envLetterService+"; none: the relay logs them)")
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
+	c.Flags().DurationVar(&f.process, "process-timeout", 30*time.Second, "how long one message's (one batch's) database work and handler may take before it is handed back (a database that stopped answering)")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
 	c.Flags().StringVar(&f.orderKey, "order-key", "", "run each key's messages one at a time in arrival order; the key's sources as --event-id-from's, e.g. header:JMSXGroupID,json:customerNo (default: no order)")

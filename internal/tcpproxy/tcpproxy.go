@@ -6,7 +6,11 @@
 //     server that is down, a database outage);
 //   - Hang it: every connection, open or new, stays open and silently stops
 //     forwarding (a server or network that stopped answering);
-//   - Restore it: new connections go through again.
+//   - Delay it: every chunk arrives a fixed time after it was sent, both
+//     ways (a slow network or a distant server), open connections too;
+//   - Limit it: at most a number of bytes per second each way (a thin link);
+//   - Restore it: new connections go through again, without delay or
+//     limit.
 //
 // Tests start one with Start (closed at test end); the black-box recorder
 // of package golden with New. The package does not import testing, so a
@@ -17,9 +21,10 @@
 // A fault is a state of the proxy read at two points: admit, when a
 // connection arrives or its way to the target is dialed (Cut refuses it),
 // and forward, for each chunk read from one side before it is written to
-// the other, with its Direction (Hang drops it). A new fault (latency, a
-// one-way partition, a slow reader) is one more state read at these two
-// points; nothing else in the proxy changes.
+// the other, with its Direction (Hang drops it, Delay holds it until it
+// is due, Limit paces it). A new fault (a one-way partition, a slow
+// reader) is one more state read at these two points; nothing else in the
+// proxy changes.
 package tcpproxy
 
 import (
@@ -28,6 +33,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // TB is the part of testing.TB that Start uses.
@@ -61,6 +67,8 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 
 	hung      atomic.Bool
+	delay     atomic.Int64 // time.Duration added to every chunk
+	limit     atomic.Int64 // bytes per second each way; 0: no limit
 	forwarded atomic.Int64
 	dropped   atomic.Int64
 }
@@ -110,13 +118,24 @@ func (p *Proxy) Cut() {
 // or Close.
 func (p *Proxy) Hang() { p.hung.Store(true) }
 
-// Restore ends Cut and Hang: new connections, and bytes on the open ones,
-// go through again.
+// Delay makes every chunk read from now on, either way, arrive d after it
+// was read (a round trip takes 2d longer); 0 ends it. Chunks keep their
+// order.
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Limit lets at most bytesPerSecond through each way and connection from
+// now on; 0 ends it.
+func (p *Proxy) Limit(bytesPerSecond int64) { p.limit.Store(bytesPerSecond) }
+
+// Restore ends Cut, Hang, Delay and Limit: new connections, and bytes on
+// the open ones, go through again at full speed.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
 	p.hung.Store(false)
+	p.delay.Store(0)
+	p.limit.Store(0)
 }
 
 // IsCut reports whether Cut is in force.
@@ -208,34 +227,73 @@ func (p *Proxy) serve(c net.Conn) {
 	go p.pipe(ToClient, c, s)
 }
 
+// chunk is what one read of a side brought, and when it is due at the
+// other side.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
 // pipe copies what src sends to dst, chunk by chunk through forward, until
 // either side fails; then it closes both, unless the proxy hangs (a hung
-// connection stays open until Restore or Close).
+// connection stays open until Restore or Close). A reader takes the
+// chunks from src and a writer gives them to dst when they are due, so
+// that a delay adds latency without slowing the stream down.
 func (p *Proxy) pipe(dir Direction, dst, src net.Conn) {
 	defer p.wg.Done()
+	chunks := make(chan chunk, 64)
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		for c := range chunks {
+			if !p.forward(dir, dst, c) {
+				p.drop(dst, src) // ends the reader's Read
+				close(stop)
+				for range chunks { // let the reader finish
+				}
+				return
+			}
+		}
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.forward(dir, dst, buf[:n]) {
-			break
+		if n > 0 {
+			if p.hung.Load() {
+				p.dropped.Add(int64(n))
+			} else {
+				c := chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.delay.Load()))}
+				select {
+				case chunks <- c:
+				case <-stop:
+					err = net.ErrClosed
+				}
+			}
 		}
 		if err != nil {
 			break
 		}
 	}
+	close(chunks)
+	<-wrote
 	if !p.hung.Load() {
 		p.drop(dst, src)
 	}
 }
 
-// forward passes one chunk read from one side to the other, or drops it
-// while hung. It reports false when dst failed.
-func (p *Proxy) forward(_ Direction, dst net.Conn, b []byte) bool {
+// forward gives one chunk to dst when it is due, at the proxy's rate, or
+// drops it when the proxy hangs by then. It reports false when dst failed.
+func (p *Proxy) forward(_ Direction, dst net.Conn, c chunk) bool {
+	time.Sleep(time.Until(c.due))
 	if p.hung.Load() {
-		p.dropped.Add(int64(len(b)))
+		p.dropped.Add(int64(len(c.b)))
 		return true
 	}
-	n, err := dst.Write(b)
+	if limit := p.limit.Load(); limit > 0 {
+		time.Sleep(time.Duration(int64(len(c.b)) * int64(time.Second) / limit))
+	}
+	n, err := dst.Write(c.b)
 	p.forwarded.Add(int64(n))
 	return err == nil
 }

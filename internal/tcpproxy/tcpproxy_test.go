@@ -125,3 +125,45 @@ func TestHang(t *testing.T) {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
+
+// A delayed proxy answers, later; Restore takes the delay away.
+func TestDelay(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	p.Delay(300 * time.Millisecond)
+	start := time.Now()
+	if err := echo(t, c, 10*time.Second); err != nil {
+		t.Fatalf("echo while delayed: %v", err)
+	}
+	if took := time.Since(start); took < 600*time.Millisecond {
+		t.Errorf("a round trip took %v with 300ms each way, want at least 600ms", took)
+	}
+	p.Restore()
+	if err := echo(t, c, 10*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+// A limited proxy passes a chunk no faster than its rate.
+func TestLimit(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	p.Limit(1000) // bytes per second: "ping\n" takes 5ms each way
+	line := make([]byte, 999)
+	for i := range line {
+		line[i] = 'x'
+	}
+	line = append(line, '\n')
+	start := time.Now()
+	if _, err := c.Write(line); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || len(got) != 1000 {
+		t.Fatalf("echo of 1000 bytes: %d bytes, %v", len(got), err)
+	}
+	if took := time.Since(start); took < 2*time.Second {
+		t.Errorf("1000 bytes each way at 1000 B/s took %v, want at least 2s", took)
+	}
+}
