@@ -320,20 +320,24 @@ func (c *ReconcileConfig) classify(ev *event) (rule string, diffs []Difference, 
 		}
 	}
 	diffs = c.differences(ev)
-	var names []string
+	used := make([]bool, len(c.Rules))
 	for _, d := range diffs {
 		covered := false
 		for i := range c.Rules {
 			if c.Rules[i].covers(d) {
-				covered = true
-				if !slices.Contains(names, c.Rules[i].Name) {
-					names = append(names, c.Rules[i].Name)
-				}
+				covered, used[i] = true, true
 				break
 			}
 		}
 		if !covered {
 			return "", diffs, false, false
+		}
+	}
+	// The names in the config's order: one category per combination.
+	var names []string
+	for i, u := range used {
+		if u {
+			names = append(names, c.Rules[i].Name)
 		}
 	}
 	if len(names) == 0 {
