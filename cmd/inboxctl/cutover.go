@@ -355,7 +355,10 @@ func (f *cutoverFlags) outboxHealthy(ctx context.Context, st *inbox.Store) cutov
 	if !oldest.IsZero() {
 		age = f.now().Sub(oldest).Round(time.Second)
 	}
-	detail := fmt.Sprintf("%d unsent, %d parked, the oldest unsent %s old", pending, parked, age)
+	detail := fmt.Sprintf("%d unsent, %d parked", pending, parked)
+	if pending > 0 {
+		detail += fmt.Sprintf(", the oldest unsent %s old", age)
+	}
 	switch {
 	case parked > 0:
 		return cutoverCheck{Detail: detail + ": parked messages wait for an operator", Fix: "inboxctl outbox list --status PARKED, then outbox retry (or drop) them"}
