@@ -103,6 +103,7 @@ func Reconcile(ctx context.Context, c *ReconcileConfig, legacy, shadow Side, opt
 	rep := &ReconcileReport{Consumer: c.Consumer, Legacy: legacy.Name, Shadow: shadow.Name, Calibration: opt.Calibrate,
 		GeneratedAt: time.Now().UTC(), Rules: map[string]int64{}, Samples: map[string][]EventSample{}, UnexpectedEvents: []string{}}
 	noise := map[string]int64{}
+	absent := c.absentRows(opt.Calibrate)
 	ev := &event{rows: make([][2][]rrow, len(c.Effects))}
 	for {
 		// The smallest key at the head of a stream is the next event.
@@ -121,7 +122,13 @@ func Reconcile(ctx context.Context, c *ReconcileConfig, legacy, shadow Side, opt
 		}
 		ev.key = key
 		for i := range ev.rows {
-			ev.rows[i][0], ev.rows[i][1] = ev.rows[i][0][:0], ev.rows[i][1][:0]
+			for side := range 2 {
+				r := ev.rows[i][side]
+				if len(r) > 0 && len(absent[i][side]) > 0 && &r[0] == &absent[i][side][0] {
+					r = nil // the shared absent row: never appended to
+				}
+				ev.rows[i][side] = r[:0]
+			}
 		}
 		for _, st := range streams {
 			for {
@@ -139,7 +146,7 @@ func Reconcile(ctx context.Context, c *ReconcileConfig, legacy, shadow Side, opt
 				st.take()
 			}
 		}
-		c.fillAbsent(ev, opt.Calibrate)
+		fillAbsent(ev, absent)
 		rep.Counts.Events++
 		if opt.Calibrate {
 			rep.calibrate(c, ev, noise, opt.Samples)
@@ -185,17 +192,15 @@ func Reconcile(ctx context.Context, c *ReconcileConfig, legacy, shadow Side, opt
 	return rep, nil
 }
 
-// fillAbsent gives an outcome effect's side without a row the effect's
-// Absent row.
-func (c *ReconcileConfig) fillAbsent(ev *event, calibrate bool) {
+// absentRows are, per outcome effect and side, the row a side without
+// one is taken to have (the effect's Absent); nil for other effects.
+func (c *ReconcileConfig) absentRows(calibrate bool) [][2][]rrow {
+	out := make([][2][]rrow, len(c.Effects))
 	for i, e := range c.Effects {
 		if e.Kind != KindOutcome {
 			continue
 		}
 		for side := range 2 {
-			if len(ev.rows[i][side]) > 0 {
-				continue
-			}
 			src := &e.Legacy
 			if side == 1 && !calibrate {
 				src = e.Shadow
@@ -211,7 +216,19 @@ func (c *ReconcileConfig) fillAbsent(ev *event, calibrate bool) {
 				}
 				fs = append(fs, field{n, v})
 			}
-			ev.rows[i][side] = append(ev.rows[i][side], newRow(fs))
+			out[i][side] = []rrow{newRow(fs)}
+		}
+	}
+	return out
+}
+
+// fillAbsent gives an outcome effect's side without a row its absent row.
+func fillAbsent(ev *event, absent [][2][]rrow) {
+	for i := range ev.rows {
+		for side := range 2 {
+			if len(ev.rows[i][side]) == 0 && absent[i][side] != nil {
+				ev.rows[i][side] = absent[i][side]
+			}
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -97,6 +96,9 @@ func (s *Source) query(d inbox.Dialect) string {
 
 const streamBatch = 512
 
+// sortMemory is PostgreSQL's work_mem for a stream's ORDER BY.
+const sortMemory = "64MB"
+
 // open starts the stream's query and its reading goroutine.
 // A calibration reads the legacy source on both sides (two legacy copies).
 func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, calibrate bool) (*stream, error) {
@@ -110,8 +112,22 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 	}
 	st := &stream{eff: eff, side: side, name: label + " " + e.Name, ch: make(chan []srow, 4), errc: make(chan error, 1)}
 	q := src.query(sd.Dialect)
-	rows, err := sd.DB.QueryContext(ctx, q)
+	// A read-only transaction of its own: on PostgreSQL it gives the
+	// sort more memory than the default 4 MB (SET LOCAL: this transaction
+	// only), so that a million rows sort in memory, not on disk.
+	tx, err := sd.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: sd.Dialect.Name() != "sqlite"})
 	if err != nil {
+		return nil, fmt.Errorf("shadow diff: read %s from %s: %w", st.name, sd.Name, err)
+	}
+	if sd.Dialect.Name() == "postgres" {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL work_mem = '"+sortMemory+"'"); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("shadow diff: read %s from %s: %w", st.name, sd.Name, err)
+		}
+	}
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		_ = tx.Rollback()
 		return nil, fmt.Errorf("shadow diff: read %s from %s: %w\n\tquery: %s\n\tcheck the effect's table, key and columns in the config", st.name, sd.Name, err, q)
 	}
 	names := columnNames(src.Columns)
@@ -121,6 +137,7 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 	}
 	go func() {
 		defer close(st.ch)
+		defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
 		defer rows.Close()
 		n := 2 + len(names)
 		vals := make([]any, n)
@@ -139,6 +156,18 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 			}
 		}
 		var fields []field
+		// Per stream: the names of JSON fields ("body" + "." + key) and
+		// whether a column is scrubbed, computed once, not per row.
+		fieldNames := map[string]string{}
+		isScrubbed := map[string]bool{}
+		scrubbed := func(col string) bool {
+			v, ok := isScrubbed[col]
+			if !ok {
+				v = c.scrubbed(e.Name, col)
+				isScrubbed[col] = v
+			}
+			return v
+		}
 		for rows.Next() {
 			if err := rows.Scan(ptrs...); err != nil {
 				st.errc <- fmt.Errorf("shadow diff: read %s: %w", st.name, err)
@@ -149,16 +178,19 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 			for i, name := range names {
 				v := vals[2+i]
 				if isJSON[i] {
-					if fs, ok := jsonFields(name, v); ok {
-						for _, f := range fs {
-							if !c.scrubbed(e.Name, f.name) {
+					n := len(fields)
+					fs, ok := appendJSONFields(fields, name, v, fieldNames)
+					fields = fs[:n]
+					if ok { // filtered in place: writes never pass reads
+						for _, f := range fs[n:] {
+							if !scrubbed(f.name) {
 								fields = append(fields, f)
 							}
 						}
 						continue
 					}
 				}
-				if !c.scrubbed(e.Name, name) {
+				if !scrubbed(name) {
 					fields = append(fields, field{name, cell(v)})
 				}
 			}
@@ -181,8 +213,11 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 
 // newRow sorts fields by name (a copy) and joins them.
 func newRow(fields []field) rrow {
-	fs := slices.Clone(fields)
-	slices.SortFunc(fs, func(a, b field) int { return strings.Compare(a.name, b.name) })
+	fs := make([]field, len(fields))
+	copy(fs, fields)
+	if !slices.IsSortedFunc(fs, cmpField) {
+		slices.SortFunc(fs, cmpField)
+	}
 	n := 0
 	for _, f := range fs {
 		n += len(f.name) + len(f.value) + 2
@@ -197,6 +232,8 @@ func newRow(fields []field) rrow {
 	}
 	return rrow{fields: fs, canon: b.String()}
 }
+
+func cmpField(a, b field) int { return strings.Compare(a.name, b.name) }
 
 // head returns the stream's next row without taking it (nil at the end).
 func (s *stream) head() (*srow, error) {
@@ -263,32 +300,182 @@ func parseTime(s string) time.Time {
 	return time.Time{}
 }
 
-// jsonFields expands a JSON object into name.FIELD fields (strings as
-// they are, other values as JSON); ok is false when v holds no object.
-func jsonFields(name string, v any) ([]field, bool) {
-	var raw []byte
+// appendJSONFields appends the fields of a JSON object to dst as
+// name.FIELD fields (strings as they are, other values as their JSON
+// text, null as NULL); ok is false when v holds no JSON object (dst may
+// then hold a part: cut it back). It scans the top level itself (no
+// reflection): it runs per row. names caches the field names.
+func appendJSONFields(dst []field, name string, v any, names map[string]string) ([]field, bool) {
+	var raw string
 	switch x := v.(type) {
 	case []byte:
-		raw = x
+		raw = string(x)
 	case string:
-		raw = []byte(x)
+		raw = x
 	default:
-		return nil, false
+		return dst, false
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return nil, false
+	p := jsonScanner{s: raw}
+	p.space()
+	if !p.eat('{') {
+		return dst, false
 	}
-	out := make([]field, 0, len(obj))
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
-		val := string(obj[k])
-		var s string
-		if err := json.Unmarshal(obj[k], &s); err == nil {
-			val = cellString(s)
-		} else if val == "null" {
-			val = "NULL"
+	p.space()
+	if p.eat('}') {
+		return dst, p.end()
+	}
+	for {
+		p.space()
+		k, ok := p.str()
+		if !ok {
+			return dst, false
 		}
-		out = append(out, field{name + "." + k, val})
+		p.space()
+		if !p.eat(':') {
+			return dst, false
+		}
+		p.space()
+		var val string
+		if p.peek() == '"' {
+			s, ok := p.str()
+			if !ok {
+				return dst, false
+			}
+			val = cellString(s)
+		} else {
+			start := p.i
+			if !p.skipValue() {
+				return dst, false
+			}
+			val = p.s[start:p.i]
+			if val == "null" {
+				val = "NULL"
+			}
+		}
+		full, ok := names[k]
+		if !ok {
+			full = name + "." + k
+			names[k] = full
+		}
+		dst = append(dst, field{full, val})
+		p.space()
+		if p.eat(',') {
+			continue
+		}
+		if !p.eat('}') || !p.end() {
+			return dst, false
+		}
+		return dst, true
 	}
-	return out, true
+}
+
+// jsonFields is appendJSONFields of one value, sorted by field.
+func jsonFields(name string, v any) ([]field, bool) {
+	fs, ok := appendJSONFields(nil, name, v, map[string]string{})
+	if !ok {
+		return nil, false
+	}
+	slices.SortFunc(fs, cmpField)
+	return fs, true
+}
+
+// jsonScanner reads the top level of a JSON text.
+type jsonScanner struct {
+	s string
+	i int
+}
+
+func (p *jsonScanner) peek() byte {
+	if p.i < len(p.s) {
+		return p.s[p.i]
+	}
+	return 0
+}
+
+func (p *jsonScanner) eat(c byte) bool {
+	if p.peek() == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *jsonScanner) space() {
+	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t' || p.s[p.i] == '\n' || p.s[p.i] == '\r') {
+		p.i++
+	}
+}
+
+func (p *jsonScanner) end() bool {
+	p.space()
+	return p.i == len(p.s)
+}
+
+// str reads a string; one with escapes is decoded by encoding/json.
+func (p *jsonScanner) str() (string, bool) {
+	if !p.eat('"') {
+		return "", false
+	}
+	start, escaped := p.i, false
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case '\\':
+			escaped = true
+			p.i += 2
+			continue
+		case '"':
+			lit := p.s[start:p.i]
+			p.i++
+			if !escaped {
+				return lit, true
+			}
+			var out string
+			if err := json.Unmarshal([]byte(p.s[start-1:p.i]), &out); err != nil {
+				return "", false
+			}
+			return out, true
+		}
+		p.i++
+	}
+	return "", false
+}
+
+// skipValue passes a number, literal, object or array (strings inside
+// skipped as strings).
+func (p *jsonScanner) skipValue() bool {
+	depth := 0
+	start := p.i
+	for p.i < len(p.s) {
+		switch c := p.s[p.i]; c {
+		case '"':
+			if _, ok := p.str(); !ok {
+				return false
+			}
+			if depth == 0 {
+				return true
+			}
+			continue
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return p.i > start
+			}
+			depth--
+			if depth == 0 {
+				p.i++
+				return true
+			}
+		case ',':
+			if depth == 0 {
+				return p.i > start
+			}
+		case ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return p.i > start
+			}
+		}
+		p.i++
+	}
+	return depth == 0 && p.i > start
 }

@@ -75,7 +75,7 @@ func TestBuiltinRules(t *testing.T) {
 				{rows(tt.calls.l...), rows(tt.calls.s...)},
 				{rows(tt.outcome.l...), rows(tt.outcome.s...)},
 			}}
-			c.fillAbsent(ev, false)
+			fillAbsent(ev, c.absentRows(false))
 			rule, diffs, identical, ok := c.classify(ev)
 			got := rule
 			switch {
@@ -101,7 +101,7 @@ func TestTeamRules(t *testing.T) {
 		{"name":"extra-audit-letter","effect":"letters_table","rows":"shadow-only"}]`)
 	classify := func(calls, shadowCalls, shadowLetters []string) string {
 		ev := &event{key: "E-1", rows: [][2][]rrow{{rows(letter), rows(shadowLetters...)}, {rows(calls...), rows(shadowCalls...)}, {}}}
-		c.fillAbsent(ev, false)
+		fillAbsent(ev, c.absentRows(false))
 		rule, _, identical, ok := c.classify(ev)
 		switch {
 		case identical:
@@ -189,5 +189,33 @@ func TestReconcileKeyOrder(t *testing.T) {
 				t.Fatalf("differences %+v", diffs)
 			}
 		})
+	}
+}
+
+// TestJSONFields: the top-level scan agrees with encoding/json, and what
+// is not one JSON object is left a plain column.
+func TestJSONFields(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"b":"x","a":1.50,"c":null,"d":{"e":[1,"}"]},"f":true}`, `[{body.a 1.50} {body.b x} {body.c NULL} {body.d {"e":[1,"}"]}} {body.f true}]`},
+		{` { "k\"q" : "a\nb\u00e9" } `, `[{body.k"q "a\nbé"}]`},
+		{`{}`, `[]`},
+		{`{"a":"x"} trailing`, `not`},
+		{`{"a":}`, `not`},
+		{`{"a":"x"`, `not`},
+		{`["a"]`, `not`},
+		{`plain text`, `not`},
+	}
+	for _, tt := range tests {
+		fs, ok := jsonFields("body", tt.in)
+		got := "not"
+		if ok {
+			got = fmt.Sprint(fs)
+			if fs == nil {
+				got = "[]"
+			}
+		}
+		if got != tt.want {
+			t.Errorf("jsonFields(%s) = %s, want %s", tt.in, got, tt.want)
+		}
 	}
 }
