@@ -87,8 +87,8 @@ consumer and says for each whether it holds, why, and the fix:
                             --redelivery-window and the --rollback-window, and no recorded
                             purge ran with a shorter window
   legacy-dlq-replayable     every message of the legacy dead-letter (backout) queue has an
-                            event id the new consumer reads (--event-id-from), so 'inboxctl
-                            dlq replay' processes each once
+                            event id the new consumer reads (--event-id-from), so that moved
+                            to its queue each is processed once (a processed one is a duplicate)
   outbox-relays-healthy     no parked outbox message, the oldest unsent one younger than
                             --outbox-max-age, at most --outbox-max-backlog unsent
 
@@ -323,7 +323,7 @@ func (f *cutoverFlags) dlqReplayable(ctx context.Context, st *inbox.Store) cutov
 			detail += fmt.Sprintf(" (%d already PROCESSED by %s: a replay acknowledges them as duplicates)", done, f.consumerName)
 		}
 	}
-	return cutoverCheck{Holds: true, Detail: detail + ", each with an event id: inboxctl dlq replay processes each once"}
+	return cutoverCheck{Holds: true, Detail: detail + ", each with an event id: moved to the new consumer's queue, each is processed once"}
 }
 
 func (f *cutoverFlags) outboxHealthy(ctx context.Context, st *inbox.Store) cutoverCheck {
