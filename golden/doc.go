@@ -124,6 +124,18 @@
 // server is never touched) and exist only for black-box recordings. `inboxctl golden record --black-box --exec CMD DIR`
 // is the command line.
 //
+// # Reconciliation
+//
+// [Reconcile] compares what the legacy consumer did in production with
+// what the refactored one did as a shadow on a copy of the same messages
+// (`inboxctl shadow diff`): per event, the rows of the effects a
+// [ReconcileConfig] names (business tables, calls as recorded, the
+// outcome), formatted as the transcript's table cells, noise scrubbed
+// (`--calibrate` finds it by comparing two legacy copies). Every event is
+// identical, expected (a built-in rule, [BuiltinRules], or the config's)
+// or unexpected. Each side's effects are streamed ordered by key and
+// merged: memory holds one event. docs/shadow.md describes the config.
+//
 // # Databases
 //
 // SQLite by default; INBOXKIT_GOLDEN_BACKENDS=sqlite,postgres (and CI=true)

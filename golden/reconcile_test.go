@@ -2,7 +2,9 @@ package golden
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -217,5 +219,40 @@ func TestJSONFields(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("jsonFields(%s) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestShadowDocConfig: the config and the rules of docs/shadow.md parse.
+func TestShadowDocConfig(t *testing.T) {
+	b, err := os.ReadFile("../docs/shadow.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(b), "```json\n")[1:]
+	if len(blocks) != 2 {
+		t.Fatalf("docs/shadow.md: %d json blocks, want the config and the rules", len(blocks))
+	}
+	cfg, _, _ := strings.Cut(blocks[0], "```")
+	rules, _, _ := strings.Cut(blocks[1], "```")
+	c, err := ParseReconcileConfig([]byte(cfg))
+	if err != nil {
+		t.Fatalf("the config: %v", err)
+	}
+	withRules := strings.TrimSuffix(strings.TrimSpace(cfg), "}") + ",\n" + rules + "}"
+	if c2, err := ParseReconcileConfig([]byte(withRules)); err != nil || len(c2.Rules) != 2 || len(c.Effects) != 4 {
+		t.Fatalf("the rules: %v\n%s", err, withRules)
+	}
+	want, err := os.ReadFile("../cmd/inboxctl/testdata/shadow-invoice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := ParseReconcileConfig(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	we, _ := json.Marshal(w.Effects)
+	ce, _ := json.Marshal(c.Effects)
+	if string(we) != string(ce) {
+		t.Fatalf("docs/shadow.md's config is not the one TestShadowDiffInvoice runs (cmd/inboxctl/testdata/shadow-invoice.json)")
 	}
 }
