@@ -112,103 +112,111 @@ func (c *ReconcileConfig) open(ctx context.Context, eff, side int, sd Side, cali
 	}
 	st := &stream{eff: eff, side: side, name: label + " " + e.Name, ch: make(chan []srow, 4), errc: make(chan error, 1)}
 	q := src.query(sd.Dialect)
-	// A read-only transaction of its own: on PostgreSQL it gives the
-	// sort more memory than the default 4 MB (SET LOCAL: this transaction
-	// only), so that a million rows sort in memory, not on disk.
-	tx, err := sd.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: sd.Dialect.Name() != "sqlite"})
-	if err != nil {
-		return nil, fmt.Errorf("shadow diff: read %s from %s: %w", st.name, sd.Name, err)
-	}
-	if sd.Dialect.Name() == "postgres" {
-		if _, err := tx.ExecContext(ctx, "SET LOCAL work_mem = '"+sortMemory+"'"); err != nil {
-			_ = tx.Rollback()
-			return nil, fmt.Errorf("shadow diff: read %s from %s: %w", st.name, sd.Name, err)
-		}
-	}
-	rows, err := tx.QueryContext(ctx, q)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, fmt.Errorf("shadow diff: read %s from %s: %w\n\tquery: %s\n\tcheck the effect's table, key and columns in the config", st.name, sd.Name, err, q)
-	}
 	names := columnNames(src.Columns)
 	isJSON := make([]bool, len(names))
 	for i, n := range names {
 		isJSON[i] = slices.Contains(e.JSON, n)
 	}
-	go func() {
-		defer close(st.ch)
-		defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
-		defer rows.Close()
-		n := 2 + len(names)
-		vals := make([]any, n)
-		ptrs := make([]any, n)
-		for i := range vals {
-			ptrs[i] = &vals[i]
+	go c.read(ctx, st, sd, q, e, src.KeyPrefix, names, isJSON)
+	return st, nil
+}
+
+// read runs a stream's query q and sends its rows in batches, then closes
+// its channel (an error first goes to errc); it stops when ctx ends.
+func (c *ReconcileConfig) read(ctx context.Context, st *stream, sd Side, q string, e *Effect, prefix string, names []string, isJSON []bool) {
+	defer close(st.ch)
+	fail := func(err error, hint string) {
+		st.errc <- fmt.Errorf("shadow diff: read %s from %s: %w%s", st.name, sd.Name, err, hint)
+	}
+	// A read-only transaction of its own: on PostgreSQL it gives the
+	// sort more memory than the default 4 MB (SET LOCAL: this transaction
+	// only), so that a million rows sort in memory, not on disk.
+	tx, err := sd.DB.BeginTx(ctx, &sql.TxOptions{ReadOnly: sd.Dialect.Name() != "sqlite"})
+	if err != nil {
+		fail(err, "")
+		return
+	}
+	defer tx.Rollback() //nolint:errcheck // read only: nothing to keep
+	if sd.Dialect.Name() == "postgres" {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL work_mem = '"+sortMemory+"'"); err != nil {
+			fail(err, "")
+			return
 		}
-		batch := make([]srow, 0, streamBatch)
-		send := func() bool {
-			select {
-			case st.ch <- batch:
-				batch = make([]srow, 0, streamBatch)
-				return true
-			case <-ctx.Done():
-				return false
-			}
+	}
+	rows, err := tx.QueryContext(ctx, q)
+	if err != nil {
+		fail(err, "\n\tquery: "+q+"\n\tcheck the effect's table, key and columns in the config")
+		return
+	}
+	defer rows.Close()
+	n := 2 + len(names)
+	vals := make([]any, n)
+	ptrs := make([]any, n)
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	batch := make([]srow, 0, streamBatch)
+	send := func() bool {
+		select {
+		case st.ch <- batch:
+			batch = make([]srow, 0, streamBatch)
+			return true
+		case <-ctx.Done():
+			return false
 		}
-		var fields []field
-		// Per stream: the names of JSON fields ("body" + "." + key) and
-		// whether a column is scrubbed, computed once, not per row.
-		fieldNames := map[string]string{}
-		isScrubbed := map[string]bool{}
-		scrubbed := func(col string) bool {
-			v, ok := isScrubbed[col]
-			if !ok {
-				v = c.scrubbed(e.Name, col)
-				isScrubbed[col] = v
-			}
-			return v
+	}
+	var fields []field
+	// Per stream: the names of JSON fields ("body" + "." + key) and
+	// whether a column is scrubbed, computed once, not per row.
+	fieldNames := map[string]string{}
+	isScrubbed := map[string]bool{}
+	scrubbed := func(col string) bool {
+		v, ok := isScrubbed[col]
+		if !ok {
+			v = c.scrubbed(e.Name, col)
+			isScrubbed[col] = v
 		}
-		for rows.Next() {
-			if err := rows.Scan(ptrs...); err != nil {
-				st.errc <- fmt.Errorf("shadow diff: read %s: %w", st.name, err)
-				return
-			}
-			r := srow{key: src.KeyPrefix + rawString(vals[0]), at: timeOf(vals[1])}
-			fields = fields[:0]
-			for i, name := range names {
-				v := vals[2+i]
-				if isJSON[i] {
-					n := len(fields)
-					fs, ok := appendJSONFields(fields, name, v, fieldNames)
-					fields = fs[:n]
-					if ok { // filtered in place: writes never pass reads
-						for _, f := range fs[n:] {
-							if !scrubbed(f.name) {
-								fields = append(fields, f)
-							}
-						}
-						continue
-					}
-				}
-				if !scrubbed(name) {
-					fields = append(fields, field{name, cell(v)})
-				}
-			}
-			r.row = newRow(fields)
-			batch = append(batch, r)
-			if len(batch) == streamBatch && !send() {
-				return
-			}
-		}
-		if err := rows.Err(); err != nil {
+		return v
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
 			st.errc <- fmt.Errorf("shadow diff: read %s: %w", st.name, err)
 			return
 		}
-		if len(batch) > 0 {
-			send()
+		r := srow{key: prefix + rawString(vals[0]), at: timeOf(vals[1])}
+		fields = fields[:0]
+		for i, name := range names {
+			v := vals[2+i]
+			if isJSON[i] {
+				n := len(fields)
+				fs, ok := appendJSONFields(fields, name, v, fieldNames)
+				fields = fs[:n]
+				if ok { // filtered in place: writes never pass reads
+					for _, f := range fs[n:] {
+						if !scrubbed(f.name) {
+							fields = append(fields, f)
+						}
+					}
+					continue
+				}
+			}
+			if !scrubbed(name) {
+				fields = append(fields, field{name, cell(v)})
+			}
 		}
-	}()
-	return st, nil
+		r.row = newRow(fields)
+		batch = append(batch, r)
+		if len(batch) == streamBatch && !send() {
+			return
+		}
+	}
+	if err := rows.Err(); err != nil {
+		st.errc <- fmt.Errorf("shadow diff: read %s: %w", st.name, err)
+		return
+	}
+	if len(batch) > 0 {
+		send()
+	}
 }
 
 // newRow sorts fields by name (a copy) and joins them.

@@ -256,3 +256,19 @@ func TestShadowDocConfig(t *testing.T) {
 		t.Fatalf("docs/shadow.md's config is not the one TestShadowDiffInvoice runs (cmd/inboxctl/testdata/shadow-invoice.json)")
 	}
 }
+
+// TestReconcileBadQuery: a column the table lacks is an error naming the
+// effect, the query and the fix.
+func TestReconcileBadQuery(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.SQLite)
+	_, err := db.Exec(`CREATE TABLE fx (k VARCHAR(20), v VARCHAR(20))`)
+	dbtest.Must(t, err, "create")
+	c, err := ParseReconcileConfig([]byte(`{"effects":[{"legacy":{"table":"fx","key":"k","columns":["nope"]}}]}`))
+	dbtest.Must(t, err, "config")
+	sd := Side{DB: db.DB, Dialect: inbox.SQLite, Name: "sqlite:x"}
+	_, err = Reconcile(context.Background(), c, sd, sd, ReconcileOptions{})
+	if err == nil || !strings.Contains(err.Error(), "read legacy fx from sqlite:x") || !strings.Contains(err.Error(), "check the effect's table, key and columns") {
+		t.Fatalf("error %v", err)
+	}
+}
