@@ -79,6 +79,9 @@ type Noise struct {
 
 const maxUnexpectedKeys = 1000
 
+// textEvents is how many unexpected events the text report names.
+const textEvents = 20
+
 // Reconcile compares the legacy side's effects with the shadow's per key:
 // it streams every effect of both sides ordered by key and merges them
 // (memory holds one key's rows, not the tables), and sorts each key into
@@ -285,11 +288,11 @@ func (r *ReconcileReport) calibrate(c *ReconcileConfig, ev *event, noise map[str
 // WriteText writes the report for a person: the counts, the rules, the
 // samples with their differing columns, and what to do.
 func (r *ReconcileReport) WriteText(w io.Writer, c *ReconcileConfig) {
-	what := "shadow diff"
 	if r.Calibration {
-		what = "shadow diff --calibrate (legacy against a legacy copy)"
+		fmt.Fprintf(w, "shadow diff --calibrate: legacy %s, legacy copy %s\n", r.Legacy, r.Shadow)
+	} else {
+		fmt.Fprintf(w, "shadow diff: legacy %s, shadow %s\n", r.Legacy, r.Shadow)
 	}
-	fmt.Fprintf(w, "%s: legacy %s, shadow %s\n", what, r.Legacy, r.Shadow)
 	if r.Span != nil {
 		fmt.Fprintf(w, "rows written from %s to %s\n", r.Span.From.Format(time.RFC3339), r.Span.To.Format(time.RFC3339))
 	}
@@ -318,11 +321,15 @@ func (r *ReconcileReport) WriteText(w io.Writer, c *ReconcileConfig) {
 		fmt.Fprintln(w, "no unexpected differences")
 		return
 	}
+	ids := r.UnexpectedEvents
 	more := ""
-	if int64(len(r.UnexpectedEvents)) < r.Counts.Unexpected {
-		more = fmt.Sprintf(" (first %d)", len(r.UnexpectedEvents))
+	if len(ids) > textEvents {
+		ids = ids[:textEvents]
 	}
-	fmt.Fprintf(w, "unexpected differences in %d events%s: %s\n", r.Counts.Unexpected, more, strings.Join(r.UnexpectedEvents, ", "))
+	if n := r.Counts.Unexpected - int64(len(ids)); n > 0 {
+		more = fmt.Sprintf(" and %d more (-o json lists up to %d)", n, maxUnexpectedKeys)
+	}
+	fmt.Fprintf(w, "unexpected differences in %d events: %s%s\n", r.Counts.Unexpected, strings.Join(ids, ", "), more)
 	writeSamples(w, r.Samples["unexpected"])
 }
 
