@@ -273,7 +273,9 @@ func (r *ReconcileReport) calibrate(c *ReconcileConfig, ev *event, noise map[str
 	if rows {
 		r.RowDifferences++
 		r.Counts.Unexpected++
-		r.UnexpectedEvents = append(r.UnexpectedEvents, ev.key)
+		if len(r.UnexpectedEvents) < maxUnexpectedKeys {
+			r.UnexpectedEvents = append(r.UnexpectedEvents, ev.key)
+		}
 		if len(r.Samples["unexpected"]) < samples {
 			r.Samples["unexpected"] = append(r.Samples["unexpected"], EventSample{Event: ev.key, Differences: diffs})
 		}
