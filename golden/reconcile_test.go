@@ -272,3 +272,30 @@ func TestReconcileBadQuery(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// TestCalibrate: columns that differ between two legacy copies are noise,
+// with their event counts; a row one copy lacks is not.
+func TestCalibrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := dbtest.New(t, dbtest.SQLite), dbtest.New(t, dbtest.SQLite)
+	for i, db := range []*dbtest.DB{a, b} {
+		_, err := db.ExecContext(ctx, `CREATE TABLE fx (k VARCHAR(20), gen VARCHAR(20), v VARCHAR(20))`)
+		dbtest.Must(t, err, "create")
+		for j := range 3 {
+			_, err := db.ExecContext(ctx, `INSERT INTO fx VALUES (?, ?, 'same')`, fmt.Sprintf("E-%d", j), fmt.Sprintf("id-%d-%d", i, j))
+			dbtest.Must(t, err, "insert")
+		}
+		if i == 1 {
+			_, err := db.ExecContext(ctx, `INSERT INTO fx VALUES ('E-9', 'x', 'only in the copy')`)
+			dbtest.Must(t, err, "insert")
+		}
+	}
+	c, err := ParseReconcileConfig([]byte(`{"effects":[{"legacy":{"table":"fx","key":"k","columns":["gen","v"]}}],"scrub":["fx.other"]}`))
+	dbtest.Must(t, err, "config")
+	rep, err := Reconcile(ctx, c, Side{DB: a.DB, Dialect: inbox.SQLite}, Side{DB: b.DB, Dialect: inbox.SQLite}, ReconcileOptions{Calibrate: true})
+	dbtest.Must(t, err, "calibrate")
+	if fmt.Sprint(rep.Noise) != "[{fx.gen 3}]" || fmt.Sprint(rep.Scrub) != "[fx.other fx.gen]" || rep.RowDifferences != 1 || fmt.Sprint(rep.UnexpectedEvents) != "[E-9]" {
+		t.Fatalf("noise %v, scrub %v, row differences %d (%v)", rep.Noise, rep.Scrub, rep.RowDifferences, rep.UnexpectedEvents)
+	}
+}
