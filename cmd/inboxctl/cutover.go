@@ -71,7 +71,7 @@ func newCutoverCmd() *cobra.Command {
 }
 
 func newCutoverCheckCmd() *cobra.Command {
-	f := cutoverFlags{now: time.Now}
+	f := cutoverFlags{now: time.Now, maxAge: 24 * time.Hour, outboxAge: 5 * time.Minute}
 	var o outputFlags
 	c := &cobra.Command{
 		Use:   "check --db URL --shadow-report FILE --retention D --redelivery-window D --rollback-window D [--broker URL --legacy-dlq QUEUE]",
@@ -135,7 +135,7 @@ The sequence it guards (shadow, switch, reverse shadow, remove): docs/shadow.md.
 	c.Flags().StringVar(&f.report, "shadow-report", "", "a JSON report of 'inboxctl shadow diff --report FILE' (or -o json)")
 	c.Flags().Int64Var(&f.minEvents, "min-events", 10000, "events the shadow diff must have compared")
 	c.Flags().Float64Var(&f.minDays, "min-days", 7, "days the shadow diff's rows must span")
-	c.Flags().Var(dayDuration{&f.maxAge}, "max-report-age", "the newest the shadow diff report must be (e.g. 1d)")
+	c.Flags().Var(dayDuration{&f.maxAge}, "max-report-age", "the oldest the shadow diff report may be")
 	c.Flags().Var(dayDuration{&f.retention}, "retention", "the purge window the team runs (purge --older-than), e.g. 14d")
 	c.Flags().Var(dayDuration{&f.redelivery}, "redelivery-window", "how long the broker may redeliver a message, e.g. 1d")
 	c.Flags().Var(dayDuration{&f.rollback}, "rollback-window", "how long a switch back to the legacy bean must stay possible, e.g. 7d")
@@ -147,8 +147,6 @@ The sequence it guards (shadow, switch, reverse shadow, remove): docs/shadow.md.
 	c.Flags().Var(dayDuration{&f.outboxAge}, "outbox-max-age", "the oldest an unsent outbox message may be")
 	c.Flags().Int64Var(&f.outboxMax, "outbox-max-backlog", 1000, "the most unsent outbox messages")
 	c.Flags().StringSliceVar(&f.skip, "skip", nil, "checks to leave out: "+strings.Join(cutoverChecks, ", "))
-	f.maxAge = 24 * time.Hour
-	f.outboxAge = 5 * time.Minute
 	o.register(c)
 	return c
 }
