@@ -231,9 +231,7 @@ Passwords never appear in the output.`,
 	})
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
 		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newMQCmd(), newVersionCmd(),
-		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newUICmd())
-		newRelayCmd(), newOutboxCmd(), newFailuresCmd())
-	root.AddCommand(newShadowCmd(), newCutoverCmd())
+		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newUICmd(), newShadowCmd(), newCutoverCmd())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}
