@@ -20,7 +20,8 @@ import (
 type Config struct {
 	// URL is the AMQP 0-9-1 URL, with credentials and vhost, for example
 	// amqp://guest:guest@127.0.0.1:5672/; its query parameter queue-type
-	// sets QueueType when that is empty. The password never appears in
+	// sets QueueType when that is empty, and single-active-consumer=true
+	// sets SingleActiveConsumer. The password never appears in
 	// errors or logs. Defaults to "amqp://guest:guest@127.0.0.1:5672/".
 	URL string
 	// Queue is the queue Receive consumes from. An existing queue is used
@@ -43,6 +44,21 @@ type Config struct {
 	// else "": no x-queue-type argument, the vhost's default type (classic
 	// on RabbitMQ 3.10).
 	QueueType string
+	// SingleActiveConsumer declares the queues the Adapter creates (as
+	// QueueType) with x-single-active-consumer: true: the broker delivers
+	// a queue's messages to one consumer at a time, whatever the number
+	// of processes consuming it, and when that consumer goes (closed,
+	// killed, its connection lost) the next one takes over, the first
+	// deliveries being those the previous one had not acknowledged, in
+	// queue order. With an order key (consumer.Config.OrderKeyFunc) the
+	// one active process keeps each key's order, and a standby takes over
+	// after a crash without a per-key inversion (docs/order.md). An
+	// existing queue is used as it is: one created without the argument
+	// stays without it (delete it, or create it through an adapter with
+	// this option first, e.g. inboxctl publish with the same URL). For
+	// more than one active consumer, partition the keys over several
+	// queues. Defaults to the URL's single-active-consumer, else false.
+	SingleActiveConsumer bool
 	// Reconnect spaces the reconnect attempts after a broken connection or
 	// channel. A zero field takes its default: 500ms doubling up to 30s,
 	// no jitter (Jitter -1; set it in [0, 1] for some).
@@ -119,6 +135,13 @@ func (c *Config) validate() error {
 	}
 	if c.QueueType == "" {
 		c.QueueType = u.Query().Get("queue-type")
+	}
+	switch v := u.Query().Get("single-active-consumer"); v {
+	case "", "false":
+	case "true":
+		c.SingleActiveConsumer = true
+	default:
+		return fmt.Errorf("rabbitmq: ?single-active-consumer=%s in Config.URL: use true or false", v)
 	}
 	switch c.QueueType {
 	case "", QueueClassic, QueueQuorum:

@@ -200,7 +200,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
 	}
 	if declare {
-		if err := s.declare(destination, a.cfg.QueueType); err != nil {
+		if err := s.declare(destination, a.cfg.QueueType, a.cfg.SingleActiveConsumer); err != nil {
 			return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, err)
 		}
 	}
@@ -335,7 +335,7 @@ func (a *Adapter) connect() (*session, error) {
 	var consClosed chan *amqp.Error
 	var cancelled chan string
 	if a.cfg.Queue != "" {
-		if err := s.declare(a.cfg.Queue, a.cfg.QueueType); err != nil {
+		if err := s.declare(a.cfg.Queue, a.cfg.QueueType, a.cfg.SingleActiveConsumer); err != nil {
 			return fail("declare queue "+a.cfg.Queue, err)
 		}
 		ch, err := conn.Channel()
@@ -376,11 +376,19 @@ func closeErr(what string, e *amqp.Error, ok bool) error {
 	return fmt.Errorf("%s closed: %w", what, e)
 }
 
-func queueArgs(queueType string) amqp.Table {
-	if queueType == "" {
+// queueArgs are the arguments of a queue the Adapter creates.
+func queueArgs(queueType string, singleActive bool) amqp.Table {
+	args := amqp.Table{}
+	if queueType != "" {
+		args["x-queue-type"] = queueType
+	}
+	if singleActive {
+		args["x-single-active-consumer"] = true
+	}
+	if len(args) == 0 {
 		return nil
 	}
-	return amqp.Table{"x-queue-type": queueType}
+	return args
 }
 
 // precondition wraps a 406 PRECONDITION_FAILED with ErrPreconditionFailed
@@ -401,10 +409,11 @@ func (s *session) Close() {
 
 // declare makes sure queue name exists, once per session. An existing queue
 // is used as it is, whatever its type and arguments (a passive declare); a
-// missing one is declared durable, of queueType. Declarations use a
+// missing one is declared durable, of queueType, single-active-consumer
+// when singleActive. Declarations use a
 // throw-away channel, so a failure cannot close the publishing or consuming
 // channel.
-func (s *session) declare(name, queueType string) error {
+func (s *session) declare(name, queueType string, singleActive bool) error {
 	s.declMu.Lock()
 	defer s.declMu.Unlock()
 	if s.declared[name] {
@@ -414,7 +423,7 @@ func (s *session) declare(name, queueType string) error {
 	// the same quorum queue at once; by the next try the queue exists.
 	var err error
 	for try := 1; try <= 5; try++ {
-		if err = s.declareOnce(name, queueType); err == nil {
+		if err = s.declareOnce(name, queueType, singleActive); err == nil {
 			s.declared[name] = true
 			return nil
 		}
@@ -426,7 +435,7 @@ func (s *session) declare(name, queueType string) error {
 	return precondition(err)
 }
 
-func (s *session) declareOnce(name, queueType string) error {
+func (s *session) declareOnce(name, queueType string, singleActive bool) error {
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return err
@@ -445,7 +454,7 @@ func (s *session) declareOnce(name, queueType string) error {
 		return err
 	}
 	defer ch.Close()
-	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(queueType))
+	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(queueType, singleActive))
 	return err
 }
 
