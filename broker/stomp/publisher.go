@@ -50,9 +50,12 @@ func (p *publisher) Publish(ctx context.Context, destination string, headers map
 	if err != nil {
 		return fmt.Errorf("stomp: publish to %s: %w", destination, err)
 	}
-	hs := make([]Header, 0, len(headers))
+	hs := make([]Header, 0, len(headers)+1)
 	for k, v := range headers {
 		hs = append(hs, Header{k, v})
+	}
+	if g := headers[HeaderJMSXGroupID]; g != "" && headers[HeaderGroup] == "" {
+		hs = append(hs, Header{HeaderGroup, g}) // see HeaderGroup
 	}
 	sort.Slice(hs, func(i, j int) bool { return hs[i].Key < hs[j].Key })
 	if err := c.Send(ctx, QueueDestination(destination), hs, body); err != nil {

@@ -22,6 +22,20 @@ const (
 	// HeaderScheduledDelay is ActiveMQ's scheduler header (milliseconds); it
 	// needs schedulerSupport="true" in the broker configuration.
 	HeaderScheduledDelay = "AMQ_SCHEDULED_DELAY"
+	// HeaderJMSXGroupID is the JMS message group: ActiveMQ delivers the
+	// messages of one group to one consumer at a time, in order, and moves
+	// the group to another consumer when that one goes (docs/order.md).
+	HeaderJMSXGroupID = "JMSXGroupID"
+	// HeaderGroup carries the message group where a receiver can read it:
+	// ActiveMQ takes a SEND's JMSXGroupID as the group and does not put it
+	// into the MESSAGE frame. Publish adds HeaderGroup with the value of a
+	// JMSXGroupID header, and a received message with HeaderGroup and
+	// without JMSXGroupID gets JMSXGroupID back in Message.Headers, so an
+	// order key header:JMSXGroupID reads it and a Requeue copy stays in
+	// its group. A message a JMS producer sent with JMSXGroupID carries no
+	// HeaderGroup: its group is not visible over STOMP (take the order key
+	// from the body or another property).
+	HeaderGroup = "inboxkit-group"
 )
 
 // QueueDestination returns the STOMP destination of queue name: a name
@@ -330,6 +344,12 @@ func messageFromFrame(f *Frame) inboxkit.Message {
 		if _, dup := m.Headers[h.Key]; !dup {
 			m.Headers[h.Key] = h.Value
 		}
+	}
+	if g := m.Headers[HeaderGroup]; g != "" && m.Headers[HeaderJMSXGroupID] == "" {
+		// ActiveMQ keeps a SEND's JMSXGroupID as the message group and
+		// leaves it out of the MESSAGE frame; the copy Publish sent with it
+		// gives it back (see HeaderGroup).
+		m.Headers[HeaderJMSXGroupID] = g
 	}
 	if f.Value("redelivered") == "true" {
 		m.Redelivered = true
