@@ -89,6 +89,11 @@ type config struct {
 	killEvery  time.Duration
 	relayLease time.Duration
 	jsAckWait  time.Duration
+
+	// The order scenario (--scenario order).
+	failPct      int
+	orderKey     string
+	singleActive bool
 }
 
 const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-dlq-publish-before-mark:0.05"
@@ -97,6 +102,9 @@ const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-d
 // receivers' (after-commit-before-ack, mid-handler) and the relays'
 // (after-send-before-mark).
 const outboxFailpoints = "after-commit-before-ack:0.005,mid-handler:0.005,after-send-before-mark:0.002"
+
+// orderFailpoints are the default failpoints of the order scenario.
+const orderFailpoints = "after-commit-before-ack:0.002,mid-handler:0.002"
 
 // Default restart commands: the machine's own start commands.
 const (
@@ -164,7 +172,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logDir, "logs", "", "directory for the consumers' logs (default: none kept)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's database")
 	fs.BoolVar(&c.verbose, "v", false, "log progress")
-	fs.StringVar(&c.scenario, "scenario", "invoice", "invoice: events through competing inboxctl run consumers; outbox: commands through senders (business row + outbox row), inboxctl relay processes and inbox receivers (docs/torture.md)")
+	fs.StringVar(&c.scenario, "scenario", "invoice", "invoice: events through competing inboxctl run consumers; outbox: commands through senders (business row + outbox row), inboxctl relay processes and inbox receivers; order: per-key sequences through inboxctl run --order-key processes (docs/torture.md)")
 	fs.StringVar(&c.agent, "agent", "", "outbox scenario: this command built with -tags failpoints, run as sender and receiver (default: build it from ./cmd/inboxtorture)")
 	fs.IntVar(&c.keys, "keys", 100, "outbox scenario: keys the commands are spread over (each key's commands carry a sequence)")
 	fs.IntVar(&c.senders, "senders", 2, "outbox scenario: sender processes")
@@ -174,6 +182,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.killEvery, "kill-every", 3*time.Second, "outbox scenario: kill -9 a random sender, relay or receiver this often (0: only failpoints)")
 	fs.DurationVar(&c.relayLease, "relay-lease", 5*time.Second, "outbox scenario: inboxctl relay --lease (a killed relay's keys wait this long)")
 	fs.DurationVar(&c.jsAckWait, "jetstream-ack-wait", 0, "outbox scenario on JetStream: the receivers' durables get MaxAckPending 1 and this AckWait, which keeps a key's order through a receiver's kill (0: brokerurl's durable, MaxAckPending 1000, AckWait 30s)")
+	fs.IntVar(&c.failPct, "fail-pct", 1, "order scenario: events (in percent) whose handler fails technically on the first attempt and succeeds on the next")
+	fs.StringVar(&c.orderKey, "order-key", "header:JMSXGroupID", "order scenario: inboxctl run --order-key of the consumers ('' for none: the unordered control run)")
+	fs.BoolVar(&c.singleActive, "single-active", true, "order scenario on RabbitMQ: declare the queue single-active-consumer (?single-active-consumer=true); false: competing consumers")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
@@ -211,6 +222,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	} else {
 		return c, fmt.Errorf("--broker %q: use stomp, rabbitmq, nats or a URL", c.broker)
 	}
+	if c.scenario == "order" {
+		// The order scenario's defaults: issue 28's run.
+		for name, apply := range map[string]func(){
+			"consumers": func() { c.consumers = 2 }, "concurrency": func() { c.concurrency = 8 }, "poison": func() { c.poison = 1 },
+			"failpoints": func() { c.failpoints = orderFailpoints }, "kill-every": func() { c.killEvery = 15 * time.Second },
+			"keys": func() { c.keys = 200 },
+		} {
+			if !set[name] {
+				apply()
+			}
+		}
+		c.rejects = 0
+	}
 	if c.rejects < 0 {
 		c.rejects = c.messages / 50
 	}
@@ -230,8 +254,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--batch must be at least 1")
 	case c.kills < 0:
 		return c, errors.New("--kills must not be negative")
-	case c.scenario != "invoice" && c.scenario != "outbox":
-		return c, fmt.Errorf("--scenario %q: use invoice or outbox", c.scenario)
+	case c.scenario != "invoice" && c.scenario != "outbox" && c.scenario != "order":
+		return c, fmt.Errorf("--scenario %q: use invoice, outbox or order", c.scenario)
+	case c.scenario == "order" && (c.keys < 1 || c.failPct < 0 || c.failPct > 100 || c.poison > c.keys):
+		return c, errors.New("--scenario order: --keys must be at least 1, --fail-pct 0 to 100, --poison at most --keys (one poison event per key)")
 	case c.scenario == "outbox" && (c.keys < 1 || c.senders < 1 || c.relays < 1 || c.receivers < 1 || c.producers < 1):
 		return c, errors.New("--keys, --senders, --relays, --receivers and --producers must be at least 1")
 	}
@@ -270,6 +296,18 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.scenario == "order" {
+		res, err := runOrder(ctx, cfg, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
+			return 2
+		}
+		res.print(stdout)
+		if !res.ok() {
+			return 1
+		}
+		return 0
+	}
 	if cfg.scenario == "outbox" {
 		res, err := runOutbox(ctx, cfg, stderr)
 		if err != nil {

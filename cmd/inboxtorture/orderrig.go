@@ -1,0 +1,473 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/inboxkit/inboxkit/internal/failpoint"
+)
+
+// The order scenario (--scenario order): per-key order across processes,
+// crashes, retries and a poison event (issue 28, docs/order.md).
+//
+// The rig publishes --messages invoice events spread over --keys keys, each
+// key's events numbered 1, 2, 3, … and published in that order with
+// JMSXGroupID = the key (ActiveMQ message groups; on RabbitMQ the queue is
+// declared single-active-consumer unless --single-active=false). --consumers
+// `inboxctl run --order-key header:JMSXGroupID --concurrency 8` processes
+// consume the queue and are killed with kill -9 every --kill-every.
+//
+// The handler's log is a table written in the handler's transaction: a
+// trigger on shipping_letters (the invoice handler's first write) inserts
+// (key, sequence) into torture_order_log, so a row exists exactly when the
+// handler's transaction committed. The same trigger makes --fail-pct of the
+// events fail technically on their first attempt (it reads the inbox row's
+// ATTEMPTS: below 2 it raises) and the --poison events fail on every attempt
+// (dead-lettered after --max-attempts). For the events of a poison event's
+// key that come after it, the trigger records whether the poison's row was
+// DEAD_LETTERED when they ran: they must have waited for it.
+
+// orderEvent is one event of the order scenario's plan.
+type orderEvent struct {
+	id, invoice, key string
+	seq              int
+	fail             string // "", "once" or "always" (poison)
+	afterPoison      string // the poison event of its key it must wait for
+}
+
+// orderDDL is the scenario's plan, log and trigger, created after
+// inboxctl migrate.
+const orderDDL = `
+CREATE TABLE torture_order_plan (
+	invoice_no   VARCHAR(40) PRIMARY KEY,
+	event_id     VARCHAR(120) NOT NULL,
+	okey         VARCHAR(40) NOT NULL,
+	seq          INTEGER NOT NULL,
+	fail         VARCHAR(10) NOT NULL,
+	after_poison VARCHAR(120)
+);
+CREATE TABLE torture_order_log (
+	id         BIGSERIAL PRIMARY KEY,
+	event_id   VARCHAR(120) NOT NULL,
+	okey       VARCHAR(40) NOT NULL,
+	seq        INTEGER NOT NULL,
+	waited     BOOLEAN,
+	at         TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION torture_order_log() RETURNS trigger AS $$
+DECLARE
+	p torture_order_plan%ROWTYPE;
+	n INTEGER;
+	st VARCHAR(20);
+BEGIN
+	SELECT * INTO p FROM torture_order_plan WHERE invoice_no = NEW.invoice_no;
+	IF NOT FOUND THEN
+		RETURN NEW;
+	END IF;
+	IF p.fail = 'always' THEN
+		RAISE EXCEPTION 'torture: poison event % fails on every attempt', p.event_id;
+	END IF;
+	IF p.fail = 'once' THEN
+		SELECT ATTEMPTS INTO n FROM INBOX_EVENT_PROCESSING WHERE EVENT_ID = NEW.event_id AND CONSUMER_NAME = 'invoice-consumer';
+		IF COALESCE(n, 0) < 2 THEN
+			RAISE EXCEPTION 'torture: event % fails on its first attempt', p.event_id;
+		END IF;
+	END IF;
+	IF p.after_poison IS NOT NULL THEN
+		SELECT STATUS INTO st FROM INBOX_EVENT_PROCESSING WHERE EVENT_ID = p.after_poison AND CONSUMER_NAME = 'invoice-consumer';
+	END IF;
+	INSERT INTO torture_order_log (event_id, okey, seq, waited)
+	VALUES (NEW.event_id, p.okey, p.seq, CASE WHEN p.after_poison IS NULL THEN NULL ELSE COALESCE(st = 'DEAD_LETTERED', false) END);
+	RETURN NEW;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER torture_order_log AFTER INSERT ON shipping_letters FOR EACH ROW EXECUTE FUNCTION torture_order_log();`
+
+// newOrderPlan numbers n events over keys keys; failPct percent fail once,
+// and poisons keys (the first ones of a random permutation) get a poison
+// event in the middle of their sequence. The publish order is each key's
+// events in sequence, the keys interleaved at random.
+func newOrderPlan(runID string, n, keys, failPct, poisons int, rnd *rand.Rand) (events []*orderEvent, order []*orderEvent) {
+	byKey := make([][]*orderEvent, keys)
+	for i := range n {
+		k := i % keys
+		e := &orderEvent{key: fmt.Sprintf("k%03d", k), seq: len(byKey[k]) + 1}
+		e.id = fmt.Sprintf("ord-%s-%s-%05d", runID, e.key, e.seq)
+		e.invoice = fmt.Sprintf("INV-%s-%s-%05d", runID, e.key, e.seq)
+		byKey[k] = append(byKey[k], e)
+		events = append(events, e)
+	}
+	for _, i := range rnd.Perm(n)[:n*failPct/100] {
+		events[i].fail = "once"
+	}
+	for _, k := range rnd.Perm(keys)[:min(poisons, keys)] {
+		line := byKey[k]
+		if len(line) == 0 {
+			continue
+		}
+		p := line[len(line)/2]
+		p.fail = "always"
+		for _, e := range line[len(line)/2+1:] {
+			e.afterPoison = p.id
+		}
+	}
+	next := make([]int, keys)
+	for len(order) < n {
+		k := rnd.IntN(keys)
+		for next[k] >= len(byKey[k]) {
+			k = (k + 1) % keys
+		}
+		order = append(order, byKey[k][next[k]])
+		next[k]++
+	}
+	return events, order
+}
+
+func (e *orderEvent) line() []byte {
+	b, err := json.Marshal(map[string]any{
+		"headers": map[string]string{"eventId": e.id, "JMSXGroupID": e.key, "correlationId": "order-" + e.key},
+		"body": map[string]string{"invoiceNo": e.invoice, "customerNo": "K-100", "amount": fmt.Sprintf("%d.00", e.seq),
+			"currency": "EUR", "issuedAt": "2026-01-05"},
+	})
+	if err != nil {
+		panic(err) // strings only
+	}
+	return b
+}
+
+// withQuery adds a query parameter to a broker URL.
+func withQuery(u, param string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + param
+	}
+	return u + "?" + param
+}
+
+// runOrder sets up, tortures, waits for quiet and checks the ledger of the
+// order scenario.
+func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, error) {
+	if cfg.seed == 0 {
+		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
+	runID := fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
+	if cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp") {
+		cfg.brokerURL = withQuery(cfg.brokerURL, "single-active-consumer=true")
+	}
+	r := &rig{cfg: cfg, queue: "ordertorture." + runID, dlq: "DLQ.ordertorture." + runID}
+	r.log = func(format string, args ...any) {
+		if cfg.verbose {
+			fmt.Fprintf(stderr, "%s inboxtorture: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+		}
+	}
+	start := time.Now()
+	tmp, err := os.MkdirTemp("", "inboxtorture-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	r.inboxctl = cfg.inboxctl
+	if r.inboxctl == "" {
+		r.inboxctl = filepath.Join(tmp, "inboxctl")
+		r.log("building inboxctl with -tags failpoints")
+		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", r.inboxctl, "./cmd/inboxctl").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("go build -tags failpoints ./cmd/inboxctl (run the rig from the repository root, or give --inboxctl): %v\n%s", err, out)
+		}
+	}
+	if cfg.failpoints != "" {
+		out, _ := exec.Command("go", "version", "-m", r.inboxctl).Output()
+		if !bytes.Contains(out, []byte("-tags=failpoints")) {
+			return nil, fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", r.inboxctl)
+		}
+	}
+	if err := brokerAnswers(cfg.brokerURL, cfg.private); err != nil {
+		return nil, err
+	}
+	dbName := "inboxtorture_" + runID
+	if err := r.createDB(ctx, dbName); err != nil {
+		return nil, err
+	}
+	dropDB := !cfg.keep
+	defer func() {
+		r.db.Close()
+		if dropDB {
+			r.dropDB(dbName)
+		}
+	}()
+	if out, err := r.inboxctlRun(ctx, "migrate", "--db", r.dbURL, "--seed-customers"); err != nil {
+		return nil, fmt.Errorf("inboxctl migrate: %v\n%s", err, out)
+	}
+	if _, err := r.db.ExecContext(ctx, orderDDL); err != nil {
+		return nil, fmt.Errorf("create the scenario's tables: %v", err)
+	}
+	events, order := newOrderPlan(runID, cfg.messages, cfg.keys, cfg.failPct, cfg.poison, rnd)
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range events {
+		var after any
+		if e.afterPoison != "" {
+			after = e.afterPoison
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO torture_order_plan (invoice_no, event_id, okey, seq, fail, after_poison) VALUES ($1, $2, $3, $4, $5, $6)`,
+			e.invoice, e.id, e.key, e.seq, e.fail, after); err != nil {
+			_ = tx.Rollback()
+			return nil, fmt.Errorf("write the plan: %v", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("write the plan: %v", err)
+	}
+	if cfg.logDir != "" {
+		if err := os.MkdirAll(cfg.logDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"run", "--db", r.dbURL, "--broker", cfg.brokerURL, "--queue", r.queue, "--dlq", r.dlq,
+		"--concurrency", fmt.Sprint(cfg.concurrency), "--max-attempts", fmt.Sprint(cfg.maxAttempts),
+		"--requeue-delay", "100ms", "--no-relay", "--log-format", "json"}
+	if cfg.orderKey != "" {
+		args = append(args, "--order-key", cfg.orderKey)
+	}
+	r.sup = newSupervisor(r.inboxctl, args, []string{failpoint.EnvVar + "=" + cfg.failpoints}, cfg.logDir, r.log)
+	for i := range cfg.consumers {
+		if err := r.sup.start(i, 0); err != nil {
+			r.sup.stop(10 * time.Second)
+			return nil, err
+		}
+	}
+	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, dbName, cfg.seed)
+
+	pctx, cancelPub := context.WithCancel(ctx)
+	pubDone := make(chan struct{})
+	go func() {
+		defer close(pubDone)
+		defer r.publishDone.Store(true)
+		const chunk = 500
+		for i := 0; i < len(order) && pctx.Err() == nil; i += chunk {
+			var lines [][]byte
+			for _, e := range order[i:min(i+chunk, len(order))] {
+				lines = append(lines, e.line())
+			}
+			r.publishLines(pctx, lines)
+		}
+	}()
+	kills, timedOut := r.tortureOrder(ctx, rand.New(rand.NewPCG(rnd.Uint64(), 7)))
+	cancelPub()
+	<-pubDone
+	r.sup.stop(30 * time.Second)
+
+	res, err := r.orderLedger(ctx, events)
+	if err != nil {
+		return nil, err
+	}
+	res.broker, res.seed, res.runID, res.orderKey = cfg.broker, cfg.seed, runID, cfg.orderKey
+	res.consumers, res.concurrency, res.singleActive = cfg.consumers, cfg.concurrency, cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp")
+	res.messages, res.keys = cfg.messages, cfg.keys
+	res.kills = kills
+	res.deaths, res.restarts = r.sup.counts()
+	res.timedOut = timedOut
+	res.duration = time.Since(start)
+	if !res.ok() {
+		dropDB = false
+		res.keptDB = dbName
+	}
+	return res, nil
+}
+
+// tortureOrder kills a random consumer every --kill-every while events
+// are open, and returns when every event is final and the inbox has been
+// quiet for --quiet (or at the timeout).
+func (r *rig) tortureOrder(ctx context.Context, rnd *rand.Rand) (kills int, timedOut bool) {
+	cfg := r.cfg
+	lastKill := time.Now()
+	timedOut = r.watch(ctx, func() (float64, bool, string, error) {
+		s, err := r.snapshot(ctx)
+		if err != nil {
+			return 0, true, "", err
+		}
+		progress := float64(s.final) / float64(cfg.messages)
+		if cfg.killEvery > 0 && s.final < cfg.messages && time.Since(lastKill) >= cfg.killEvery {
+			slot := rnd.IntN(cfg.consumers)
+			if r.sup.kill(slot) {
+				kills++
+				r.log("kill -9 consumer %d at %.0f%% final", slot, 100*progress)
+			}
+			lastKill = time.Now()
+		}
+		return progress, s.final < cfg.messages || s.open > 0, s.sig, nil
+	})
+	return kills, timedOut
+}
+
+// orderResult is the ledger of the order scenario.
+type orderResult struct {
+	broker, runID, orderKey string
+	seed                    uint64
+	consumers, concurrency  int
+	singleActive            bool
+	messages, keys          int
+	kills                   int
+	deaths                  map[death]int
+	restarts                int
+	timedOut                bool
+	duration                time.Duration
+
+	logged, failOnce, retried, poison, deadLettered int
+	throughput                                      float64 // logged events per second, first to last log row
+	lost, doubled, stuck, inversions, overtook      []string
+	keptDB                                          string
+}
+
+func (r *orderResult) ok() bool {
+	return len(r.lost) == 0 && len(r.doubled) == 0 && len(r.stuck) == 0 && len(r.inversions) == 0 &&
+		len(r.overtook) == 0 && r.deadLettered == r.poison && !r.timedOut
+}
+
+// orderLedger checks every event against the handler's log and the inbox:
+// each non-poison event logged once and PROCESSED, each poison event
+// DEAD_LETTERED and never logged; per key, the sequence strictly rising in
+// the log's order; the events after a poison event logged only once it was
+// dead-lettered.
+func (r *rig) orderLedger(ctx context.Context, events []*orderEvent) (*orderResult, error) {
+	res := &orderResult{}
+	logged, err := r.countBy(ctx, `SELECT event_id, COUNT(*) FROM torture_order_log GROUP BY event_id`)
+	if err != nil {
+		return nil, err
+	}
+	status := map[string]string{}
+	attempts := map[string]int{}
+	rows, err := r.db.QueryContext(ctx, `SELECT EVENT_ID, STATUS, ATTEMPTS FROM INBOX_EVENT_PROCESSING`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: inbox: %v", err)
+	}
+	for rows.Next() {
+		var id, st string
+		var n int
+		if err := rows.Scan(&id, &st, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("ledger: inbox: %v", err)
+		}
+		status[id], attempts[id] = st, n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: inbox: %w", err)
+	}
+	for _, e := range events {
+		where := fmt.Sprintf("%s (%s #%d): %d log row(s), inbox %s, %d attempt(s)", e.id, e.key, e.seq, logged[e.id], orNone(status[e.id]), attempts[e.id])
+		res.logged += logged[e.id]
+		switch e.fail {
+		case "always":
+			res.poison++
+			if status[e.id] == "DEAD_LETTERED" && logged[e.id] == 0 {
+				res.deadLettered++
+			} else {
+				res.stuck = append(res.stuck, where)
+			}
+			continue
+		case "once":
+			res.failOnce++
+			if attempts[e.id] >= 2 {
+				res.retried++
+			}
+		}
+		switch {
+		case logged[e.id] == 0 && status[e.id] == "PROCESSED":
+			res.lost = append(res.lost, where)
+		case logged[e.id] == 0:
+			res.stuck = append(res.stuck, where)
+		case logged[e.id] > 1:
+			res.doubled = append(res.doubled, where)
+		case status[e.id] != "PROCESSED":
+			res.stuck = append(res.stuck, where)
+		}
+	}
+	q, err := r.db.QueryContext(ctx, `SELECT okey, seq, id, waited, EXTRACT(EPOCH FROM at)::float8 FROM torture_order_log ORDER BY okey, id`)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: order: %v", err)
+	}
+	defer q.Close()
+	last, lastKey := 0, ""
+	var first, end float64
+	for q.Next() {
+		var key string
+		var seq int
+		var id int64
+		var waited *bool
+		var at float64
+		if err := q.Scan(&key, &seq, &id, &waited, &at); err != nil {
+			return nil, fmt.Errorf("ledger: order: %v", err)
+		}
+		if first == 0 || at < first {
+			first = at
+		}
+		end = max(end, at)
+		if key != lastKey {
+			last, lastKey = 0, key
+		}
+		if seq <= last {
+			res.inversions = append(res.inversions, fmt.Sprintf("%s: #%d written after #%d (log row %d)", key, seq, last, id))
+		}
+		last = max(last, seq)
+		if waited != nil && !*waited {
+			res.overtook = append(res.overtook, fmt.Sprintf("%s #%d ran before the key's poison event was dead-lettered (log row %d)", key, seq, id))
+		}
+	}
+	if end > first {
+		res.throughput = float64(res.logged) / (end - first)
+	}
+	return res, q.Err()
+}
+
+func (r *orderResult) print(w io.Writer) {
+	key := r.orderKey
+	if key == "" {
+		key = "(none)"
+	}
+	across := "message groups (JMSXGroupID)"
+	if strings.HasPrefix(r.broker, "amqp") || r.broker == "rabbitmq" {
+		across = "competing consumers"
+		if r.singleActive {
+			across = "single-active-consumer queue"
+		}
+	}
+	fmt.Fprintf(w, "order scenario on %s: %d events over %d keys, %d consumers × concurrency %d, --order-key %s, %s, seed %d, %.1fs\n",
+		r.broker, r.messages, r.keys, r.consumers, r.concurrency, key, across, r.seed, r.duration.Seconds())
+	var other []string
+	for d, n := range r.deaths {
+		if d != deathKill {
+			other = append(other, fmt.Sprintf("%s %d", strings.TrimPrefix(string(d), "failpoint "), n))
+		}
+	}
+	if len(other) == 0 {
+		other = []string{"-"}
+	}
+	fmt.Fprintf(w, "kill -9: %d; other deaths: %s; %d restarts\n", r.kills, strings.Join(other, ", "), r.restarts)
+	fmt.Fprintf(w, "failures: %d events failing once (%d retried and processed), %d poison (%d dead-lettered after their attempts)\n",
+		r.failOnce, r.retried, r.poison, r.deadLettered)
+	fmt.Fprintf(w, "handler log: %d rows, %.0f events/s from the first to the last\n", r.logged, r.throughput)
+	fmt.Fprintf(w, "ledger: lost %d, doubled %d, stuck %d, per-key inversions %d, ran before their key's poison was settled %d\n",
+		len(r.lost), len(r.doubled), len(r.stuck), len(r.inversions), len(r.overtook))
+	if r.timedOut {
+		fmt.Fprintln(w, "TIMEOUT: not every event was final in time; what was open counts as stuck")
+	}
+	printIDs(w, "LOST", r.lost)
+	printIDs(w, "DOUBLED", r.doubled)
+	printIDs(w, "STUCK", r.stuck)
+	printIDs(w, "INVERSION", r.inversions)
+	printIDs(w, "OVERTOOK THE POISON", r.overtook)
+	if r.keptDB != "" {
+		fmt.Fprintf(w, "database %s kept for inspection\n", r.keptDB)
+	}
+}
