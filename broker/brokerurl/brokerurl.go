@@ -7,7 +7,8 @@
 // # URLs
 //
 //	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too)
-//	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream for the queues it creates)
+//	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
+//	                                      ?single-active-consumer=true for the queues it creates)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ (?profile=ibmmq), Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
 //	nats://[user:pass@]host:4222          NATS JetStream (tls:// too)
 //	embedded[:DIR]                        a NATS JetStream server inside this process

@@ -219,3 +219,24 @@ func TestPrivateFlags(t *testing.T) {
 		t.Fatalf("without --private: broker %s, restarts %q %q", cfg.brokerURL, cfg.dbRestart, cfg.brkRestart)
 	}
 }
+
+// --scenario order takes issue 28's run as its defaults (2 consumers ×
+// concurrency 8, 200 keys, one poison event, a kill every 15 s); a flag
+// given wins, and more poison events than keys are refused.
+func TestOrderFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"--scenario", "order", "--broker", "rabbitmq"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.consumers != 2 || cfg.concurrency != 8 || cfg.keys != 200 || cfg.poison != 1 || cfg.killEvery != 15*time.Second ||
+		cfg.failPct != 1 || cfg.orderKey != "header:JMSXGroupID" || !cfg.singleActive || cfg.failpoints != orderFailpoints {
+		t.Fatalf("order defaults: %+v", cfg)
+	}
+	cfg, err = parseFlags([]string{"--scenario", "order", "--consumers", "3", "--keys", "5"}, os.Stderr)
+	if err != nil || cfg.consumers != 3 || cfg.keys != 5 {
+		t.Fatalf("order with flags: %v %+v", err, cfg)
+	}
+	if _, err := parseFlags([]string{"--scenario", "order", "--keys", "2", "--poison", "3"}, os.Stderr); err == nil || !strings.Contains(err.Error(), "--poison at most --keys") {
+		t.Fatalf("3 poison events over 2 keys: %v", err)
+	}
+}
