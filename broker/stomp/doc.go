@@ -63,7 +63,11 @@
 // and over, arrives as a first delivery every time and is never counted
 // (see "The first delivery" at inbox.Store.Process). The event id travels in an application header
 // of the producer's choice (e.g. eventId); JMS producers' JMSCorrelationID
-// arrives as correlation-id.
+// arrives as correlation-id. ActiveMQ leaves a message's group
+// (JMSXGroupID) out of the MESSAGE frame: Publish also sends it as
+// HeaderGroup, and a message with HeaderGroup arrives with JMSXGroupID set
+// from it (see HeaderGroup; message groups keep per-key order across
+// consumers, docs/order.md).
 //
 // # ActiveMQ facts
 //
