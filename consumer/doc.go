@@ -65,9 +65,11 @@
 // of them overtakes it. Its attempts are counted as for a redelivery; at
 // the backout threshold it is dead-lettered and K goes on; the other keys
 // flow meanwhile. When Run stops, what is held is handed back, each key's
-// in the order received. The order holds within one process and only in
-// ModeTransactional (New refuses it in ModeStoreThenProcess). See
-// docs/order.md.
+// in the order received (a PlaceKeeper left unacknowledged for the
+// Source's Close, which returns it at its place). The order holds within
+// one process, across processes where the broker gives a key to one
+// consumer at a time, and only in ModeTransactional (New refuses it in
+// ModeStoreThenProcess). See docs/order.md.
 //
 // While Config.PausedFunc returns true (for example a circuit breaker's
 // Open), no new delivery is taken.

@@ -30,7 +30,8 @@ import (
 //   - At most limit deliveries are held; the receiver waits for room.
 //   - When Run's ctx is done, the workers finish the deliveries in their
 //     hands, and every delivery still in a line is handed back to the
-//     broker (Requeue without delay), each key's in arrival order.
+//     broker (Requeue without delay), each key's in arrival order; a
+//     PlaceKeeper is left unsettled instead, for Run's Source.Close.
 type orderer struct {
 	c     *Consumer
 	limit int
@@ -305,7 +306,8 @@ func (o *orderer) settled(hs []*held, ss []Settled) {
 }
 
 // handBack hands every delivery still held back to the broker, each key's
-// in arrival order, after the workers stopped.
+// in arrival order, after the workers stopped: by Requeue, or for a
+// PlaceKeeper by leaving it to Run's Source.Close.
 func (o *orderer) handBack(ctx context.Context) {
 	o.mu.Lock()
 	var all []*held
@@ -316,7 +318,13 @@ func (o *orderer) handBack(ctx context.Context) {
 	o.signal()
 	o.mu.Unlock()
 	slices.SortFunc(all, func(a, b *held) int { return cmp.Compare(a.seq, b.seq) })
+	left := 0
 	for _, h := range all {
+		if pk, ok := h.d.(PlaceKeeper); ok && pk.ReturnsOnClose() {
+			left++ // Run's Source.Close hands it back, at its place
+			o.c.release(h.id)
+			continue
+		}
 		if err := h.d.Requeue(ctx, 0); err != nil {
 			o.c.cfg.Logger.Warn("order: handing back a held delivery failed (the broker delivers it again)",
 				"consumer", o.c.cfg.Name, "event_id", o.c.Message(h.d).ID, "error", err)
@@ -324,7 +332,7 @@ func (o *orderer) handBack(ctx context.Context) {
 		o.c.release(h.id)
 	}
 	if len(all) > 0 {
-		o.c.cfg.Logger.Info(fmt.Sprintf("order: handed back %d deliveries held for their key", len(all)), "consumer", o.c.cfg.Name)
+		o.c.cfg.Logger.Info(fmt.Sprintf("order: handed back %d deliveries held for their key (%d of them unacknowledged, by closing the source)", len(all), left), "consumer", o.c.cfg.Name)
 	}
 }
 

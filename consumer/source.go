@@ -59,6 +59,20 @@ type BatchAcker interface {
 	AckBatch(ctx context.Context, ds []Delivery) (errs []error)
 }
 
+// PlaceKeeper is implemented by a Delivery whose Requeue does not put the
+// message back at its place in the queue (broker/stomp: Requeue sends a
+// copy to the tail) while the Source's Close does (the broker delivers
+// what was not acknowledged again, ahead of the queue's later messages).
+// When Run stops with deliveries held for their order key
+// (Config.OrderKeyFunc), it leaves those for which ReturnsOnClose reports
+// true unsettled, and Run's Source.Close hands them back, so that a key's
+// held deliveries come again before its later messages in the queue
+// (docs/order.md).
+type PlaceKeeper interface {
+	Delivery
+	ReturnsOnClose() bool
+}
+
 // Readier is implemented by a Source that knows the state of its broker
 // connection; every adapter in broker/ does. The runtime does not call it:
 // a readiness check (observe.SourceCheck, inboxctl's /readyz) does.

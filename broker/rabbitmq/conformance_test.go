@@ -44,7 +44,7 @@ func TestConformance(t *testing.T) {
 	consumertest.Run(t, consumertest.Broker{
 		Name: "rabbitmq",
 		// Quorum queues report x-delivery-count.
-		Features:   consumertest.Features{DeliveryCount: true, RedeliveredFlag: true, FirstDelivery: true},
+		Features:   consumertest.Features{DeliveryCount: true, RedeliveredFlag: true, FirstDelivery: true, HandBackInOrder: true},
 		BatchSizes: []int{1, 16}, // batching changes no outcome (issue 15)
 		NewSource: func(t testing.TB, queue string) consumer.Source {
 			a := open(t, queue)

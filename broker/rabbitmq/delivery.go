@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/consumer"
 )
 
 // HeaderCorrelationID is the message header that carries the AMQP
@@ -100,6 +101,16 @@ func (d *delivery) Requeue(_ context.Context, delay time.Duration) error {
 	}
 	return nil
 }
+
+// ReturnsOnClose reports true: a delivery left unacknowledged is requeued
+// at its place when the channel closes, while a Requeue (basic.nack) of a
+// consumer that is still subscribed lets the broker send the queue's next
+// messages into the freed prefetch slots, and after the close those were
+// seen ahead of the requeued ones (consumer.PlaceKeeper; the conformance
+// body OrderShutdownHandsBack).
+func (d *delivery) ReturnsOnClose() bool { return true }
+
+var _ consumer.PlaceKeeper = (*delivery)(nil)
 
 func deliveryCount(v any) (int, bool) {
 	switch n := v.(type) {

@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 		Name: "activemq",
 		// ActiveMQ over STOMP gives no delivery count after a consumer
 		// crash: attempts are the inbox's alone.
-		Features:   consumertest.Features{RedeliveredFlag: true, FirstDelivery: true},
+		Features:   consumertest.Features{RedeliveredFlag: true, FirstDelivery: true, HandBackInOrder: true},
 		BatchSizes: []int{1, 16}, // batching changes no outcome (issue 15)
 		NewSource: func(t testing.TB, queue string) consumer.Source {
 			t.Helper()

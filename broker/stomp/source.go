@@ -247,7 +247,17 @@ type Delivery struct {
 	limit    int
 }
 
-var _ consumer.OversizeDelivery = (*Delivery)(nil)
+var (
+	_ consumer.OversizeDelivery = (*Delivery)(nil)
+	_ consumer.PlaceKeeper      = (*Delivery)(nil)
+)
+
+// ReturnsOnClose reports true: Requeue sends a copy to the tail of the
+// queue, while a delivery left unacknowledged comes again when the
+// subscription's connection closes, before the queue's later messages (a
+// consumer stopping with deliveries held for their order key leaves them
+// so; consumer.PlaceKeeper).
+func (d *Delivery) ReturnsOnClose() bool { return true }
 
 // Oversize returns the size of a body over Limits.MaxBodySize, which was
 // not read (the message has no body), and the limit; 0, limit for an

@@ -80,6 +80,11 @@ type Features struct {
 	// FirstDelivery: Message.FirstDelivery is set on a message's first
 	// delivery (it must never be set on a redelivery, whatever this says).
 	FirstDelivery bool
+	// HandBackInOrder: deliveries a consumer held for their order key when
+	// it stopped come again before the queue's later messages, in order
+	// (the OrderShutdownHandsBack body checks the sequence; without it,
+	// the body logs the sequence it saw).
+	HandBackInOrder bool
 }
 
 func (b *Broker) setDefaults() {
