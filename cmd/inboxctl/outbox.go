@@ -95,6 +95,8 @@ type relayFlags struct {
 	lease       time.Duration
 	retryDelay  time.Duration
 	prefix      string // "--" or "--relay-": how the flags are named in messages
+	// send, if set, replaces every send (run --shadow: the recorder).
+	send func(ctx context.Context, m outbox.Outgoing) error
 }
 
 func (f *relayFlags) register(c *cobra.Command, prefix string) {
@@ -137,6 +139,9 @@ func startRelay(ctx context.Context, st *outbox.Store, t target.DB, pub dlq.Publ
 		Concurrency: f.concurrency, OnPoison: outbox.PoisonPolicy(f.onPoison), PollInterval: f.poll, Logger: logger, Lease: f.lease,
 		Retry: inboxkit.RetryPolicy{MaxAttempts: f.maxAttempts, Redelivery: inboxkit.Backoff{Initial: f.retryDelay, Max: max(f.retryDelay, time.Minute)}},
 		SendFunc: func(ctx context.Context, m outbox.Outgoing) error {
+			if f.send != nil {
+				return f.send(ctx, m)
+			}
 			if m.Destination == logLetters {
 				logLetter(ctx, logger, m)
 				return nil

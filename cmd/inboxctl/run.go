@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 	"github.com/inboxkit/inboxkit/invoice"
 	"github.com/inboxkit/inboxkit/observe"
@@ -62,6 +63,7 @@ type runFlags struct {
 	metricsAddr  string
 	noRelay      bool
 	relay        relayFlags
+	shadow       shadowRunFlags
 }
 
 func newRunCmd() *cobra.Command {
@@ -133,6 +135,16 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			if f.dlq == "" {
 				f.dlq = "DLQ." + f.queue
 			}
+			if f.shadow.on {
+				if err := checkShadowSource(f.brokerURL, f.queue, f.name); err != nil {
+					return err
+				}
+				if f.noRelay {
+					return usageErr("--no-relay with --shadow: the shadow run's relay records the outbox's messages in %s; a relay of its own ('inboxctl relay') would send them for real", shadowCallsTable)
+				}
+			} else if f.shadow.productionDB != "" {
+				return usageErr("--production-db is for --shadow runs only")
+			}
 			eventID, err := parseEventIDFrom(f.eventIDFrom)
 			if err != nil {
 				return err
@@ -161,8 +173,21 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				return err
 			}
 			defer st.DB().Close()
+			var rec *shadowRecorder
+			if f.shadow.on {
+				// Before anything is written to --db.
+				if err := checkNotProduction(ctx, st.DB(), t, f.shadow.productionDBURL(), shadowTables(f.db.table, f.relay.outbox.table)); err != nil {
+					return err
+				}
+			}
 			if !hasInvoiceTables(ctx, st.DB()) {
 				return usageErr("database %s has no invoice tables (shipping_letters): run inboxctl migrate", t.Display)
+			}
+			if f.shadow.on {
+				if rec, err = newShadowRecorder(ctx, st.DB(), t.Dialect, f.dlq, f.rejectQueue); err != nil {
+					return err
+				}
+				f.relay.send = rec.Send
 			}
 			b, err := openBroker(f.brokerURL, logger)
 			if err != nil {
@@ -181,9 +206,11 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			if err != nil {
 				return err
 			}
-			pub, err := b.Publisher(ctx)
-			if err != nil {
-				return err
+			var pub dlq.Publisher = rec // a shadow run publishes nothing: it records
+			if rec == nil {
+				if pub, err = b.Publisher(ctx); err != nil {
+					return err
+				}
 			}
 			o, err := startOps(ctx, f.metricsAddr, f.name, st, b, logger)
 			if err != nil {
@@ -224,7 +251,10 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 				}
 				defer func() { stopRelay(); <-r.done }()
 			}
-			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display,
+			if f.shadow.on {
+				logger.Info("shadow run: sends, dead letters and rejections are recorded in "+shadowCallsTable+", never sent", "queue", f.queue, "db", t.Display)
+			}
+			logger.Info("consumer started", "consumer", f.name, "queue", f.queue, "dlq", f.dlq, "db", t.Display, "shadow", f.shadow.on,
 				"broker", b.t.Display, "max_attempts", st.Config().Retry.MaxAttempts, "concurrency", f.concurrency, "batch", f.batch, "mode", f.mode)
 			err = cons.Run(ctx)
 			if errors.Is(err, consumer.ErrShutdownTimeout) {
@@ -260,5 +290,6 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. 127.0.0.1:9464; default: off)")
 	c.Flags().BoolVar(&f.noRelay, "no-relay", false, "run no outbox relay in this process (run 'inboxctl relay' on its own instead)")
 	f.relay.register(c, "relay-")
+	f.shadow.register(c)
 	return c
 }
