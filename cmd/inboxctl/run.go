@@ -168,18 +168,18 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			}
 			// The first redelivery after --requeue-delay, doubling up to 1m.
 			f.db.redelivery = inboxkit.Backoff{Initial: f.requeueDelay, Max: max(f.requeueDelay, time.Minute)}
+			if f.shadow.on {
+				// Before anything else opens --db.
+				if err := checkShadowDB(ctx, f.db.url, f.shadow.productionDBURL(), shadowTables(f.db.table, f.relay.outbox.table)); err != nil {
+					return err
+				}
+			}
 			st, t, err := f.db.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
 			var rec *shadowRecorder
-			if f.shadow.on {
-				// Before anything is written to --db.
-				if err := checkNotProduction(ctx, st.DB(), t, f.shadow.productionDBURL(), shadowTables(f.db.table, f.relay.outbox.table)); err != nil {
-					return err
-				}
-			}
 			if !hasInvoiceTables(ctx, st.DB()) {
 				return usageErr("database %s has no invoice tables (shipping_letters): run inboxctl migrate", t.Display)
 			}

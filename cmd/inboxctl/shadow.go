@@ -367,6 +367,21 @@ func shadowTables(inboxTable, outboxTable string) []string {
 		"INBOXKIT_SCHEMA_VERSION", "INBOXKIT_HISTORY", "INBOXKIT_OPERATOR_ACTION"}
 }
 
+// checkShadowDB opens the shadow database shadowRaw (--db, or its
+// environment variables) and refuses it when it is the production
+// database prodRaw (checkNotProduction).
+func checkShadowDB(ctx context.Context, shadowRaw, prodRaw string, tables []string) error {
+	if prodRaw == "" {
+		return usageErr("run --shadow needs --production-db URL (or $%s): the production database, read only, to make sure --db is not it", envProductionDB)
+	}
+	db, t, err := openDB(ctx, orEnv(orEnv(shadowRaw, envDB), envDatabaseURL))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return checkNotProduction(ctx, db, t, prodRaw, tables)
+}
+
 // checkNotProduction refuses a shadow database that is the production
 // database: the same URL, or, opened, the same database (SQLite: file;
 // MySQL: server and database; PostgreSQL: server, database and current
@@ -374,9 +389,6 @@ func shadowTables(inboxTable, outboxTable string) []string {
 // production database. A production database that cannot be reached is a
 // refusal too: the check could not be made.
 func checkNotProduction(ctx context.Context, shadow *sql.DB, st target.DB, prodRaw string, tables []string) error {
-	if prodRaw == "" {
-		return usageErr("run --shadow needs --production-db URL (or $%s): the production database, read only, to make sure --db is not it", envProductionDB)
-	}
 	pt, err := target.ParseDB(prodRaw)
 	if err != nil {
 		return usageErr("--production-db: %v", err)
