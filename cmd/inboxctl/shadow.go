@@ -491,9 +491,9 @@ func dbIdentity(ctx context.Context, db *sql.DB, t target.DB, tables []string) (
 // consumer acknowledges a dead-lettered delivery after it, as after a
 // broker's confirm). It sends nothing anywhere.
 type shadowRecorder struct {
-	db                 *sql.DB
-	d                  inbox.Dialect
-	dlq, rejectQueue   string
+	db               *sql.DB
+	d                inbox.Dialect
+	dlq, rejectQueue string
 	insertSQ         string
 }
 
@@ -578,4 +578,3 @@ func (r *shadowRecorder) Send(ctx context.Context, m outbox.Outgoing) error {
 
 // productionDBURL is --production-db or its environment variable.
 func (f *shadowRunFlags) productionDBURL() string { return orEnv(f.productionDB, envProductionDB) }
-
