@@ -469,5 +469,3 @@ func schemaOf(t *testing.T, raw string) string {
 	}
 	return u.Query().Get("search_path")
 }
-
-func shadowJavaTest(t *testing.T, broker string) { t.Skip("todo") }

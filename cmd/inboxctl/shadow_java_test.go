@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/invoice"
+)
+
+// The size of the Java shadow run (issue 26, item 5): INBOXKIT_SHADOW_EVENTS
+// events (default 200; the issue's full run is 2000) published at
+// INBOXKIT_SHADOW_RATE messages per second (default 100). With
+// INBOXKIT_SHADOW_KEEP=1 the two schemas are kept (their URLs are logged)
+// for `inboxctl shadow diff`.
+const (
+	envShadowEvents = "INBOXKIT_SHADOW_EVENTS"
+	envShadowRate   = "INBOXKIT_SHADOW_RATE"
+	envShadowKeep   = "INBOXKIT_SHADOW_KEEP"
+)
+
+// legacyCallsTable is where the test leaves the legacy side's outgoing
+// effects for a diff, in the legacy schema, with the columns of
+// INBOXKIT_SHADOW_CALLS: the letter service's call log (kind "call") and
+// the broker's dead-letter queue of the legacy queue (kind "dead-letter").
+const legacyCallsTable = "INBOXKIT_LEGACY_CALLS"
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// javaEvent is one message of the Java run.
+type javaEvent struct {
+	id, body string
+	kind     string // "ok", "malformed", "unknown"
+}
+
+// javaMix is the Java run's traffic: n events, 2% malformed, 1% of unknown
+// customers, the rest valid; and 5% of n producer resends of valid events
+// (the same event id and body again, about ten events later).
+func javaMix(n int) (msgs []javaEvent, valid, malformed, unknown, resends int) {
+	var events []javaEvent
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("j-%d", i)
+		ev := javaEvent{id: id, kind: "ok", body: fmt.Sprintf(`{"invoiceNo":"INV-J%d","customerNo":"K-%d00","amount":"%d.%02d","currency":"EUR","issuedAt":"2026-01-05"}`, i, 1+i%2, 10+i%90, i%100)}
+		switch {
+		case i%50 == 25:
+			ev.kind, ev.body = "malformed", `{"invoiceNo":"INV-J`+strconv.Itoa(i)+`", not json`
+			malformed++
+		case i%100 == 50:
+			ev.kind, ev.body = "unknown", fmt.Sprintf(`{"invoiceNo":"INV-J%d","customerNo":"K-999","amount":"5.00","currency":"EUR","issuedAt":"2026-01-05"}`, i)
+			unknown++
+		default:
+			valid++
+		}
+		events = append(events, ev)
+		msgs = append(msgs, ev)
+		if i%20 == 0 { // resend the event ten before (or the one before it, when that one is not valid)
+			again := events[i-11]
+			if again.kind != "ok" {
+				again = events[i-12]
+			}
+			msgs = append(msgs, again)
+			resends++
+		}
+	}
+	return msgs, valid, malformed, unknown, resends
+}
+
+// keptSchema creates a PostgreSQL schema; it is dropped at the end unless
+// INBOXKIT_SHADOW_KEEP=1. It returns the URL with its search_path.
+func keptSchema(t *testing.T, name string) (*sql.DB, string) {
+	t.Helper()
+	base := dbtest.PostgresDSN()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec("CREATE SCHEMA " + name); err != nil {
+		t.Fatalf("PostgreSQL at %s: create schema: %v (start it with pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start)", base, err)
+	}
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	db, err := sql.Open("pgx", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		db.Close()
+		if os.Getenv(envShadowKeep) == "1" {
+			t.Logf("kept %s", u.String())
+		} else {
+			_, _ = admin.Exec("DROP SCHEMA " + name + " CASCADE")
+		}
+		admin.Close()
+	})
+	return db, u.String()
+}
+
+// shadowJavaTest is issue 26's item 5 (the run): the Java legacy bean
+// (testdata/legacy-java) consumes the production queue of the test's
+// ActiveMQ into the production schema and calls the letter service;
+// `inboxctl run --shadow` consumes the composite queue's copy into a shadow
+// schema. Both process everything, and nothing reaches production from the
+// shadow.
+func shadowJavaTest(t *testing.T, broker string) {
+	if testing.Short() {
+		t.Skip("the Java shadow run starts a JVM and runs for tens of seconds: not under -short")
+	}
+	n, rate := envInt(t, envShadowEvents, 200), envInt(t, envShadowRate, 100)
+	cpOut, err := exec.Command(filepath.Join("..", "..", "scripts", "legacy-java"), "classpath").Output()
+	if err != nil {
+		t.Fatalf("scripts/legacy-java classpath: %v (run it by hand to see why)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sfx := strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
+	prod, prodURL := keptSchema(t, "shadowjava_legacy_"+sfx)
+	shadow, shadowURL := keptSchema(t, "shadowjava_shadow_"+sfx)
+	if err := invoice.Migrate(ctx, prod, "postgres"); err != nil { // the legacy schema: business tables only
+		t.Fatal(err)
+	}
+	if err := invoice.SeedCustomers(ctx, prod, inbox.Postgres); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, inboxctl(t, "", "migrate", "--db", shadowURL, "--seed-customers"), 0, "migrated")
+	letters := newLetterService(t)
+	queue, copyQueue := shadowQueueJava, shadowQueueJava+shadowSuffix
+
+	// The legacy bean, as golden's black-box recorder starts it.
+	pu, _ := url.Parse(prodURL)
+	jq := url.Values{}
+	jq.Set("currentSchema", "shadowjava_legacy_"+sfx)
+	jq.Set("user", pu.User.Username())
+	if p, ok := pu.User.Password(); ok {
+		jq.Set("password", p)
+	}
+	java := exec.Command("java", "-cp", strings.TrimSpace(string(cpOut)), "LegacyInvoiceEventMdb")
+	java.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+shadowAMQOpenWire, "INBOXKIT_QUEUE="+queue,
+		"INBOXKIT_MAX_REDELIVERIES=2", "INBOXKIT_JDBC_URL=jdbc:postgresql://"+pu.Host+pu.Path+"?"+jq.Encode(),
+		"INBOXKIT_LETTER_SERVICE="+letters.URL, "INBOXKIT_INSTANCE=1")
+	javaOut := &lockedBuffer{}
+	java.Stdout, java.Stderr = javaOut, javaOut
+	java.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := java.Start(); err != nil {
+		t.Fatalf("start the Java bean: %v", err)
+	}
+	javaDone := make(chan struct{})
+	go func() { _ = java.Wait(); close(javaDone) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-java.Process.Pid, syscall.SIGKILL)
+		<-javaDone
+	})
+	waitFor(t, "the Java bean listening", func() bool { return strings.Contains(javaOut.String(), "listening on "+queue) }, javaOut)
+
+	// The shadow consumer on the copy, given the real letter service's URL:
+	// recorded, never called.
+	run, logs := startRun(ctx, t, "--shadow", "--db", shadowURL, "--production-db", prodURL, "--broker", broker, "--queue", copyQueue,
+		"--letter-service", letters.URL, "--reject-queue", copyQueue+".rejected", "--concurrency", "4", "--log-format", "json")
+	waitFor(t, "the shadow run consuming", func() bool { return strings.Contains(logs.String(), `"msg":"consumer started"`) }, logs)
+
+	msgs, valid, malformed, unknown, resends := javaMix(n)
+	b, err := brokerurl.Open(broker, brokerurl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	pub, err := b.Publisher(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	for _, m := range msgs {
+		<-tick.C
+		h := map[string]string{"amq-msg-type": "text", "eventId": m.id, "correlationId": "corr-java"}
+		if err := pub.Publish(ctx, queue, h, []byte(m.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick.Stop()
+	published := time.Since(began)
+
+	// Both sides process everything: the legacy bean a letter per message
+	// (resends included), the broker's DLQ the rest after its redeliveries;
+	// the shadow a terminal row per event.
+	legacyLetters := valid + resends
+	depth := func(q string) int {
+		d, _, err := b.Depth(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	wait := max(5*time.Minute, time.Duration(len(msgs))*100*time.Millisecond) // the bean takes about 10 messages a second here
+	deadline := time.Now().Add(wait)
+	for {
+		l := count(t, prod, `SELECT COUNT(*) FROM shipping_letters`)
+		dl := depth("DLQ." + queue)
+		if l == legacyLetters && dl == malformed+unknown && depth(queue) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the legacy bean did not finish within %s: %d of %d letters, %d of %d dead letters\n%s", wait, l, legacyLetters, dl, malformed+unknown, javaOut)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	legacyDone := time.Since(began)
+	waitShadowDone(t, shadow, n, logs)
+	shadowDone := time.Since(began)
+	stopRun(t, run, logs)
+	t.Logf("%d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s; legacy done after %s, shadow after %s",
+		n, len(msgs), resends, malformed, unknown, published.Round(time.Millisecond), legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
+
+	// The legacy side: what the bean does, warts included.
+	calls := letters.log()
+	if len(calls) != legacyLetters {
+		t.Errorf("the letter service got %d call(s), want %d (one per valid message, resends included)", len(calls), legacyLetters)
+	}
+	for _, c := range calls {
+		if c.Key != "" {
+			t.Errorf("the letter service got a call with Idempotency-Key %s: the shadow's relay sent for real (%s)", c.Key, c.Body)
+		}
+	}
+	if got := count(t, prod, `SELECT COUNT(*) FROM archived_documents`); got != legacyLetters {
+		t.Errorf("legacy archived_documents: %d, want %d", got, legacyLetters)
+	}
+	// Nothing from the shadow in production: no table of its own, none of
+	// its letters.
+	if got := count(t, prod, `SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name NOT IN ('invoice_customers','shipping_letters','archived_documents')`); got != 0 {
+		t.Errorf("the production schema has %d table(s) it did not have before the shadow run", got)
+	}
+	ids := make([]string, 0, n)
+	for i := 1; i <= n; i++ {
+		ids = append(ids, invoice.LetterIDFor(fmt.Sprintf("j-%d", i)))
+	}
+	if got := count(t, prod, `SELECT COUNT(*) FROM shipping_letters WHERE letter_id = ANY($1)`, ids); got != 0 {
+		t.Errorf("%d of the shadow's letters are in the production schema", got)
+	}
+	if d := depth("DLQ." + copyQueue); d != 0 {
+		t.Errorf("the shadow run left %d message(s) on DLQ.%s: it must only record its dead letters", d, copyQueue)
+	}
+	if d := depth(copyQueue); d != 0 {
+		t.Errorf("%d copies left on %s", d, copyQueue)
+	}
+
+	// The shadow side: the new consumer's answer to the same traffic.
+	for status, want := range map[string]int{"PROCESSED": valid, "REJECTED": unknown, "DEAD_LETTERED": malformed} {
+		if got := count(t, shadow, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = $1`, status); got != want {
+			t.Errorf("shadow inbox: %d %s row(s), want %d", got, status, want)
+		}
+	}
+	if got := count(t, shadow, `SELECT COUNT(*) FROM shipping_letters`); got != valid {
+		t.Errorf("shadow shipping_letters: %d, want %d (one per event)", got, valid)
+	}
+	rec := shadowCalls(t, shadow)
+	if rec[shadowKindOutbox] != valid || rec[shadowKindDeadLetter] != malformed || rec[shadowKindReject] != unknown {
+		t.Errorf("shadow calls recorded %v, want %d outbox, %d dead-letter, %d reject", rec, valid, malformed, unknown)
+	}
+
+	// The legacy side's outgoing effects, beside its business rows, for a diff.
+	keepLegacyCalls(ctx, t, prod, b, letters.URL, calls, "DLQ."+queue)
+}
+
+// keepLegacyCalls writes the letter service's call log and the legacy
+// queue's dead letters into INBOXKIT_LEGACY_CALLS of the legacy schema (the
+// columns of INBOXKIT_SHADOW_CALLS; created after the checks above, which
+// want the production schema as the bean left it).
+func keepLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, b *brokerurl.Broker, dest string, calls []letterCall, dlqName string) {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE `+legacyCallsTable+` (KIND VARCHAR(20) NOT NULL, DESTINATION VARCHAR(400) NOT NULL,
+		MESSAGE_ID VARCHAR(200), CAUSE_EVENT_ID VARCHAR(200), CORRELATION_ID VARCHAR(200), ATTEMPT INTEGER NOT NULL, HEADERS TEXT, BODY BYTEA,
+		RECORDED_AT TIMESTAMP NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	ins := `INSERT INTO ` + legacyCallsTable + ` (KIND, DESTINATION, MESSAGE_ID, CAUSE_EVENT_ID, CORRELATION_ID, ATTEMPT, HEADERS, BODY, RECORDED_AT) VALUES ($1, $2, $3, $4, $5, 1, $6, $7, now())`
+	for _, c := range calls {
+		var l invoice.LetterRequest
+		_ = json.Unmarshal(c.Body, &l)
+		if _, err := db.ExecContext(ctx, ins, "call", dest, l.LetterID, l.EventID, nil, `{"Content-Type":"application/json"}`, c.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead, err := b.Browse(ctx, dlqName, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range dead {
+		h, _ := json.Marshal(m.Headers)
+		if _, err := db.ExecContext(ctx, ins, "dead-letter", dlqName, m.BrokerMessageID, m.Headers["eventId"], m.Headers["correlationId"], string(h), m.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
