@@ -65,7 +65,7 @@ func (b *Broker) BindCopy(ctx context.Context, queue, exchange string, keys []st
 }
 
 // AddDurable creates (or leaves as it is) the durable pull consumer durable
-// on the JetStream stream that holds subject (jetstream.StreamName), with
+// on the JetStream stream that captures subject, with
 // the settings a Source of that durable uses (explicit ack, every message
 // the stream holds, filter subject), so that `Source(ctx, subject, durable,
 // ...)` reads it afterwards. The stream must exist and keep acknowledged
@@ -77,7 +77,10 @@ func (b *Broker) AddDurable(ctx context.Context, subject, durable string) error 
 		return err
 	}
 	defer nc.Close()
-	stream := jetstream.StreamName(subject)
+	stream, err := streamOf(ctx, js, subject)
+	if err != nil {
+		return err
+	}
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("stream %s (holding %s): %w", stream, subject, err)
@@ -105,7 +108,11 @@ func (b *Broker) DurablePending(ctx context.Context, subject, durable string) (n
 		return 0, false, err
 	}
 	defer nc.Close()
-	c, err := js.Consumer(ctx, jetstream.StreamName(subject), durableName(durable))
+	stream, err := streamOf(ctx, js, subject)
+	if err != nil {
+		return 0, false, err
+	}
+	c, err := js.Consumer(ctx, stream, durableName(durable))
 	if errors.Is(err, natsjs.ErrConsumerNotFound) || errors.Is(err, natsjs.ErrStreamNotFound) {
 		return 0, false, nil
 	}
@@ -114,6 +121,15 @@ func (b *Broker) DurablePending(ctx context.Context, subject, durable string) (n
 	}
 	info := c.CachedInfo()
 	return int(info.NumPending) + info.NumAckPending, true, nil
+}
+
+// streamOf is the stream that captures subject.
+func streamOf(ctx context.Context, js natsjs.JetStream, subject string) (string, error) {
+	name, err := js.StreamNameBySubject(ctx, subject)
+	if err != nil {
+		return "", fmt.Errorf("no stream captures %s (%w): create one with limits retention first (jetstream.StreamName(%q) is %s)", subject, err, subject, jetstream.StreamName(subject))
+	}
+	return name, nil
 }
 
 func (b *Broker) jetStream() (natsjs.JetStream, *nats.Conn, error) {

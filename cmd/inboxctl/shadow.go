@@ -115,7 +115,7 @@ refuses any other).`,
 	}
 	c.Flags().StringVar(&f.brokerURL, "broker", "", "broker URL: stomp://, amqp://, nats://, amqp10://...?profile=ibmmq (default $"+envBroker+")")
 	c.Flags().StringVar(&f.queue, "queue", "", "the production queue (JetStream: subject) the legacy consumer reads (required)")
-	c.Flags().StringVar(&f.shadowQueue, "shadow-queue", "", "the shadow copy (JetStream: the shadow durable); must end in "+shadowSuffix+" (default <queue>"+shadowSuffix+")")
+	c.Flags().StringVar(&f.shadowQueue, "shadow-queue", "", "the shadow copy; must end in "+shadowSuffix+" (default <queue>"+shadowSuffix+"; JetStream: the shadow run's consumer name, whose durable reads the copy, default "+defaultConsumer+shadowSuffix+")")
 	c.Flags().StringVar(&f.exchange, "exchange", "", "RabbitMQ: the exchange the producers publish to (required on amqp://)")
 	c.Flags().StringSliceVar(&f.keys, "routing-key", nil, "RabbitMQ: a routing key the production queue is bound with (repeat or comma-separate; none: one binding with the empty key, as fanout)")
 	c.Flags().BoolVar(&f.apply, "apply", false, "configure the copy (RabbitMQ, JetStream), then verify it")
@@ -128,18 +128,22 @@ func shadowSetup(ctx context.Context, w io.Writer, f shadowSetupFlags) error {
 	if f.queue == "" {
 		return usageErr("shadow setup needs --queue NAME, the production queue the legacy consumer reads (e.g. invoices)")
 	}
+	t, err := target.ParseBroker(orEnv(f.brokerURL, envBroker))
+	if err != nil {
+		return err
+	}
+	jetStream := t.Kind == target.NATS || t.Kind == target.Embedded
 	if f.shadowQueue == "" {
 		f.shadowQueue = f.queue + shadowSuffix
+		if jetStream { // the copy is a durable: the shadow run's consumer name
+			f.shadowQueue = defaultConsumer + shadowSuffix
+		}
 	}
 	if !strings.HasSuffix(f.shadowQueue, shadowSuffix) || f.shadowQueue == f.queue {
 		return usageErr("--shadow-queue %q must end in %s and differ from --queue: 'inboxctl run --shadow' consumes only such a name, so that it never takes messages from a production queue", f.shadowQueue, shadowSuffix)
 	}
 	if f.watch < 0 {
 		return usageErr("--watch must be 0 (no verification) or positive (got %s)", f.watch)
-	}
-	t, err := target.ParseBroker(orEnv(f.brokerURL, envBroker))
-	if err != nil {
-		return err
 	}
 	ibmmq := t.Kind == target.AMQP10 && strings.Contains(strings.ToLower(t.URL), "profile=ibmmq")
 	switch {
@@ -166,15 +170,18 @@ func shadowSetup(ctx context.Context, w io.Writer, f shadowSetupFlags) error {
 		fmt.Fprint(w, shadowPlan(t, f))
 	}
 	if !f.apply && !f.verify {
-		if t.Kind == target.AMQP || t.Kind == target.NATS || t.Kind == target.Embedded {
+		switch {
+		case t.Kind == target.AMQP || jetStream:
 			fmt.Fprintln(w, "(nothing changed: run again with --apply to do it; it then verifies that copies arrive)")
-		} else {
+		case ibmmq:
+			fmt.Fprintf(w, "(then check that copies arrive while producers send: DISPLAY QSTATUS(%s) CURDEPTH)\n", mqscName(f.shadowQueue))
+		default:
 			fmt.Fprintln(w, "(then run again with --verify while producers send: it checks that copies arrive)")
 		}
 		return nil
 	}
 	if ibmmq {
-		return usageErr("--verify: inboxctl cannot read a queue's depth over AMQP 1.0; check %s with DISPLAY QSTATUS(%s) CURDEPTH", f.shadowQueue, f.shadowQueue)
+		return usageErr("--verify: inboxctl cannot read a queue's depth over AMQP 1.0; check %s with DISPLAY QSTATUS(%s) CURDEPTH", f.shadowQueue, mqscName(f.shadowQueue))
 	}
 	b, err := openBroker(f.brokerURL, nil)
 	if err != nil {
@@ -195,7 +202,7 @@ func shadowSetup(ctx context.Context, w io.Writer, f shadowSetupFlags) error {
 				}
 				return b.fail("create durable "+f.shadowQueue, err)
 			}
-			fmt.Fprintf(w, "created durable %s on stream %s\n", f.shadowQueue, b.StreamName(f.queue))
+			fmt.Fprintf(w, "created durable %s on the stream of %s\n", durableOf(f.shadowQueue), f.queue)
 		}
 	}
 	if f.watch == 0 {
@@ -238,7 +245,8 @@ Copies start with the restart: messages already on %[1]s are not copied.
 		}
 		fmt.Fprintf(&b, "Give every binding %s has (rabbitmqctl list_bindings): a message routed by a missing one reaches the legacy consumer only.\n", f.queue)
 	case target.NATS, target.Embedded:
-		fmt.Fprintf(&b, "JetStream on %s:\n  create durable %s on the stream that holds %s (filter subject %s, explicit ack)\n", t.Display, durableOf(f.shadowQueue), f.queue, f.queue)
+		fmt.Fprintf(&b, "JetStream on %s:\n  create durable %s on the stream that captures %s (filter subject %s, explicit ack)\n", t.Display, durableOf(f.shadowQueue), f.queue, f.queue)
+		fmt.Fprintf(&b, "The shadow run reads it as its consumer: inboxctl run --shadow --queue %s --consumer %s\n", f.queue, f.shadowQueue)
 		fmt.Fprintf(&b, "The stream must keep acknowledged messages (limits or interest retention): a work-queue stream gives each message to one consumer.\n")
 		fmt.Fprintf(&b, "On a limits stream the new durable starts at the first message the stream still holds.\n")
 	default: // IBM MQ

@@ -14,11 +14,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
@@ -35,6 +38,7 @@ const (
 	shadowAMQStomp    = "16162"
 	shadowQueueRun    = "shadowtest.invoices" // TestShadowActiveMQ/run
 	shadowQueueJava   = "shadowtest.java"     // TestShadowActiveMQ/java
+	shadowQueueVerify = "shadowtest.verify"   // TestShadowActiveMQ/setup
 )
 
 // startShadowActiveMQ starts the test's ActiveMQ with composite queues and
@@ -44,7 +48,8 @@ func startShadowActiveMQ(t *testing.T) string {
 	script := filepath.Join("..", "..", "scripts", "activemq")
 	env := append(os.Environ(), "INBOXKIT_ACTIVEMQ_DIR="+shadowAMQDir, "INBOXKIT_ACTIVEMQ_OPENWIRE_PORT="+shadowAMQOpenWire,
 		"INBOXKIT_ACTIVEMQ_STOMP_PORT="+shadowAMQStomp, "INBOXKIT_ACTIVEMQ_HEAP=256m",
-		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix)
+		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix+
+			","+shadowQueueVerify+":"+shadowQueueVerify+shadowSuffix)
 	do := func(verb string) {
 		cmd := exec.Command(script, verb)
 		cmd.Env = env
@@ -260,6 +265,27 @@ func TestShadowActiveMQ(t *testing.T) {
 			return n
 		})
 	})
+	t.Run("setup", func(t *testing.T) {
+		t.Parallel()
+		r := inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", shadowQueueVerify)
+		wantCode(t, r, 0, `<compositeQueue name="`+shadowQueueVerify+`" forwardOnly="false">`, `<queue physicalName="`+shadowQueueVerify+`.shadow"/>`, "--verify")
+		wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", shadowQueueVerify, "--apply"), exitUsage, "cannot be configured over STOMP", "<compositeQueue")
+		verify := exec.Command(binary, "shadow", "setup", "--broker", broker, "--queue", shadowQueueVerify, "--verify", "--watch", "3s")
+		verify.Env = cleanEnv()
+		out := &lockedBuffer{}
+		verify.Stdout, verify.Stderr = out, out
+		if err := verify.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "setup's watch", func() bool { return strings.Contains(out.String(), "watching") }, out)
+		file, msgs, _ := shadowMix("v", 2)
+		wantCode(t, inboxctl(t, file, "publish", "--broker", broker, "--queue", shadowQueueVerify, "--file", "-"), 0, "published")
+		if err := verify.Wait(); err != nil || !strings.Contains(out.String(), fmt.Sprintf("verified: %d copy(ies) arrived on %s.shadow", msgs, shadowQueueVerify)) {
+			t.Fatalf("setup --verify: %v\n%s", err, out)
+		}
+		wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", shadowQueueVerify, "--verify", "--watch", "1s"),
+			exitFindings, "no copy arrived", "the composite queue is in activemq.xml")
+	})
 	t.Run("java", func(t *testing.T) {
 		t.Parallel()
 		shadowJavaTest(t, broker)
@@ -468,4 +494,66 @@ func schemaOf(t *testing.T, raw string) string {
 		t.Fatal(err)
 	}
 	return u.Query().Get("search_path")
+}
+
+// TestShadowSetupJetStream: the copy is a second durable on a stream that
+// keeps acknowledged messages; a work-queue stream is refused with the fix.
+func TestShadowSetupJetStream(t *testing.T) {
+	t.Parallel()
+	const broker = "nats://127.0.0.1:4222"
+	nc, err := nats.Connect(broker)
+	if err != nil {
+		t.Fatalf("NATS JetStream not reachable at 127.0.0.1:4222 (start it with nats-server -js): %v", err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sfx := strings.ToUpper(strconv.FormatInt(time.Now().UnixNano(), 36))
+	subject, wq := "shadowtest.js."+sfx, "shadowtest.jswq."+sfx
+	for name, cfg := range map[string]natsjs.StreamConfig{
+		"SHADOWTEST_" + sfx:    {Subjects: []string{subject}, Retention: natsjs.LimitsPolicy},
+		"SHADOWTEST_WQ_" + sfx: {Subjects: []string{wq}, Retention: natsjs.WorkQueuePolicy},
+	} {
+		cfg.Name = name
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	}
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", subject), 0,
+		"create durable invoice-consumer_shadow", "--consumer invoice-consumer.shadow", "nothing changed")
+	setup := exec.Command(binary, "shadow", "setup", "--broker", broker, "--queue", subject, "--apply", "--watch", "3s")
+	setup.Env = cleanEnv()
+	out := &lockedBuffer{}
+	setup.Stdout, setup.Stderr = out, out
+	if err := setup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "setup's watch", func() bool { return strings.Contains(out.String(), "watching") }, out)
+	for i := range 3 {
+		if _, err := js.Publish(ctx, subject, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := setup.Wait(); err != nil || !strings.Contains(out.String(), "verified: 3 copy(ies) arrived on invoice-consumer.shadow") {
+		t.Fatalf("setup --apply: %v\n%s", err, out)
+	}
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", wq, "--apply"), exitUsage, "work-queue", "limits retention")
+	wantCode(t, inboxctl(t, "", "run", "--shadow", "--broker", broker, "--queue", subject, "--db", "sqlite:"+filepath.Join(t.TempDir(), "s.db")),
+		exitUsage, "--consumer \"invoice-consumer\" must end in .shadow")
+}
+
+// TestShadowSetupIBMMQ: the MQSC text (untested against a queue manager:
+// there is none here) and the refusals over AMQP 1.0.
+func TestShadowSetupIBMMQ(t *testing.T) {
+	t.Parallel()
+	ibm := "amqp10://app:secret@mq.example:5672?profile=ibmmq"
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", ibm, "--queue", "INVOICES"), 0,
+		"DEFINE QLOCAL('INVOICES.shadow')", "ALTER QLOCAL(INVOICES) STREAMQ('INVOICES.shadow') STRMQOS(BESTEF)", "untested", "CURDEPTH")
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", ibm, "--queue", "INVOICES", "--apply"), exitUsage, "runmqsc")
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", "amqp10://app:secret@artemis.example:5672", "--queue", "invoices"), exitUsage, "divert")
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--queue", "invoices", "--broker", "stomp://127.0.0.1:1", "--shadow-queue", "copy"), exitUsage, "must end in .shadow")
 }
