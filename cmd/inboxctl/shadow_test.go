@@ -84,6 +84,9 @@ func checksums(t *testing.T, db *sql.DB, backend string) map[string]string {
 		}
 		tables = append(tables, n)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	rows.Close()
 	out := map[string]string{}
 	for _, tb := range tables {
@@ -107,6 +110,9 @@ func checksums(t *testing.T, db *sql.DB, backend string) map[string]string {
 				fmt.Fprintf(&b, "%q|", v)
 			}
 			lines = append(lines, b.String())
+		}
+		if err := rs.Err(); err != nil {
+			t.Fatal(err)
 		}
 		rs.Close()
 		slices.Sort(lines)
@@ -237,6 +243,9 @@ func shadowCalls(t *testing.T, db *sql.DB) map[string]int {
 			t.Fatal(err)
 		}
 		out[k] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
