@@ -219,6 +219,9 @@ On SIGINT or SIGTERM it finishes the sends in hand, records them and exits 0.`,
 			}
 			db := st.DB()
 			defer db.Close()
+			if err := refuseShadowDB(ctx, db, t, "relay"); err != nil {
+				return err
+			}
 			var pub dlq.Publisher
 			if orEnv(brokerURL, envBroker) != "" {
 				b, err := openBroker(brokerURL, logger)

@@ -103,11 +103,20 @@ acknowledged after its commit (in store-then-process mode: the workers process
 N stored entries per transaction). An outbox relay runs beside the consumer (see
 'inboxctl relay'; --relay-* flags) and sends what handlers wrote to the outbox
 table after their commits; --no-relay leaves that to 'inboxctl relay' processes. The tables must exist at this build's schema version: run 'inboxctl migrate' first
-(run exits 2 with "run inboxctl migrate" otherwise).` + eventIDHelp + orderKeyHelp,
+(run exits 2 with "run inboxctl migrate" otherwise).
+
+With --shadow it is a shadow run beside the legacy consumer (docs/shadow.md): it
+consumes only a copy (--queue ending in .shadow; JetStream: --consumer), refuses a
+--db that is --production-db, and records every send (letter requests, dead
+letters, rejections) in the shadow database's INBOXKIT_SHADOW_CALLS instead of
+sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + orderKeyHelp,
 		Example: `  inboxctl run --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
     --broker stomp://127.0.0.1:61613 --queue invoices --dlq DLQ.invoices --log-format json
   inboxctl run --broker stomp://127.0.0.1:61613 --queue invoices \
-    --event-id-from header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id`,
+    --event-id-from header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id
+  inboxctl run --shadow --db 'postgres://postgres@127.0.0.1:5432/test?search_path=invoices_shadow&sslmode=disable' \
+    --production-db 'postgres://postgres@127.0.0.1:5432/test?search_path=invoices&sslmode=disable' \
+    --broker stomp://127.0.0.1:61613 --queue invoices.shadow`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.queue == "" {
@@ -182,6 +191,11 @@ table after their commits; --no-relay leaves that to 'inboxctl relay' processes.
 			var rec *shadowRecorder
 			if !hasInvoiceTables(ctx, st.DB()) {
 				return usageErr("database %s has no invoice tables (shipping_letters): run inboxctl migrate", t.Display)
+			}
+			if !f.shadow.on {
+				if err := refuseShadowDB(ctx, st.DB(), t, "run"); err != nil {
+					return err
+				}
 			}
 			if f.shadow.on {
 				if rec, err = newShadowRecorder(ctx, st.DB(), t.Dialect, f.dlq, f.rejectQueue); err != nil {

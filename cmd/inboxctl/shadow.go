@@ -492,6 +492,18 @@ func dbIdentity(ctx context.Context, db *sql.DB, t target.DB, tables []string) (
 	return id, nil
 }
 
+// refuseShadowDB refuses to run command (run without --shadow, relay) on a
+// shadow database, recognised by its INBOXKIT_SHADOW_CALLS: it would send
+// for real what the shadow run only records (outbox rows not recorded yet,
+// dead letters).
+func refuseShadowDB(ctx context.Context, db *sql.DB, t target.DB, command string) error {
+	var one int
+	if err := db.QueryRowContext(ctx, `SELECT 1 FROM `+shadowCallsTable+` WHERE 1 = 0`).Scan(&one); !errors.Is(err, sql.ErrNoRows) {
+		return nil // no such table (or no answer, which the command meets next): not a shadow database
+	}
+	return usageErr("%s: database %s is a shadow database (it has %s): what it holds is sent only by 'inboxctl run --shadow', which records instead of sending; give the production database, or run with --shadow", command, t.Display, shadowCallsTable)
+}
+
 // shadowRecorder stands in for every destination of a shadow run: the
 // relay's sends (its SendFunc) and the consumer's dead-letter and reject
 // publishes (a dlq.Publisher). Each is one INSERT into the shadow

@@ -468,6 +468,9 @@ func shadowRunTest(t *testing.T, backend, broker, queue string, publish func(t *
 	stopRun(t, cmd, logs)
 
 	wantSameChecksums(t, "after the shadow run", before, checksums(t, prod.DB, backend))
+	// The shadow database is not run or relayed for real.
+	refuseQuickly(t, "is a shadow database", "run", "--db", shadowURL, "--broker", broker, "--queue", shadowQueue, "--letter-service", letters.URL)
+	refuseQuickly(t, "is a shadow database", "relay", "--db", shadowURL, "--broker", broker)
 	if c := letters.log(); len(c) != 0 {
 		t.Errorf("the letter service got %d call(s) from the shadow run, want none: %q", len(c), c)
 	}
