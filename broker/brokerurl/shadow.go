@@ -19,6 +19,11 @@ import (
 // second durable on the subject cannot receive a copy.
 var ErrWorkQueueStream = errors.New("brokerurl: the stream is a work-queue stream, which gives each message to one consumer only")
 
+// ErrNotFound is wrapped by BindCopy's error for an exchange that does not
+// exist, and by AddDurable's and DurablePending's for a subject no stream
+// captures.
+var ErrNotFound = errors.New("brokerurl: not found")
+
 // BindCopy makes queue a copy of what exchange routes with each of keys
 // (one binding per key; none: one binding with the empty key, as a fanout
 // exchange needs) on RabbitMQ: it declares queue durable (the URL's
@@ -40,6 +45,10 @@ func (b *Broker) BindCopy(ctx context.Context, queue, exchange string, keys []st
 		return err
 	}
 	if err := ch.ExchangeDeclarePassive(exchange, "direct", true, false, false, false, nil); err != nil {
+		var ae *amqp091.Error
+		if errors.As(err, &ae) && ae.Code == amqp091.NotFound {
+			return fmt.Errorf("%w: exchange %q does not exist (%v)", ErrNotFound, exchange, err)
+		}
 		return fmt.Errorf("exchange %q: %w", exchange, err)
 	}
 	if exists, err := rabbitmq.QueueExists(ctx, b.URL.URL, queue); err != nil {
@@ -127,7 +136,10 @@ func (b *Broker) DurablePending(ctx context.Context, subject, durable string) (n
 func streamOf(ctx context.Context, js natsjs.JetStream, subject string) (string, error) {
 	name, err := js.StreamNameBySubject(ctx, subject)
 	if err != nil {
-		return "", fmt.Errorf("no stream captures %s (%w): create one with limits retention first (jetstream.StreamName(%q) is %s)", subject, err, subject, jetstream.StreamName(subject))
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			return "", fmt.Errorf("%w: no stream captures %s: create one with limits retention first (inboxkit would name it %s)", ErrNotFound, subject, jetstream.StreamName(subject))
+		}
+		return "", fmt.Errorf("look up the stream of %s: %w", subject, err)
 	}
 	return name, nil
 }

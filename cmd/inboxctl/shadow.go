@@ -192,11 +192,17 @@ func shadowSetup(ctx context.Context, w io.Writer, f shadowSetupFlags) error {
 		switch t.Kind {
 		case target.AMQP:
 			if err := b.BindCopy(ctx, f.shadowQueue, f.exchange, f.keys); err != nil {
+				if errors.Is(err, brokerurl.ErrNotFound) {
+					return &exitError{code: exitUsage, err: fmt.Errorf("%v (nothing was created): give the exchange the producers publish to ('rabbitmqctl list_bindings' shows the production queue's)", err)}
+				}
 				return b.fail("declare and bind "+f.shadowQueue, err)
 			}
 			fmt.Fprintf(w, "declared %s and bound it to exchange %s\n", f.shadowQueue, f.exchange)
 		default: // JetStream
 			if err := b.AddDurable(ctx, f.queue, f.shadowQueue); err != nil {
+				if errors.Is(err, brokerurl.ErrNotFound) {
+					return &exitError{code: exitUsage, err: fmt.Errorf("%v (nothing was created)", err)}
+				}
 				if errors.Is(err, brokerurl.ErrWorkQueueStream) {
 					return &exitError{code: exitUsage, err: fmt.Errorf("%v\n\ta work-queue stream (inboxkit creates its streams so) gives each message to one consumer: a second durable gets no copy.\n\tMove the subject to a stream with limits retention (nats stream add --retention limits, or inboxkit's jetstream.Config.KeepAcked for a new stream), or publish to a second subject", err)}
 				}
@@ -306,6 +312,9 @@ func verifyShadowCopy(ctx context.Context, w io.Writer, b *broker, t target.Brok
 		var ee *exitError
 		if errors.As(err, &ee) {
 			return err
+		}
+		if errors.Is(err, brokerurl.ErrNoSuchQueue) || errors.Is(err, brokerurl.ErrNotFound) {
+			return &exitError{code: exitFindings, err: fmt.Errorf("%s: %v: run 'inboxctl shadow setup' with --apply (or configure the copy by hand) first", f.shadowQueue, err)}
 		}
 		return b.fail("read the depth of "+f.shadowQueue, err)
 	}
