@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -395,13 +394,24 @@ func checkShadowDB(ctx context.Context, shadowRaw, prodRaw string, tables []stri
 	if err != nil {
 		return err
 	}
+	switch t.Dialect.Name() {
+	case "sqlite":
+		db.Close()
+		// One writer: the recorder's INSERT would wait for the inbox
+		// transaction that waits for it (a dead letter is recorded while
+		// its row's update is uncommitted).
+		return usageErr("run --shadow runs on PostgreSQL and MySQL/MariaDB, not SQLite: SQLite has one writer, and a dead letter is recorded while the inbox transaction holds it")
+	case "oracle":
+		db.Close()
+		return usageErr("run --shadow runs on PostgreSQL and MySQL/MariaDB, not Oracle (the outbox does not run on Oracle)")
+	}
 	defer db.Close()
 	return checkNotProduction(ctx, db, t, prodRaw, tables)
 }
 
 // checkNotProduction refuses a shadow database that is the production
-// database: the same URL, or, opened, the same database (SQLite: file;
-// MySQL: server and database; PostgreSQL: server, database and current
+// database: the same URL, or, opened, the same database (MySQL: server
+// and database; PostgreSQL: server, database and current
 // schema, or any of tables resolving to the same table). It only reads the
 // production database. A production database that cannot be reached is a
 // refusal too: the check could not be made.
@@ -473,30 +483,8 @@ func dbIdentity(ctx context.Context, db *sql.DB, t target.DB, tables []string) (
 			return id, err
 		}
 		id.where = fmt.Sprintf("server %s:%s database %s", host, port, dbName.String)
-	case "sqlite":
-		rows, err := db.QueryContext(ctx, `PRAGMA database_list`)
-		if err != nil {
-			return id, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq int
-			var name, file string
-			if err := rows.Scan(&seq, &name, &file); err != nil {
-				return id, err
-			}
-			if name == "main" {
-				if p, err := filepath.EvalSymlinks(file); err == nil {
-					file = p
-				}
-				id.where = "file " + file
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return id, err
-		}
 	default:
-		return id, usageErr("run --shadow runs on PostgreSQL, MySQL/MariaDB and SQLite (the outbox does not run on %s)", t.Dialect.Name())
+		return id, usageErr("run --shadow runs on PostgreSQL and MySQL/MariaDB, not %s", t.Dialect.Name())
 	}
 	return id, nil
 }
@@ -530,12 +518,9 @@ var _ dlq.Publisher = (*shadowRecorder)(nil)
 
 // newShadowRecorder creates INBOXKIT_SHADOW_CALLS when it is missing.
 func newShadowRecorder(ctx context.Context, db *sql.DB, d inbox.Dialect, dlqName, rejectQueue string) (*shadowRecorder, error) {
-	blob, text, ts := "BYTEA", "TEXT", "TIMESTAMP"
-	switch d.Name() {
-	case "mysql":
+	blob, text, ts := "BYTEA", "TEXT", "TIMESTAMP" // PostgreSQL; checkShadowDB refused the others
+	if d.Name() == "mysql" {
 		blob, text, ts = "LONGBLOB", "LONGTEXT", "DATETIME(6)"
-	case "sqlite":
-		blob, ts = "BLOB", "TEXT"
 	}
 	ddl := `CREATE TABLE IF NOT EXISTS ` + shadowCallsTable + ` (
     KIND           VARCHAR(20)  NOT NULL,

@@ -25,6 +25,7 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/broker/jetstream"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/internal/rabbittest"
 )
@@ -525,9 +526,10 @@ func TestShadowSetupJetStream(t *testing.T) {
 	ctx := context.Background()
 	sfx := strings.ToUpper(strconv.FormatInt(time.Now().UnixNano(), 36))
 	subject, wq := "shadowtest.js."+sfx, "shadowtest.jswq."+sfx
+	// The streams as inboxkit's adapter names them (it reads no other).
 	for name, cfg := range map[string]natsjs.StreamConfig{
-		"SHADOWTEST_" + sfx:    {Subjects: []string{subject}, Retention: natsjs.LimitsPolicy},
-		"SHADOWTEST_WQ_" + sfx: {Subjects: []string{wq}, Retention: natsjs.WorkQueuePolicy},
+		jetstream.StreamName(subject): {Subjects: []string{subject}, Retention: natsjs.LimitsPolicy},
+		jetstream.StreamName(wq):      {Subjects: []string{wq}, Retention: natsjs.WorkQueuePolicy},
 	} {
 		cfg.Name = name
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
@@ -556,6 +558,32 @@ func TestShadowSetupJetStream(t *testing.T) {
 	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", wq, "--apply"), exitUsage, "work-queue", "limits retention")
 	wantCode(t, inboxctl(t, "", "run", "--shadow", "--broker", broker, "--queue", subject, "--db", "sqlite:"+filepath.Join(t.TempDir(), "s.db")),
 		exitUsage, "--consumer \"invoice-consumer\" must end in .shadow")
+
+	// The shadow run reads the durable: the three bodies are not invoices,
+	// so it records three dead letters; the stream keeps its messages for
+	// the production consumer. SQLite is refused.
+	refuseQuickly(t, "not SQLite", "run", "--shadow", "--db", "sqlite:"+filepath.Join(t.TempDir(), "s.db"), "--production-db", "sqlite:"+filepath.Join(t.TempDir(), "p.db"),
+		"--broker", broker, "--queue", subject, "--consumer", "invoice-consumer.shadow")
+	prod, shadow := dbtest.New(t, dbtest.Postgres), dbtest.New(t, dbtest.Postgres)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", prod.DSN), 0, "migrated")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", shadow.DSN), 0, "migrated")
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	run, logs := startRun(rctx, t, "--shadow", "--db", shadow.DSN, "--production-db", prod.DSN, "--broker", broker,
+		"--queue", subject, "--consumer", "invoice-consumer.shadow")
+	waitFor(t, "three dead letters recorded", func() bool {
+		var n int
+		_ = shadow.QueryRow(`SELECT COUNT(*) FROM INBOXKIT_SHADOW_CALLS WHERE KIND = 'dead-letter'`).Scan(&n)
+		return n == 3
+	}, logs)
+	stopRun(t, run, logs)
+	info, err := js.Stream(ctx, jetstream.StreamName(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 3 {
+		t.Errorf("the stream holds %d message(s) after the shadow run, want 3", n)
+	}
 }
 
 // TestShadowSetupIBMMQ: the MQSC text (untested against a queue manager:
