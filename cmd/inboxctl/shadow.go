@@ -51,7 +51,10 @@ const (
 	shadowKindMessage    = "message"     // any other publish of the consumer
 )
 
-func newShadowCmd() *cobra.Command {
+// newShadowCmd is the command group `inboxctl shadow`: setup, and the
+// subcommands more adds (built by their constructors, as newRoot builds
+// the tree: main.go passes them, e.g. newShadowCmd(newShadowDiffCmd())).
+func newShadowCmd(more ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "shadow",
 		Short: "Run the new consumer beside the legacy one on a copy of its messages (docs/shadow.md)",
@@ -62,10 +65,15 @@ database, recording what it would send instead of sending it. See docs/shadow.md
   inboxctl shadow setup --broker amqp://guest:guest@127.0.0.1:5672/ --queue invoices --exchange billing --routing-key invoice.created --apply`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return usageErr("shadow needs a subcommand: setup (see 'inboxctl shadow --help')")
+			var names []string
+			for _, sub := range cmd.Commands() {
+				names = append(names, sub.Name())
+			}
+			return usageErr("shadow needs a subcommand: %s (see 'inboxctl shadow --help')", strings.Join(names, ", "))
 		},
 	}
 	c.AddCommand(newShadowSetupCmd())
+	c.AddCommand(more...)
 	return c
 }
 
