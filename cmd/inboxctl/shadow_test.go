@@ -49,6 +49,7 @@ func startShadowActiveMQ(t *testing.T) string {
 	script := filepath.Join("..", "..", "scripts", "activemq")
 	env := append(os.Environ(), "INBOXKIT_ACTIVEMQ_DIR="+shadowAMQDir, "INBOXKIT_ACTIVEMQ_OPENWIRE_PORT="+shadowAMQOpenWire,
 		"INBOXKIT_ACTIVEMQ_STOMP_PORT="+shadowAMQStomp, "INBOXKIT_ACTIVEMQ_HEAP=256m",
+		"INBOXKIT_ACTIVEMQ_TIMEOUT=240", // a JVM start on the shared 2-core machine under parallel tests took over 60s
 		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix+
 			","+shadowQueueVerify+":"+shadowQueueVerify+shadowSuffix)
 	do := func(verb string) {
@@ -59,8 +60,8 @@ func startShadowActiveMQ(t *testing.T) string {
 		}
 	}
 	do("stop") // one a killed run left behind: its config may differ
+	t.Cleanup(func() { do("stop") }) // also after a start that timed out with the JVM still up
 	do("start")
-	t.Cleanup(func() { do("stop") })
 	return "stomp://127.0.0.1:" + shadowAMQStomp
 }
 
