@@ -198,6 +198,9 @@ func shadowSetup(ctx context.Context, w io.Writer, f shadowSetupFlags) error {
 	if f.apply {
 		switch t.Kind {
 		case target.AMQP:
+			if err := b.requireQueue(ctx, f.queue); err != nil { // a mistyped --queue: no copy of nothing
+				return err
+			}
 			if err := b.BindCopy(ctx, f.shadowQueue, f.exchange, f.keys); err != nil {
 				if errors.Is(err, brokerurl.ErrNotFound) {
 					return &exitError{code: exitUsage, err: fmt.Errorf("%v (nothing was created): give the exchange the producers publish to ('rabbitmqctl list_bindings' shows the production queue's)", err)}

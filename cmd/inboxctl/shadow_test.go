@@ -319,6 +319,9 @@ func TestShadowRabbitMQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := ch.Confirm(false); err != nil { // publishes below wait for the broker's confirm
+		t.Fatal(err)
+	}
 	if err := ch.ExchangeDeclare(exchange, "direct", false, true, false, false, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -345,9 +348,13 @@ func TestShadowRabbitMQ(t *testing.T) {
 			for k, v := range h {
 				headers[k] = v
 			}
-			if err := ch.PublishWithContext(context.Background(), exchange, "invoice.created", false, false,
-				amqp091.Publishing{Headers: headers, Body: body, DeliveryMode: amqp091.Persistent}); err != nil {
+			c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), exchange, "invoice.created", false, false,
+				amqp091.Publishing{Headers: headers, Body: body, DeliveryMode: amqp091.Persistent})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if !c.Wait() {
+				t.Fatalf("RabbitMQ did not confirm message %s", h["eventId"])
 			}
 		}
 	}
@@ -367,6 +374,8 @@ func TestShadowRabbitMQ(t *testing.T) {
 		t.Fatalf("setup without --apply created %s (%v)", queue+shadowSuffix, err)
 	}
 	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", queue), exitUsage, "needs --exchange", "list_bindings")
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", queue+".mistyped", "--exchange", exchange, "--apply"), exitFindings, "does not exist", "nothing was created")
+	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", queue, "--exchange", exchange+".mistyped", "--apply"), exitUsage, "does not exist", "nothing was created")
 	wantCode(t, inboxctl(t, "", "shadow", "setup", "--broker", broker, "--queue", queue, "--exchange", exchange, "--shadow-queue", queue+".copy"), exitUsage, "must end in .shadow")
 
 	// --apply declares, binds and verifies while messages arrive.
@@ -434,9 +443,8 @@ func shadowRunTest(t *testing.T, backend, broker, queue string, publish func(t *
 	_, messages, events := shadowMix("x", n)
 	shadowQueue := queue + shadowSuffix
 	before := checksums(t, prod.DB, backend)
-	if d := prodDepth(t); d != messages {
-		t.Fatalf("the production queue holds %d message(s) before the run, want %d", d, messages)
-	}
+	waitFor(t, fmt.Sprintf("%d messages on the production queue", messages), func() bool { return prodDepth(t) == messages },
+		dump(func() string { return fmt.Sprintf("the production queue holds %d message(s)", prodDepth(t)) }))
 
 	// The guard: each refusal changes nothing.
 	run := func(db, production, q string) []string {
