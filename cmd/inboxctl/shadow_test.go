@@ -59,8 +59,10 @@ func startShadowActiveMQ(t *testing.T) string {
 			t.Fatalf("scripts/activemq %s (the shadow tests' broker, %s): %v\n%s", verb, shadowAMQDir, err, out)
 		}
 	}
-	do("stop") // one a killed run left behind: its config may differ
-	t.Cleanup(func() { do("stop") }) // also after a start that timed out with the JVM still up
+	// A broker a killed run left behind may have another config; the
+	// cleanup also stops a JVM whose start timed out.
+	do("stop")
+	t.Cleanup(func() { do("stop") })
 	do("start")
 	return "stomp://127.0.0.1:" + shadowAMQStomp
 }
