@@ -231,8 +231,7 @@ Passwords never appear in the output.`,
 	})
 	root.AddCommand(newDemoCmd(), newMigrateCmd(), newRunCmd(), newPublishCmd(), newAuditCmd(),
 		newDLQCmd(), newPurgeCmd(), newCheckCmd(), newGoldenCmd(), newStatsCmd(), newMQCmd(), newVersionCmd(),
-		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newUICmd(), newShadowCmd(), newCutoverCmd())
-		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newShadowCmd())
+		newRelayCmd(), newOutboxCmd(), newFailuresCmd(), newUICmd(), newShadowCmd(newShadowDiffCmd()), newCutoverCmd())
 	for _, c := range root.Commands() {
 		wrapArgs(c)
 	}

@@ -12,19 +12,6 @@ import (
 	"github.com/inboxkit/inboxkit/golden"
 )
 
-// newShadowCmd is the `shadow` group. The shadowrun branch creates the same
-// group with `setup`: at the merge one constructor adds both subcommands.
-func newShadowCmd() *cobra.Command {
-	c := &cobra.Command{
-		Use:   "shadow",
-		Short: "Run the refactored consumer beside the legacy bean and reconcile what each did",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
-	}
-	c.AddCommand(newShadowDiffCmd())
-	return c
-}
-
 func newShadowDiffCmd() *cobra.Command {
 	var legacyURL, shadowURL, copyURL, configPath, reportPath string
 	var calibrate, write bool
