@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -154,58 +151,16 @@ func withQuery(u, param string) string {
 // runOrder sets up, tortures, waits for quiet and checks the ledger of the
 // order scenario.
 func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, error) {
-	if cfg.seed == 0 {
-		cfg.seed = uint64(time.Now().UnixNano())
-	}
-	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	runID := fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
 	if cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp") {
 		cfg.brokerURL = withQuery(cfg.brokerURL, "single-active-consumer=true")
 	}
-	r := &rig{cfg: cfg, queue: "ordertorture." + runID, dlq: "DLQ.ordertorture." + runID}
-	r.log = func(format string, args ...any) {
-		if cfg.verbose {
-			fmt.Fprintf(stderr, "%s inboxtorture: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-		}
-	}
 	start := time.Now()
-	tmp, err := os.MkdirTemp("", "inboxtorture-")
+	r, rnd, runID, cleanup, err := setup(ctx, cfg, stderr, nil, "--seed-customers")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	r.inboxctl = cfg.inboxctl
-	if r.inboxctl == "" {
-		r.inboxctl = filepath.Join(tmp, "inboxctl")
-		r.log("building inboxctl with -tags failpoints")
-		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", r.inboxctl, "./cmd/inboxctl").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("go build -tags failpoints ./cmd/inboxctl (run the rig from the repository root, or give --inboxctl): %v\n%s", err, out)
-		}
-	}
-	if cfg.failpoints != "" {
-		out, _ := exec.Command("go", "version", "-m", r.inboxctl).Output()
-		if !bytes.Contains(out, []byte("-tags=failpoints")) {
-			return nil, fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", r.inboxctl)
-		}
-	}
-	if err := brokerAnswers(cfg.brokerURL, cfg.private); err != nil {
-		return nil, err
-	}
-	dbName := "inboxtorture_" + runID
-	if err := r.createDB(ctx, dbName); err != nil {
-		return nil, err
-	}
-	dropDB := !cfg.keep
-	defer func() {
-		r.db.Close()
-		if dropDB {
-			r.dropDB(dbName)
-		}
-	}()
-	if out, err := r.inboxctlRun(ctx, "migrate", "--db", r.dbURL, "--seed-customers"); err != nil {
-		return nil, fmt.Errorf("inboxctl migrate: %v\n%s", err, out)
-	}
+	defer cleanup()
+	r.queue, r.dlq = "ordertorture."+runID, "DLQ.ordertorture."+runID
 	if _, err := r.db.ExecContext(ctx, orderDDL); err != nil {
 		return nil, fmt.Errorf("create the scenario's tables: %v", err)
 	}
@@ -246,7 +201,7 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 			return nil, err
 		}
 	}
-	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, dbName, cfg.seed)
+	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, r.dbName, cfg.seed)
 
 	pctx, cancelPub := context.WithCancel(ctx)
 	pubDone := make(chan struct{})
@@ -279,8 +234,8 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	res.timedOut = timedOut
 	res.duration = time.Since(start)
 	if !res.ok() {
-		dropDB = false
-		res.keptDB = dbName
+		r.keepDB = true
+		res.keptDB = r.dbName
 	}
 	return res, nil
 }

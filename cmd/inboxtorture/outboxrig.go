@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -75,64 +73,14 @@ func newOBPlan(runID string, n, keys, resendPct int, rnd *rand.Rand, dest func(i
 // runOutbox sets up, tortures, waits for quiet and checks the ledger of
 // the outbox scenario.
 func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, error) {
-	if cfg.seed == 0 {
-		cfg.seed = uint64(time.Now().UnixNano())
-	}
-	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	runID := fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
-	o := &obRig{rig: &rig{cfg: cfg}, sups: map[string]*supervisor{}}
-	r := o.rig
-	r.log = func(format string, args ...any) {
-		if cfg.verbose {
-			fmt.Fprintf(stderr, "%s inboxtorture: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-		}
-	}
 	start := time.Now()
-	tmp, err := os.MkdirTemp("", "inboxtorture-")
+	agent := cfg.agent
+	r, rnd, runID, cleanup, err := setup(ctx, cfg, stderr, []binary{{&agent, "./cmd/inboxtorture"}})
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	r.inboxctl, o.agent = cfg.inboxctl, cfg.agent
-	for _, b := range []struct {
-		bin *string
-		pkg string
-	}{{&r.inboxctl, "./cmd/inboxctl"}, {&o.agent, "./cmd/inboxtorture"}} {
-		if *b.bin != "" {
-			continue
-		}
-		*b.bin = filepath.Join(tmp, filepath.Base(b.pkg))
-		r.log("building %s with -tags failpoints", b.pkg)
-		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", *b.bin, b.pkg).CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("go build -tags failpoints %s (run the rig from the repository root, or give --inboxctl and --agent): %v\n%s", b.pkg, err, out)
-		}
-	}
-	if cfg.failpoints != "" {
-		for _, bin := range []string{r.inboxctl, o.agent} {
-			out, _ := exec.Command("go", "version", "-m", bin).Output()
-			if !bytes.Contains(out, []byte("-tags=failpoints")) {
-				return nil, fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", bin)
-			}
-		}
-	}
-	if err := brokerAnswers(cfg.brokerURL, cfg.private); err != nil {
-		return nil, err
-	}
-	dbName := "inboxtorture_" + runID
-	if err := r.createDB(ctx, dbName); err != nil {
-		return nil, err
-	}
-	dropDB := !cfg.keep
-	defer func() {
-		r.db.Close()
-		if dropDB {
-			r.dropDB(dbName)
-		}
-	}()
-	if out, err := r.inboxctlRun(ctx, "migrate", "--db", r.dbURL); err != nil {
-		return nil, fmt.Errorf("inboxctl migrate: %v\n%s", err, out)
-	}
+	defer cleanup()
+	o := &obRig{rig: r, sups: map[string]*supervisor{}, agent: agent}
 	if _, err := r.db.ExecContext(ctx, agentDDL); err != nil {
 		return nil, fmt.Errorf("create the scenario's tables: %v", err)
 	}
@@ -187,7 +135,7 @@ func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, er
 		stopAll()
 		return nil, err
 	}
-	r.log("run %s: %d senders, %d relays, %d receivers on %s, database %s, seed %d", runID, cfg.senders, cfg.relays, cfg.receivers, cfg.brokerURL, dbName, cfg.seed)
+	r.log("run %s: %d senders, %d relays, %d receivers on %s, database %s, seed %d", runID, cfg.senders, cfg.relays, cfg.receivers, cfg.brokerURL, r.dbName, cfg.seed)
 
 	prodSeed, killSeed := rnd.Uint64(), rnd.Uint64()
 	pctx, cancelProd := context.WithCancel(ctx)
@@ -221,8 +169,8 @@ func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, er
 	res.timedOut = timedOut
 	res.duration = time.Since(start)
 	if !res.ok() {
-		dropDB = false
-		res.keptDB = dbName
+		r.keepDB = true
+		res.keptDB = r.dbName
 	}
 	return res, nil
 }

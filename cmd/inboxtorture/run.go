@@ -32,10 +32,14 @@ type rig struct {
 	inboxctl string
 	dbURL    string
 	db       *sql.DB
-	queue    string
-	dlq      string
-	plan     *plan
-	sup      *supervisor
+	// dbName is the run's database; keepDB keeps it after the run (a
+	// failed ledger, to look at).
+	dbName string
+	keepDB bool
+	queue  string
+	dlq    string
+	plan   *plan
+	sup    *supervisor
 
 	published   atomic.Int64 // messages confirmed by inboxctl publish
 	retried     atomic.Int64 // messages published again after a failed chunk
@@ -48,62 +52,97 @@ type rig struct {
 	restartErrs    []string
 }
 
-// run sets up, tortures, waits for quiet and checks the ledger.
-func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
+// binary is a program a scenario runs: its path (from a flag), or "" to
+// build pkg with -tags failpoints.
+type binary struct {
+	path *string
+	pkg  string
+}
+
+// setup is what every scenario does first: the generator of cfg's seed; a
+// run id for the queues and the database, never from the seed, so that a
+// repeated seed does not find the DLQ copies of an earlier run; the rig
+// with its log; the binaries, built with -tags failpoints where no path
+// was given (into a directory removed by cleanup) and checked for the tag
+// when failpoints are on; the broker answering; a fresh database, migrated
+// with migrateArgs (dropped by cleanup unless --keep). cleanup must be
+// called once the scenario is done, also after an error.
+func setup(ctx context.Context, cfg config, stderr io.Writer, bins []binary, migrateArgs ...string) (r *rig, rnd *rand.Rand, runID string, cleanup func(), err error) {
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
-	rnd := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	// The run id names the queues and the database: never from the seed, so
-	// that a repeated seed does not find the DLQ copies of an earlier run.
-	runID := fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
-	r := &rig{cfg: cfg, queue: "torture." + runID, dlq: "DLQ.torture." + runID}
+	rnd = rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
+	runID = fmt.Sprintf("%06x", uint32(time.Now().UnixNano()/1000)&0xffffff^uint32(os.Getpid()))
+	r = &rig{cfg: cfg}
 	r.log = func(format string, args ...any) {
 		if cfg.verbose {
 			fmt.Fprintf(stderr, "%s inboxtorture: %s\n", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 		}
 	}
-	start := time.Now()
+	var undo []func()
+	cleanup = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	fail := func(e error) (*rig, *rand.Rand, string, func(), error) {
+		cleanup()
+		return nil, nil, "", func() {}, e
+	}
 	tmp, err := os.MkdirTemp("", "inboxtorture-")
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	defer os.RemoveAll(tmp)
-
+	undo = append(undo, func() { os.RemoveAll(tmp) })
 	r.inboxctl = cfg.inboxctl
-	if r.inboxctl == "" {
-		r.inboxctl = filepath.Join(tmp, "inboxctl")
-		r.log("building inboxctl with -tags failpoints")
-		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", r.inboxctl, "./cmd/inboxctl").CombinedOutput()
+	for _, b := range append([]binary{{&r.inboxctl, "./cmd/inboxctl"}}, bins...) {
+		if *b.path != "" {
+			continue
+		}
+		*b.path = filepath.Join(tmp, filepath.Base(b.pkg))
+		r.log("building %s with -tags failpoints", b.pkg)
+		out, err := exec.CommandContext(ctx, "go", "build", "-tags", "failpoints", "-o", *b.path, b.pkg).CombinedOutput()
 		if err != nil {
-			return nil, fmt.Errorf("go build -tags failpoints ./cmd/inboxctl (run the rig from the repository root, or give --inboxctl): %v\n%s", err, out)
+			return fail(fmt.Errorf("go build -tags failpoints %s (run the rig from the repository root, or give its path by flag): %v\n%s", b.pkg, err, out))
 		}
 	}
 	if cfg.failpoints != "" {
 		// A binary without the tag would silently never fire.
-		out, _ := exec.Command("go", "version", "-m", r.inboxctl).Output()
-		if !bytes.Contains(out, []byte("-tags=failpoints")) {
-			return nil, fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", r.inboxctl)
+		for _, b := range append([]binary{{&r.inboxctl, "./cmd/inboxctl"}}, bins...) {
+			out, _ := exec.Command("go", "version", "-m", *b.path).Output()
+			if !bytes.Contains(out, []byte("-tags=failpoints")) {
+				return fail(fmt.Errorf("%s was not built with -tags failpoints (go version -m shows no such tag): its failpoints would never fire", *b.path))
+			}
 		}
 	}
-
 	if err := brokerAnswers(cfg.brokerURL, cfg.private); err != nil {
-		return nil, err
+		return fail(err)
 	}
-	dbName := "inboxtorture_" + runID
-	if err := r.createDB(ctx, dbName); err != nil {
-		return nil, err
+	r.dbName = "inboxtorture_" + runID
+	if err := r.createDB(ctx, r.dbName); err != nil {
+		return fail(err)
 	}
-	dropDB := !cfg.keep
-	defer func() {
+	undo = append(undo, func() {
 		r.db.Close()
-		if dropDB {
-			r.dropDB(dbName)
+		if !cfg.keep && !r.keepDB {
+			r.dropDB(r.dbName)
 		}
-	}()
-	if out, err := r.inboxctlRun(ctx, "migrate", "--db", r.dbURL, "--seed-customers"); err != nil {
-		return nil, fmt.Errorf("inboxctl migrate: %v\n%s", err, out)
+	})
+	if out, err := r.inboxctlRun(ctx, append([]string{"migrate", "--db", r.dbURL}, migrateArgs...)...); err != nil {
+		return fail(fmt.Errorf("inboxctl migrate: %v\n%s", err, out))
 	}
+	return r, rnd, runID, cleanup, nil
+}
+
+// run sets up, tortures, waits for quiet and checks the ledger.
+func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
+	start := time.Now()
+	r, rnd, runID, cleanup, err := setup(ctx, cfg, stderr, nil, "--seed-customers")
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	r.queue, r.dlq = "torture."+runID, "DLQ.torture."+runID
 
 	r.plan, err = newPlan(runID, cfg.messages, cfg.rejects, cfg.poison, cfg.resendPct, rnd)
 	if err != nil {
@@ -124,7 +163,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 			return nil, err
 		}
 	}
-	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, dbName, cfg.seed)
+	r.log("run %s: %d consumers on %s queue %s, database %s, seed %d", runID, cfg.consumers, cfg.brokerURL, r.queue, r.dbName, cfg.seed)
 
 	pubSeed, killSeed := rnd.Uint64(), rnd.Uint64()
 	pctx, cancelPub := context.WithCancel(ctx)
@@ -158,8 +197,8 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 	res.timedOut = timedOut
 	res.duration = time.Since(start)
 	if !res.ok() {
-		dropDB = false
-		res.keptDB = dbName
+		r.keepDB = true
+		res.keptDB = r.dbName
 	}
 	return res, nil
 }
