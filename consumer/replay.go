@@ -48,7 +48,24 @@ type ReplayConfig struct {
 	IdleTimeout time.Duration
 	// Clock stamps the replay header. Defaults to the system clock.
 	Clock inboxkit.Clock
+	// Job, when set, makes the replay a resumable job, recorded in
+	// inbox.ReplayJobTable (create it with inbox.Store.CreateReplayJob; to
+	// resume, pass the same job again: Replay updates *Job in place). See
+	// "Replay jobs" below for what it guarantees. Limit counts the events
+	// of every run of the job. DryRun must not be set with a Job.
+	Job *inbox.ReplayJob
+	// StopAfterFailures, with a Job, stops the job (inbox.JobStopped,
+	// ErrReplayStopped) when this many of its replayed events failed again
+	// (their rows are failed rows again, checked at most once a second and
+	// at the end); 0 never stops.
+	StopAfterFailures int
+	// Progress, when set, is called after each event sent, with its id.
+	Progress func(eventID string)
 }
+
+// ErrReplayStopped is returned by Replay when its job stopped itself
+// (ReplayConfig.StopAfterFailures); ReplayReport.Stopped says why.
+var ErrReplayStopped = errors.New("consumer: replay job stopped")
 
 // ReplayReport says what Replay did.
 type ReplayReport struct {
@@ -57,6 +74,14 @@ type ReplayReport struct {
 	// Kept counts the dead letters not selected (another event id than
 	// ReplayConfig.EventID), handed back unchanged.
 	Kept int
+	// With a Job: Settled counts the dead letters removed without a send
+	// (a copy of one the job sent already, left by a run killed after the
+	// send), FailedAgain the dead letters of the job's events made after
+	// the job reopened them (left on the queue), Stopped the reason the job
+	// stopped ("" when it did not).
+	Settled     int
+	FailedAgain int
+	Stopped     string
 }
 
 // Replay moves dead letters back to their original destination, with the
@@ -75,6 +100,40 @@ type ReplayReport struct {
 // to the DLQ. Replay stops when the DLQ is idle for IdleTimeout, when it
 // sees a dead letter for the second time, or at the first dead letter made
 // after the replay started (a replayed message that failed again).
+//
+// # Replay jobs
+//
+// With ReplayConfig.Job, each selected dead letter goes through these
+// steps, each a commit or a broker confirm:
+//
+//  1. one transaction: the job's item for the event is inserted (state
+//     REOPENED; its primary key (job, event id, consumer) admits one) and
+//     the row is reopened;
+//  2. the message is published and the broker confirms it;
+//  3. the item is marked SENT;
+//  4. the dead letter is acknowledged (removed from the DLQ).
+//
+// Dead letters the job does not take are held unsettled until the scan
+// ends and handed back then, so that a broker that requeues at the head
+// (RabbitMQ) does not end the scan early; the DLQ source needs a prefetch
+// as large as the dead letters to look at in one run.
+//
+// Killed at any point (kill -9) and run again with the same Job, the job
+// finishes the rest and reopens no event twice: the dead letter was not
+// acknowledged, so it comes again; its item tells how far it got. No item
+// (killed in step 1): the transaction rolled back, it starts afresh.
+// REOPENED (killed after step 1): the message is sent, then marked. SENT
+// (killed after step 3): the dead letter is a copy of one already sent and
+// is removed without a send (ReplayReport.Settled). So each event is
+// reopened exactly once per job, and sent exactly once, except when the
+// process dies between the broker's confirm (2) and the mark (3): then it
+// is sent once more, at most once per such death. The receiver's inbox
+// deduplicates the two copies by event id (the second finds its row
+// PROCESSED, or is one more attempt when the first failed). A dead letter
+// of the job's event made after the job reopened it (its envelope's
+// dead-letter time after the item's REOPENED_AT; the two clocks of the
+// consumer and of the replaying process are compared) is a new failure:
+// it stays on the queue (ReplayReport.FailedAgain).
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	var rep ReplayReport
 	switch {
@@ -85,6 +144,12 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = inboxkit.SystemClock{}
+	}
+	if cfg.Job != nil {
+		if cfg.DryRun || cfg.EventID != "" {
+			return rep, errors.New("consumer: Replay: a Job replays a selection (All or SelectFunc), not a dry run or one EventID")
+		}
+		return replayJob(ctx, cfg)
 	}
 	var last time.Time // the previous publish (Rate)
 	err := scanDLQ(ctx, cfg.DLQ, cfg.IdleTimeout, cfg.Clock, func(d Delivery, m inboxkit.Message) error {
@@ -118,16 +183,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 			}
 			return handBack(ctx, d)
 		}
-		if cfg.Rate > 0 {
-			if wait := time.Duration(float64(time.Second)/cfg.Rate) - time.Since(last); !last.IsZero() && wait > 0 {
-				select {
-				case <-ctx.Done():
-					_ = d.Requeue(context.WithoutCancel(ctx), 0)
-					return ctx.Err()
-				case <-time.After(wait):
-				}
-			}
-			last = time.Now()
+		if err := pace(ctx, cfg.Rate, &last); err != nil {
+			_ = d.Requeue(context.WithoutCancel(ctx), 0)
+			return err
 		}
 		reason, err := reopen(ctx, cfg.Store, env)
 		if err != nil {
@@ -150,6 +208,23 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		return nil
 	})
 	return rep, err
+}
+
+// pace waits until 1/rate seconds after *last (no wait for rate 0 or the
+// first send) and sets *last to now.
+func pace(ctx context.Context, rate float64, last *time.Time) error {
+	if rate <= 0 {
+		return nil
+	}
+	if wait := time.Duration(float64(time.Second)/rate) - time.Since(*last); !last.IsZero() && wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	*last = time.Now()
+	return nil
 }
 
 // handBack returns a dead letter that is not taken to the DLQ.

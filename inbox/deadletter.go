@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -106,8 +107,13 @@ func (s *Store) ResetForReplay(ctx context.Context, eventID, consumerName string
 // message is then processed once. It reports false when the row is not
 // REJECTED (or absent).
 func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string) (bool, error) {
-	r, err := s.Get(ctx, eventID, consumerName)
-	if errors.Is(err, ErrNotFound) {
+	return s.reopenRejectedOn(ctx, s.db, eventID, consumerName)
+}
+
+// reopenRejectedOn is ReopenRejected on q (the pool or a transaction).
+func (s *Store) reopenRejectedOn(ctx context.Context, q execer, eventID, consumerName string) (bool, error) {
+	r, err := scanRecord(s.q.selectOne.queryRow(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key(nil)))
+	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
@@ -123,7 +129,7 @@ func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string
 	case r.LastError != "":
 		story += ": " + r.LastError
 	}
-	res, err := s.q.reopenRejected.exec(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now()), "error": s.truncate(story)}))
+	res, err := s.q.reopenRejected.exec(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now()), "error": s.truncate(story)}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: reopen rejected: %w", err)
 	}

@@ -39,8 +39,38 @@ type FailureGroup struct {
 type FailureFilter struct {
 	// Consumer keeps one consumer's rows ("" for all).
 	Consumer string
-	// Since keeps the rows that last changed at or after it (zero: all).
-	Since time.Time
+	// Since keeps the rows that last changed at or after it, Until those
+	// that last changed before it (zero: no bound). A failure's last time
+	// is its row's UPDATED_AT (PROCESSED_AT, CREATED_AT where none).
+	Since, Until time.Time
+	// Archived selects the archived rows (ArchiveGroup) instead of the
+	// others: a failure group, a replay's selection and FailureGroups see
+	// only the rows not archived unless Archived is set.
+	Archived bool
+}
+
+// filterWhere is the WHERE condition of the failed rows f selects, with
+// its arguments; a group's rows add their own conditions after it.
+func (s *Store) filterWhere(f FailureFilter) (string, []any) {
+	where, args := s.failedRows(), []any{s.cfg.Retry.MaxAttempts}
+	if f.Archived {
+		where += " AND " + s.expr("ARCHIVED_AT") + " IS NOT NULL"
+	} else {
+		where += " AND " + s.expr("ARCHIVED_AT") + " IS NULL"
+	}
+	if f.Consumer != "" {
+		where += " AND CONSUMER_NAME = ?"
+		args = append(args, f.Consumer)
+	}
+	if !f.Since.IsZero() {
+		where += " AND " + s.lastChanged() + " >= ?"
+		args = append(args, s.t(f.Since))
+	}
+	if !f.Until.IsZero() {
+		where += " AND " + s.lastChanged() + " < ?"
+		args = append(args, s.t(f.Until))
+	}
+	return where, args
 }
 
 // failedRows is the WHERE condition of the failed rows: DEAD_LETTERED,
@@ -81,15 +111,7 @@ func (s *Store) lastChanged() string {
 // with work_mem raised to 64 MB (SET LOCAL), so that the groups are hashed
 // in memory rather than the rows sorted on disk.
 func (s *Store) FailureGroups(ctx context.Context, f FailureFilter) ([]FailureGroup, error) {
-	where, args := s.failedRows(), []any{s.cfg.Retry.MaxAttempts}
-	if f.Consumer != "" {
-		where += " AND CONSUMER_NAME = ?"
-		args = append(args, f.Consumer)
-	}
-	if !f.Since.IsZero() {
-		where += " AND " + s.lastChanged() + " >= ?"
-		args = append(args, s.t(f.Since))
-	}
+	where, args := s.filterWhere(f)
 	q := s.d.Rebind(strings.NewReplacer("{t}", s.cfg.Table, "{status}", s.d.exactStatus(), "{class}", s.expr("ERROR_CLASS"),
 		"{error}", s.expr("LAST_ERROR"), "{first}", "COALESCE("+s.expr("FIRST_FAILED_AT")+", CREATED_AT)",
 		"{last}", s.lastChanged(), "{replays}", s.expr("REPLAY_COUNT"), "{where}", where).Replace(
@@ -177,7 +199,9 @@ func (s *Store) GroupEvents(ctx context.Context, id string, f FailureFilter) (Fa
 	if g.ID == "" {
 		return g, nil, fmt.Errorf("%w %q among %d group(s): list them with inboxctl failures groups", ErrNoSuchGroup, id, len(groups))
 	}
-	where, args := s.failedRows()+" AND CONSUMER_NAME = ? AND "+s.d.exactStatus()+" = ?", []any{s.cfg.Retry.MaxAttempts, g.ConsumerName, string(g.Status)}
+	where, args := s.filterWhere(f)
+	where += " AND CONSUMER_NAME = ? AND " + s.d.exactStatus() + " = ?"
+	args = append(args, g.ConsumerName, string(g.Status))
 	for _, c := range []struct{ col, v string }{{"REASON_CODE", g.ReasonCode}, {s.expr("ERROR_CLASS"), g.ErrorClass}} {
 		if c.v == "" {
 			where += " AND " + c.col + " IS NULL"
@@ -185,10 +209,6 @@ func (s *Store) GroupEvents(ctx context.Context, id string, f FailureFilter) (Fa
 			where += " AND " + c.col + " = ?"
 			args = append(args, c.v)
 		}
-	}
-	if !f.Since.IsZero() {
-		where += " AND " + s.lastChanged() + " >= ?"
-		args = append(args, s.t(f.Since))
 	}
 	q := s.d.Rebind(`SELECT EVENT_ID, ` + s.expr("LAST_ERROR") + ` FROM ` + s.cfg.Table + ` WHERE ` + where + ` ORDER BY ` + s.lastChanged() + `, EVENT_ID`)
 	rows, err := s.db.QueryContext(ctx, q, args...)

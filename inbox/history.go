@@ -53,6 +53,34 @@ func sideTableDDL(d Dialect, name string) string {
 			d.columnDDL(column{"ROWS_AFFECTED", kCount, 0, true}),
 			d.columnDDL(column{"DETAIL", kVarchar, maxHistoryDetail, false}),
 		}
+	case ReplayJobTable:
+		cols = []string{
+			"JOB_ID " + d.schema.integer + " NOT NULL",
+			d.columnDDL(column{"TABLE_NAME", kVarchar, 30, true}),
+			d.columnDDL(column{"QUEUE_NAME", kVarchar, 200, true}),
+			d.columnDDL(column{"SELECTION", kVarchar, maxJobSelection, true}),
+			d.columnDDL(column{"OPERATOR", kVarchar, maxOperator, true}),
+			d.columnDDL(column{"RATE", kVarchar, 20, false}),
+			d.columnDDL(column{"MAX_EVENTS", kCount, 0, true}),
+			d.columnDDL(column{"STATE", kVarchar, 20, true}),
+			d.columnDDL(column{"REPLAYED", kCount, 0, true}),
+			d.columnDDL(column{"SKIPPED", kCount, 0, true}),
+			d.columnDDL(column{"FAILED_AGAIN", kCount, 0, true}),
+			d.columnDDL(column{"STOP_REASON", kVarchar, maxHistoryDetail, false}),
+			d.columnDDL(column{"CREATED_AT", kCreated, 0, true}),
+			d.columnDDL(column{"UPDATED_AT", kTime, 0, false}),
+			"CONSTRAINT " + ReplayJobTable + "_PK PRIMARY KEY (JOB_ID)",
+		}
+	case ReplayItemTable:
+		cols = []string{
+			"JOB_ID " + d.schema.integer + " NOT NULL",
+			d.columnDDL(column{"EVENT_ID", kVarchar, 120, true}),
+			d.columnDDL(column{"CONSUMER_NAME", kVarchar, 80, true}),
+			d.columnDDL(column{"STATE", kVarchar, 20, true}),
+			d.columnDDL(column{"REOPENED_AT", kTime, 0, false}),
+			d.columnDDL(column{"SENT_AT", kTime, 0, false}),
+			"CONSTRAINT " + ReplayItemTable + "_PK PRIMARY KEY (JOB_ID, EVENT_ID, CONSUMER_NAME)",
+		}
 	default:
 		panic("inbox: no DDL for side table " + name)
 	}

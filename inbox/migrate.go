@@ -107,6 +107,9 @@ var steps = []step{
 		add: []column{{"ORDER_KEY", kVarchar, 120, false}}},
 	{version: 8, description: ActionTable + ": who did what (operator actions), per inbox table",
 		tables: []string{ActionTable}},
+	{version: 9, description: "ARCHIVED_AT (failures archive); " + ReplayJobTable + " and " + ReplayItemTable + ": resumable replay jobs",
+		add:    []column{{"ARCHIVED_AT", kTime, 0, false}},
+		tables: []string{ReplayJobTable, ReplayItemTable}},
 }
 
 // SchemaVersion is the schema version this build needs: the number of the

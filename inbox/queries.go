@@ -129,11 +129,11 @@ func buildQueries(d Dialect, table string) queries {
 		// (ProcessBatch): claim and reject in one statement.
 		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
 		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
+		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, ARCHIVED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
 		// rejection's reason and error move to LAST_ERROR. A stored entry
 		// (store-then-process: PAYLOAD set) is due for the workers at once.
-		reopenRejected: n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, UPDATED_AT = @now, ` +
+		reopenRejected: n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, ARCHIVED_AT = NULL, UPDATED_AT = @now, ` +
 			`LAST_ERROR = @error, ERROR_CLASS = 'BUSINESS', NEXT_ATTEMPT_AT = CASE WHEN PAYLOAD IS NULL THEN NULL ELSE UPDATED_AT END` + key + ` AND STATUS = 'REJECTED'`),
 		selectStatus:      n(`SELECT STATUS, ATTEMPTS FROM {t}` + key),
 		selectAttempts:    n(`SELECT ATTEMPTS FROM {t}` + key),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -181,18 +182,22 @@ type replayReport struct {
 	Replayed    []string `json:"replayed"`
 	Left        []string `json:"left"`
 	NotSelected int      `json:"notSelected"`
-	Error       string   `json:"error,omitempty"`
+	// Job is the replay job of a bulk replay (its state and counts after
+	// the run).
+	Job   *inbox.ReplayJob `json:"job,omitempty"`
+	Error string           `json:"error,omitempty"`
 }
 
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
 	var op operatorFlag
-	var brokerURL, queue, eventID, dest, group, reason, groupConsumer, rate string
-	var all, dryRun bool
-	var limit int
+	var brokerURL, queue, eventID, dest, group, reason, groupConsumer, rate, since, until string
+	var all, dryRun, jobs bool
+	var limit, stopAfter int
+	var resume int64
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all) --db URL [--rate N/s] [--limit N] [--dry-run] [-o json]",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all | --since T --until T) --db URL [--consumer C] [--rate N/s] [--limit N] [--stop-after-failures N] [--dry-run] [-o json] | --resume JOB | --jobs",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -206,51 +211,164 @@ event is processed once, and its audit shows the rejection, the replay and the
 processing. A message whose row is in another state (already processed) is not
 replayed: it stays on the queue and the command exits 1. So does a message that is
 not an inboxkit dead letter (the broker moved it there itself): 'dlq drop' removes it.
---dry-run changes nothing and says what a replay would do.
+--dry-run changes nothing and prints exactly the events a replay would take, and
+their count.
 
 --group G replays exactly the dead letters of a failure group ('inboxctl failures
-groups' shows the ids; --consumer and --max-attempts as there): the event ids of its
-rows now, so a row that changed group since is not replayed. --reason R replays the
-dead letters whose envelope has that reason (MAX_ATTEMPTS, POISON, ...). --limit N
-replays at most N, --rate N/s at most N a second (a pause before each); the dead
-letters not replayed stay on the queue. Each run is recorded with the operator
-(--operator, else $USER) in INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
+groups' shows the ids; --max-attempts as there): the event ids of its rows now, so
+a row that changed group since is not replayed. --reason R replays the dead letters
+whose envelope has that reason (MAX_ATTEMPTS, POISON, ...). --since T and --until T
+keep the failures whose row last changed in [T, T) (2026-01-31, RFC 3339, or a
+duration ago: 24h), --consumer C one consumer's; they combine with --group,
+--reason and --all, or select alone. Archived failures ('inboxctl failures
+archive') are never selected by these. --limit N replays at most N, --rate N/s at
+most N a second (a pause before each); the dead letters not replayed stay on the
+queue.
+
+A bulk replay (all but --event-id, without --dry-run) is a job, recorded in
+INBOXKIT_REPLAY_JOB with each event it reopened in INBOXKIT_REPLAY_ITEM: killed
+(kill -9) and resumed with --resume JOB it finishes the rest and reopens and sends
+no event twice (one exception, at most one more send per kill: see
+docs/operations.md). A new bulk replay of a queue with an unfinished (RUNNING) job
+is refused. --stop-after-failures N stops the job (state STOPPED, exit 1) when N
+of its replayed events failed again; --resume continues it. --jobs lists the jobs.
+Each run is recorded with the operator (--operator, else $USER) in
+INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 		Example: `  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 \
     --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db`,
+  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db
+  inboxctl dlq replay --broker amqp://guest:guest@127.0.0.1:5672/ --queue DLQ.invoices --db sqlite:./inbox.db \
+    --since 2026-01-31T08:00:00Z --until 2026-01-31T09:00:00Z --rate 50/s --stop-after-failures 10
+  inboxctl dlq replay --broker amqp://guest:guest@127.0.0.1:5672/ --db sqlite:./inbox.db --resume 7
+  inboxctl dlq replay --db sqlite:./inbox.db --jobs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch {
-			case queue == "":
-				return usageErr("dlq replay needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
-			case countSet(eventID != "", all, group != "", reason != "") != 1:
-				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R or --all (every dead letter)")
-			case limit < 0:
-				return usageErr("--limit must not be negative (got %d); 0 means no limit", limit)
-			}
-			perSecond, err := parseRate(rate)
-			if err != nil {
-				return err
-			}
 			j, err := o.json()
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			b, err := openLastingBroker(brokerURL, "dlq replay")
-			if err != nil {
+			out := cmd.OutOrStdout()
+			if jobs {
+				st, _, err := f.openStore(ctx)
+				if err != nil {
+					return err
+				}
+				defer st.DB().Close()
+				js, err := st.ReplayJobs(ctx)
+				if err != nil {
+					return err
+				}
+				if j {
+					return writeJSON(out, js)
+				}
+				printJobs(out, st.Config().Table, js)
+				return nil
+			}
+			sel := replaySelection{Group: group, Reason: reason, All: all, Consumer: groupConsumer, To: dest, Limit: limit, StopAfterFailures: stopAfter}
+			now := time.Now().UTC()
+			if since != "" {
+				if sel.Since, err = sinceTime(since, now); err != nil {
+					return err
+				}
+			}
+			if until != "" {
+				if sel.Until, err = sinceTime(until, now); err != nil {
+					return usageErr("--until %q: give a time (2026-01-31, 2026-01-31 08:00:00 in UTC, RFC 3339) or a duration ago (24h, 7d)", until)
+				}
+			}
+			if sel.Rate, err = parseRate(rate); err != nil {
 				return err
 			}
-			defer b.Close()
+			timed := since != "" || until != ""
+			switch {
+			case resume != 0:
+				if countSet(eventID != "", all, group != "", reason != "", timed, dryRun) > 0 {
+					return usageErr("--resume JOB takes the job's own selection: give no --event-id, --group, --reason, --all, --since, --until or --dry-run")
+				}
+			case queue == "":
+				return usageErr("dlq replay needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
+			case countSet(eventID != "", all, group != "", reason != "") > 1 || (eventID != "" && timed) || (!sel.bulk() && eventID == ""):
+				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R or --all (every dead letter), or --since/--until (failures in a time window; they combine with --group, --reason and --all)")
+			case limit < 0:
+				return usageErr("--limit must not be negative (got %d); 0 means no limit", limit)
+			case stopAfter < 0:
+				return usageErr("--stop-after-failures must not be negative (got %d); 0 means never stop", stopAfter)
+			case !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until):
+				return usageErr("--since %s is not before --until %s: nothing would be selected", since, until)
+			}
 			st, _, err := f.openStore(ctx)
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
+			var job *inbox.ReplayJob
+			if resume != 0 {
+				jb, err := st.ReplayJob(ctx, resume)
+				if errors.Is(err, inbox.ErrNoSuchJob) {
+					return usageErr("%v", err)
+				}
+				if err != nil {
+					return err
+				}
+				if jb.State == inbox.JobDone {
+					fmt.Fprintf(out, "replay job %d is DONE already: nothing to resume\n", jb.ID)
+					printJob(out, jb)
+					return nil
+				}
+				if queue != "" && queue != jb.Queue {
+					return usageErr("replay job %d replays %s, not %s: leave --queue out with --resume", jb.ID, jb.Queue, queue)
+				}
+				if err := json.Unmarshal([]byte(jb.Selection), &sel); err != nil {
+					return fmt.Errorf("replay job %d: its selection %q cannot be read: %w", jb.ID, jb.Selection, err)
+				}
+				if stopAfter > 0 {
+					sel.StopAfterFailures = stopAfter // may be raised on resume
+				}
+				queue, dest, limit, job = jb.Queue, sel.To, sel.Limit, &jb
+			}
+			b, err := openLastingBroker(brokerURL, "dlq replay")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
 			if err := b.requireQueue(ctx, queue); err != nil {
 				return err
 			}
-			src, err := b.toolSource(ctx, queue, 10, 0)
+			rc := consumer.ReplayConfig{Publisher: nil, Store: st, EventID: eventID, Destination: dest, DryRun: dryRun, Limit: limit, Rate: sel.Rate, StopAfterFailures: sel.StopAfterFailures}
+			selection := "--event-id " + eventID
+			prefetch := 10
+			if sel.bulk() {
+				if job == nil && !dryRun {
+					if u, err := unfinishedJob(ctx, st, queue); err != nil {
+						return err
+					} else if u != nil {
+						return usageErr("replay job %d of %s is unfinished (RUNNING, last updated %s): its process may still run, or was killed;\n\tfinish it with 'inboxctl dlq replay --resume %d' (it sends nothing twice), then start a new one",
+							u.ID, queue, u.UpdatedAt.UTC().Format(time.RFC3339), u.ID)
+					}
+				}
+				if rc.SelectFunc, selection, err = sel.selectFunc(ctx, st, job); err != nil {
+					return err
+				}
+				rc.All = sel.All
+				if !dryRun {
+					if job == nil {
+						text, _ := json.Marshal(sel)
+						jb, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: queue, Selection: string(text), Operator: op.who(), Rate: rate, Limit: int64(limit)})
+						if err != nil {
+							return err
+						}
+						job = &jb
+					}
+					rc.Job = job
+					prefetch = 1000 // a job holds what it does not take until its scan ends
+					selection = fmt.Sprintf("job %d: %s", job.ID, selection)
+					if resume != 0 {
+						selection += " (resumed)"
+					}
+				}
+			}
+			src, err := b.toolSource(ctx, queue, prefetch, 0)
 			if err != nil {
 				return err
 			}
@@ -259,48 +377,20 @@ letters not replayed stay on the queue. Each run is recorded with the operator
 				src.Close()
 				return err
 			}
-			rc := consumer.ReplayConfig{DLQ: src, Publisher: pub, Store: st, EventID: eventID, All: all, Destination: dest, DryRun: dryRun, Limit: limit, Rate: perSecond}
-			selection := map[bool]string{true: "--all", false: "--event-id " + eventID}[all]
-			switch {
-			case group != "":
-				g, ids, err := st.GroupEvents(ctx, group, inbox.FailureFilter{Consumer: groupConsumer})
-				if err != nil {
-					src.Close()
-					if errors.Is(err, inbox.ErrNoSuchGroup) {
-						return usageErr("%v", err)
-					}
-					return err
-				}
-				in := make(map[string]bool, len(ids))
-				for _, id := range ids {
-					in[id] = true
-				}
-				rc.SelectFunc = func(e dlq.Envelope) bool { return in[e.EventID] }
-				selection = fmt.Sprintf("--group %s (%s %s %s: %d row(s))", group, g.ConsumerName, g.Status, orDash(g.ReasonCode), len(ids))
-			case reason != "":
-				rc.SelectFunc = func(e dlq.Envelope) bool { return e.Reason == reason }
-				selection = "--reason " + reason
-			}
-			if limit > 0 {
-				selection += fmt.Sprintf(", --limit %d", limit)
-			}
-			if perSecond > 0 {
-				selection += fmt.Sprintf(", --rate %g/s", perSecond)
-			}
+			rc.DLQ, rc.Publisher = src, pub
 			rep, err := consumer.Replay(ctx, rc)
 			src.Close()
 			var recErr error
-			if !dryRun && len(rep.Replayed) > 0 {
+			if !dryRun && (len(rep.Replayed) > 0 || job != nil) {
 				detail := "queue " + queue + ", " + selection
-				if dest != "" {
+				if dest != "" && resume == 0 {
 					detail += ", to " + dest
 				}
 				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "dlq-replay", EventIDs: rep.Replayed,
 					Rows: int64(len(rep.Replayed)), Detail: detail}, st.RecordAction)
 			}
-			out := cmd.OutOrStdout()
 			if j {
-				jr := replayReport{Queue: queue, DryRun: dryRun, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...), NotSelected: rep.Kept}
+				jr := replayReport{Queue: queue, DryRun: dryRun, Replayed: append([]string{}, rep.Replayed...), Left: append([]string{}, rep.Skipped...), NotSelected: rep.Kept, Job: job}
 				if err != nil {
 					jr.Error = err.Error()
 				}
@@ -309,11 +399,17 @@ letters not replayed stay on the queue. Each run is recorded with the operator
 				}
 			} else {
 				printReplay(out, queue, eventID, dryRun, rep)
+				if job != nil {
+					printJob(out, *job)
+				}
+			}
+			if job != nil {
+				err = jobOutcome(cmd.ErrOrStderr(), *job, err)
 			}
 			if err != nil {
 				return err
 			}
-			looked := len(rep.Replayed) + len(rep.Skipped) + rep.Kept
+			looked := len(rep.Replayed) + len(rep.Skipped) + rep.Kept + rep.Settled + rep.FailedAgain
 			if looked == 0 {
 				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
@@ -331,14 +427,19 @@ letters not replayed stay on the queue. Each run is recorded with the operator
 	f.register(c)
 	op.register(c)
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL (default $"+envBroker+")")
-	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required)")
+	c.Flags().StringVar(&queue, "queue", "", "dead-letter queue (required, except with --resume and --jobs)")
 	c.Flags().StringVar(&eventID, "event-id", "", "replay the dead letters of this event id")
-	c.Flags().BoolVar(&all, "all", false, "replay every dead letter")
+	c.Flags().BoolVar(&all, "all", false, "replay every dead letter (archived failures excepted)")
 	c.Flags().StringVar(&group, "group", "", "replay the dead letters of this failure group (an id 'inboxctl failures groups' shows)")
-	c.Flags().StringVar(&groupConsumer, "consumer", "", "with --group: the consumer the groups were listed for")
+	c.Flags().StringVar(&groupConsumer, "consumer", "", "only this consumer's failures (with --group: the consumer the groups were listed for)")
 	c.Flags().StringVar(&reason, "reason", "", "replay the dead letters of this reason code")
+	c.Flags().StringVar(&since, "since", "", "only failures whose row last changed at or after a time (2026-01-31, RFC 3339) or a duration ago (24h)")
+	c.Flags().StringVar(&until, "until", "", "only failures whose row last changed before a time (2026-01-31, RFC 3339) or a duration ago (1h)")
 	c.Flags().IntVar(&limit, "limit", 0, "replay at most this many (0: no limit)")
 	c.Flags().StringVar(&rate, "rate", "", "replay at most this many a second: 50/s or 50 (default: no limit)")
+	c.Flags().IntVar(&stopAfter, "stop-after-failures", 0, "stop the job when this many of its replayed events failed again (0: never)")
+	c.Flags().Int64Var(&resume, "resume", 0, "finish the unfinished or stopped replay job with this id (--jobs lists them)")
+	c.Flags().BoolVar(&jobs, "jobs", false, "list the replay jobs and their states")
 	f.registerAttempts(c)
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "change nothing: say which dead letters would be replayed, and which left")
@@ -372,7 +473,11 @@ func printReplay(out io.Writer, queue, eventID string, dryRun bool, rep consumer
 	if dryRun {
 		line = fmt.Sprintf("dry run, nothing changed: %d would be replayed", len(rep.Replayed))
 	}
-	left := len(rep.Skipped) + rep.Kept
+	if rep.Stopped != "" {
+		fmt.Fprintf(out, "%d replayed; stopped: the dead letters not looked at stay in %s\n", len(rep.Replayed), queue)
+		return
+	}
+	left := len(rep.Skipped) + rep.Kept + rep.FailedAgain
 	if dryRun {
 		left += len(rep.Replayed) // all of them are still there
 	}

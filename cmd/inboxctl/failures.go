@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -19,6 +20,7 @@ type failureGroupsReport struct {
 	MaxAttempts int                  `json:"maxAttempts"`
 	Consumer    string               `json:"consumer,omitempty"`
 	Since       *time.Time           `json:"since,omitempty"`
+	Archived    bool                 `json:"archived,omitempty"`
 	Rows        int64                `json:"rows"`
 	Groups      []inbox.FailureGroup `json:"groups"`
 }
@@ -30,7 +32,7 @@ func newFailuresCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	c.AddCommand(newFailureGroupsCmd())
+	c.AddCommand(newFailureGroupsCmd(), newFailureArchiveCmd(true), newFailureArchiveCmd(false))
 	return c
 }
 
@@ -38,8 +40,9 @@ func newFailureGroupsCmd() *cobra.Command {
 	var f dbFlags
 	var o outputFlags
 	var consumer, since string
+	var archived bool
 	c := &cobra.Command{
-		Use:   "groups --db URL [--consumer C] [--since T] [-o json]",
+		Use:   "groups --db URL [--consumer C] [--since T] [--archived] [-o json]",
 		Short: "Group DEAD_LETTERED, REJECTED and stuck rows by consumer, status, reason, class and error",
 		Long: `failures groups groups the failed rows — DEAD_LETTERED, REJECTED, and TECHNICAL_FAILURE
 at the backout threshold (--max-attempts) — by consumer, status, reason code, error class
@@ -50,7 +53,8 @@ error, and its id (12 hex digits, stable: 'inboxctl dlq replay --group ID' takes
 The largest group comes first.
 
 --since keeps the rows that changed at or after a time (2026-01-31, RFC 3339) or a
-duration ago (24h, 7d). It reads a table inboxctl migrate has not upgraded yet as it
+duration ago (24h, 7d). Archived rows ('inboxctl failures archive') are left out;
+--archived lists them instead, by group ('failures restore' takes the ids). It reads a table inboxctl migrate has not upgraded yet as it
 is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 		Example: `  inboxctl failures groups --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   inboxctl failures groups --db sqlite:./inbox.db --consumer invoice-consumer --since 24h -o json`,
@@ -66,7 +70,7 @@ is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 				return err
 			}
 			defer st.DB().Close()
-			r, err := failureGroups(ctx, st, consumer, since, time.Now().UTC())
+			r, err := failureGroups(ctx, st, consumer, since, archived, time.Now().UTC())
 			if err != nil {
 				return err
 			}
@@ -82,15 +86,17 @@ is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 	o.register(c)
 	c.Flags().StringVar(&consumer, "consumer", "", "only this consumer's rows")
 	c.Flags().StringVar(&since, "since", "", "only rows changed since a time (2026-01-31, RFC 3339) or a duration ago (24h, 7d)")
+	c.Flags().BoolVar(&archived, "archived", false, "list the archived failures instead")
 	return c
 }
 
 // failureGroups is the report of 'failures groups' (and the console's
 // /api/failures/groups): the failed rows of st grouped, for one consumer
-// ("" all), changed since (a --since value, "" all), at now.
-func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string, now time.Time) (failureGroupsReport, error) {
-	r := failureGroupsReport{Table: st.Config().Table, At: now, MaxAttempts: st.Config().Retry.MaxAttempts, Consumer: consumer}
-	filter := inbox.FailureFilter{Consumer: consumer}
+// ("" all), changed since (a --since value, "" all), the archived ones
+// instead of the others when archived, at now.
+func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string, archived bool, now time.Time) (failureGroupsReport, error) {
+	r := failureGroupsReport{Table: st.Config().Table, At: now, MaxAttempts: st.Config().Retry.MaxAttempts, Consumer: consumer, Archived: archived}
+	filter := inbox.FailureFilter{Consumer: consumer, Archived: archived}
 	if since != "" {
 		t, err := sinceTime(since, r.At)
 		if err != nil {
@@ -108,6 +114,94 @@ func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string,
 	return r, nil
 }
 
+// newFailureArchiveCmd is failures archive (archive) or failures restore.
+func newFailureArchiveCmd(archive bool) *cobra.Command {
+	var f dbFlags
+	var op operatorFlag
+	var o outputFlags
+	var group, consumer string
+	name, short := "restore", "Show an archived failure group again"
+	action, done := "failures-restore", "restored"
+	long := `restore undoes 'inboxctl failures archive': the archived rows of the group (listed by
+'inboxctl failures groups --archived', same id) are shown by 'failures groups' and
+selected by 'dlq replay --all', '--group' and '--since' again. It changes no status.
+The restore is recorded with the operator in INBOXKIT_OPERATOR_ACTION. Exit 2 for an
+unknown group.`
+	if archive {
+		name, short = "archive", "Hide a failure group from failures groups and from bulk replays"
+		action, done = "failures-archive", "archived"
+		long = `archive hides the rows of a failure group (an id 'inboxctl failures groups' shows):
+'failures groups' leaves them out, and 'dlq replay --all', '--group', '--reason' and
+'--since' do not select their dead letters, until 'inboxctl failures restore'. It
+marks the group's rows as they are now (ARCHIVED_AT): a failure of the same cause
+that comes later shows as the group again. Their dead letters stay on the queue and
+their status is unchanged; a replay of one by --event-id unarchives its row. The
+archive is recorded with the operator in INBOXKIT_OPERATOR_ACTION. Exit 2 for an
+unknown group.`
+	}
+	c := &cobra.Command{
+		Use:     name + " --db URL --group G [--consumer C] [-o json]",
+		Short:   short,
+		Long:    long,
+		Example: "  inboxctl failures " + name + " --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --group 3f2a9c0d1e4b --operator alice",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			asJSON, err := o.json()
+			if err != nil {
+				return err
+			}
+			if group == "" {
+				return usageErr("failures %s needs --group G, a failure group's id ('inboxctl failures groups%s' lists them)", name, map[bool]string{true: "", false: " --archived"}[archive])
+			}
+			ctx := cmd.Context()
+			st, _, err := f.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.DB().Close()
+			do := st.RestoreGroup
+			if archive {
+				do = st.ArchiveGroup
+			}
+			g, ids, err := do(ctx, group, inbox.FailureFilter{Consumer: consumer})
+			if errors.Is(err, inbox.ErrNoSuchGroup) {
+				return usageErr("%v", err)
+			}
+			recErr := error(nil)
+			if len(ids) > 0 {
+				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: action, EventIDs: ids, Rows: int64(len(ids)),
+					Detail: fmt.Sprintf("--group %s (%s %s %s)", group, g.ConsumerName, g.Status, orDash(g.ReasonCode))}, st.RecordAction)
+			}
+			if asJSON {
+				if werr := writeJSON(cmd.OutOrStdout(), map[string]any{"group": g, done: ids, "error": errText(err)}); werr != nil && err == nil {
+					err = werr
+				}
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s group %s (%s %s %s, %s): %d row(s)\n", done, group, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.Fingerprint), len(ids))
+			}
+			if err != nil {
+				return err
+			}
+			return recErr
+		},
+	}
+	f.register(c)
+	f.registerAttempts(c)
+	op.register(c)
+	o.register(c)
+	c.Flags().StringVar(&group, "group", "", "the failure group's id (required)")
+	c.Flags().StringVar(&consumer, "consumer", "", "the consumer the groups were listed for")
+	return c
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // sinceTime parses --since: a time (UTC where no zone is given) or a
 // duration before now.
 func sinceTime(v string, now time.Time) (time.Time, error) {
@@ -123,7 +217,11 @@ func sinceTime(v string, now time.Time) (time.Time, error) {
 }
 
 func printFailureGroups(w io.Writer, r failureGroupsReport) {
-	fmt.Fprintf(w, "failures in %s at %s (technical failures at %d attempts or more)\n\n", r.Table, r.At.Format(time.RFC3339), r.MaxAttempts)
+	what := "failures"
+	if r.Archived {
+		what = "archived failures"
+	}
+	fmt.Fprintf(w, "%s in %s at %s (technical failures at %d attempts or more)\n\n", what, r.Table, r.At.Format(time.RFC3339), r.MaxAttempts)
 	if len(r.Groups) == 0 {
 		fmt.Fprintln(w, "no failed rows")
 		return

@@ -45,7 +45,7 @@ func TestMigrateSeedTable(t *testing.T) {
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--dry-run"), 0,
 				"-- step 2: attempt counting", "ALTER TABLE INBOX_EVENT_PROCESSING ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1")
 			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0") // the dry run changed nothing
-			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "applied step 8", "schema version 0 -> 8")
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "applied step 9", "schema version 0 -> 9")
 			r := inboxctl(t, "", "migrate", "status", "--db", url, "--json")
 			wantCode(t, r, 0)
 			var st struct {

@@ -180,7 +180,7 @@ func (c *console) apiReadiness(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) apiGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), time.Now().UTC())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC())
 	if err != nil {
 		writeAPIError(w, statusOf(err), err)
 		return
@@ -452,7 +452,7 @@ func (c *console) overviewPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) failuresPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), time.Now().UTC())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC())
 	if err != nil {
 		c.fail(w, r, "Failure groups", err)
 		return

@@ -31,10 +31,16 @@ const (
 	// AfterSendBeforeMark is an outbox relay's: the destination confirmed
 	// a message that is not yet marked SENT.
 	AfterSendBeforeMark = "after-send-before-mark"
+	// ReplayAfterReopen is a replay job's: an event's row is reopened and
+	// its item recorded, its message not yet sent.
+	ReplayAfterReopen = "replay-after-reopen"
+	// ReplayAfterSend is a replay job's: the replayed message was
+	// confirmed, its item not yet marked SENT.
+	ReplayAfterSend = "replay-after-send"
 )
 
 // Known lists the point names; Parse refuses others.
-var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark, AfterSendBeforeMark}
+var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark, AfterSendBeforeMark, ReplayAfterReopen, ReplayAfterSend}
 
 // Line is the prefix of the line a firing point writes to standard error.
 const Line = "inboxkit failpoint: "

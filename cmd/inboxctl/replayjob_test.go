@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
+)
+
+const rabbitBroker = "amqp://guest:guest@127.0.0.1:5672/"
+
+// plantDeadLetters writes, for each event id, a DEAD_LETTERED row of
+// consumer c with the error text and last change at, and its dead letter
+// (an inboxkit envelope for queue dest, body the event id) into the
+// RabbitMQ queue dlqName.
+func plantDeadLetters(t *testing.T, db *dbtest.DB, dlqName, dest, errText string, at time.Time, ids ...string) {
+	t.Helper()
+	ts := at.UTC().Format("2006-01-02 15:04:05.000000")
+	var lines strings.Builder
+	for _, id := range ids {
+		execSQL(t, db, `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT)
+			VALUES (?, 'c', 'DEAD_LETTERED', 'MAX_ATTEMPTS', 'TECHNICAL', ?, 5, ?, ?, ?)`, id, errText, ts, ts, ts)
+		h := map[string]string{"eventId": id, "inboxkit-dlq-reason": "MAX_ATTEMPTS", "inboxkit-dlq-class": "TECHNICAL", "inboxkit-dlq-consumer": "c",
+			"inboxkit-dlq-event-id": id, "inboxkit-dlq-original-destination": dest, "inboxkit-dlq-error": errText, "inboxkit-dlq-attempts": "5",
+			"inboxkit-dlq-time": at.UTC().Format(time.RFC3339Nano)}
+		line, err := json.Marshal(map[string]any{"headers": h, "body": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines.Write(append(line, '\n'))
+	}
+	wantCode(t, inboxctl(t, lines.String(), "publish", "--broker", rabbitBroker, "--queue", dlqName, "--file", "-"), 0, fmt.Sprintf("published %d", len(ids)))
+}
+
+// drainRabbit takes every message of queue off RabbitMQ and counts them by
+// body, with the time each was taken.
+func drainRabbit(t *testing.T, queue string) map[string]int {
+	t.Helper()
+	conn, err := amqp.Dial(rabbitBroker)
+	if err != nil {
+		t.Fatalf("RabbitMQ not reachable at 127.0.0.1:5672 (start it with rabbitmq-server -detached): %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for {
+		m, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return got
+		}
+		got[string(m.Body)]++
+	}
+}
+
+// groupOf returns the id of the failure group whose fingerprint is fp.
+func groupOf(t *testing.T, url, fp string, extra ...string) string {
+	t.Helper()
+	r := inboxctl(t, "", append([]string{"failures", "groups", "--db", url, "-o", "json"}, extra...)...)
+	var rep failureGroupsReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("failures groups: %v\n%s", err, r)
+	}
+	for _, g := range rep.Groups {
+		if g.Fingerprint == fp {
+			return g.ID
+		}
+	}
+	t.Fatalf("no group %q in\n%s", fp, r)
+	return ""
+}
+
+func ids(prefix string, from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("%s-%d", prefix, i))
+	}
+	return out
+}
+
+// A paced group replay killed with SIGKILL halfway and resumed replays
+// every event of the group exactly once at the broker, and none of the
+// others; a new replay of the queue is refused while the job is
+// unfinished. PostgreSQL and RabbitMQ.
+func TestReplayJobKillAndResume(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	url := dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 9")
+	queue := fmt.Sprintf("inboxctl.replayjob.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+	rabbittest.Declare(t, queue)
+	rabbittest.Declare(t, dlqName)
+	const n = 30
+	at := time.Now().Add(-time.Hour)
+	// Interleaved: the unselected dead letters lie between the selected.
+	for i := 1; i <= n; i += 10 {
+		plantDeadLetters(t, db, dlqName, queue, "cause A", at, ids("a", i, i+9)...)
+		plantDeadLetters(t, db, dlqName, queue, "cause B", at, ids("b", i/10*3+1, i/10*3+3)...)
+	}
+	group := groupOf(t, url, "cause A")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run, logs := startCommand(ctx, t, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--group", group, "--rate", "5/s", "--operator", "erin")
+	sent := func() int {
+		var k int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'SENT'`).Scan(&k); err != nil {
+			return -1
+		}
+		return k
+	}
+	for deadline := time.Now().Add(60 * time.Second); sent() < n/2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replay did not send %d events in 60 s:\n%s", n/2, logs)
+		}
+	}
+	if err := run.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the replay was not killed: %v\n%s", err, logs)
+	}
+	killedAt := sent()
+	r := inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs")
+	wantCode(t, r, 0, "replay jobs of INBOX_EVENT_PROCESSING: 1", "RUNNING", "--resume 1")
+	t.Logf("after kill -9 at %d of %d sent, dlq replay --jobs:\n%s", killedAt, n, r.stdout)
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all"), 2, "replay job 1 of "+dlqName+" is unfinished", "--resume 1")
+
+	r = inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1", "--operator", "erin")
+	wantCode(t, r, 0, "replay job 1 DONE: 30 replayed in all its runs, 0 left with a reason, 0 failed again")
+	t.Logf("dlq replay --resume 1:\n%s%s", r.stdout, r.stderr)
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1"), 0, "replay job 1 is DONE already")
+
+	got := drainRabbit(t, queue)
+	for _, id := range ids("a", 1, n) {
+		if got[id] != 1 {
+			t.Errorf("%s reached the broker %d times, want 1", id, got[id])
+		}
+	}
+	if len(got) != n {
+		t.Errorf("the broker got %d distinct messages, want the %d of the group: %v", len(got), n, got)
+	}
+	left := drainRabbit(t, dlqName)
+	if len(left) != 9 || left["b-1"] != 1 {
+		t.Errorf("the DLQ holds %v, want the 9 dead letters of cause B", left)
+	}
+	var reopened, items int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = 'TECHNICAL_FAILURE' AND REPLAY_COUNT = 1`).Scan(&reopened); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE JOB_ID = 1 AND STATE = 'SENT'`).Scan(&items); err != nil {
+		t.Fatal(err)
+	}
+	if reopened != n || items != n {
+		t.Errorf("%d rows reopened once, %d items sent; want %d and %d", reopened, items, n, n)
+	}
+	r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs", "-o", "json")
+	var jobs []inbox.ReplayJob
+	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil || len(jobs) != 1 || jobs[0].State != inbox.JobDone || jobs[0].Replayed != n || jobs[0].Operator != "erin" {
+		t.Errorf("jobs: %v\n%s", err, r)
+	}
+	// The killed run recorded no action (the job row names its operator);
+	// the resume records what it sent.
+	wantCode(t, inboxctl(t, "", "audit", "--db", url, "--operator", "erin"), 0, "actions of operator erin: 1", "job 1: --group "+group, "(resumed)")
+}
+
+// A job replaying events that fail again stops at the threshold, is
+// marked STOPPED with the reason, exits 1, and leaves the rest on the
+// queue. PostgreSQL, RabbitMQ, the invoice consumer of inboxctl run
+// (poison messages are dead-lettered at once, so a replay fails again).
+func TestReplayJobStopsOnFailures(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	url := dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers"), 0)
+	queue := fmt.Sprintf("inboxctl.replaystop.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+	rabbittest.Declare(t, queue)
+	rabbittest.Declare(t, dlqName)
+	const n = 20
+	wantCode(t, inboxctl(t, poisonLines("st", n), "publish", "--broker", rabbitBroker, "--queue", queue, "--file", "-"), 0, fmt.Sprintf("published %d", n))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run, logs := startRun(ctx, t, "--db", url, "--broker", rabbitBroker, "--queue", queue, "--log-format", "json")
+	waitFor(t, "the dead letters", func() bool { return strings.Count(logs.String(), `"action":"dead-letter"`) == n }, logs)
+
+	r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s", "--stop-after-failures", "3")
+	wantCode(t, r, 1, "replay job 1 STOPPED", "failed again (--stop-after-failures 3)", "replay job 1 stopped:", "--resume 1")
+	t.Logf("dlq replay --stop-after-failures 3:\n%s%s", r.stdout, r.stderr)
+	stopRun(t, run, logs)
+	r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs", "-o", "json")
+	var jobs []inbox.ReplayJob
+	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs: %v\n%s", err, r)
+	}
+	j := jobs[0]
+	if j.State != inbox.JobStopped || j.FailedAgain < 3 || j.Replayed >= n || !strings.Contains(j.StopReason, "failed again") {
+		t.Errorf("job after the stop: %+v", j)
+	}
+	// What was not replayed is still dead-lettered, with its dead letter.
+	var dead int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = 'DEAD_LETTERED' AND REPLAY_COUNT = 0`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != n-int(j.Replayed) {
+		t.Errorf("%d rows never replayed, want %d", dead, n-int(j.Replayed))
+	}
+}
+
+// failures archive hides a group from failures groups and from the bulk
+// replays until failures restore; --since and --until select by the
+// failure's last time, --dry-run prints exactly the events and changes
+// nothing. Every database (MariaDB, PostgreSQL, SQLite), RabbitMQ.
+func TestFailuresArchiveAndTimeWindow(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, backend)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 9")
+			queue := fmt.Sprintf("inboxctl.archive.%s.%d", backend, time.Now().UnixNano())
+			dlqName := "DLQ." + queue
+			rabbittest.Declare(t, dlqName)
+			t0 := time.Date(2026, 1, 31, 8, 0, 0, 0, time.UTC)
+			plantDeadLetters(t, db, dlqName, queue, "customer K-1 unknown", t0, "x-1", "x-2")
+			plantDeadLetters(t, db, dlqName, queue, "customer K-7 unknown", t0.Add(time.Hour), "x-3")
+			plantDeadLetters(t, db, dlqName, queue, "timeout after 30 s", t0.Add(2*time.Hour), "y-1", "y-2")
+			gx, gy := groupOf(t, url, "customer <id> unknown"), groupOf(t, url, "timeout after <n> s")
+			replay := func(args ...string) result {
+				return inboxctl(t, "", append([]string{"dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--dry-run"}, args...)...)
+			}
+
+			r := replay("--since", "2026-01-31T08:30:00Z", "--until", "2026-01-31T10:00:00Z")
+			wantCode(t, r, 0, "would replay x-3\n", "dry run, nothing changed: 1 would be replayed")
+			r = replay("--group", gx, "--until", "2026-01-31T08:30:00Z")
+			wantCode(t, r, 0, "would replay x-1\n", "would replay x-2\n", "2 would be replayed")
+			wantCode(t, replay("--reason", "MAX_ATTEMPTS", "--since", "2026-01-31T10:00:00Z"), 0, "would replay y-1\n", "would replay y-2\n", "2 would be replayed")
+			wantCode(t, replay("--since", "2026-01-31T11:00:00Z", "--until", "2026-01-31T10:00:00Z"), 2, "is not before --until")
+
+			wantCode(t, inboxctl(t, "", "failures", "archive", "--db", url, "--group", gx, "--operator", "fay"), 0, "archived group "+gx, "3 row(s)")
+			r = inboxctl(t, "", "failures", "groups", "--db", url)
+			wantCode(t, r, 0, gy, "2 failed row(s) in 1 group(s)")
+			if strings.Contains(r.stdout, gx) {
+				t.Errorf("the archived group is listed:\n%s", r)
+			}
+			wantCode(t, inboxctl(t, "", "failures", "groups", "--db", url, "--archived"), 0, "archived failures", gx, "3 failed row(s) in 1 group(s)")
+			r = replay("--all")
+			wantCode(t, r, 0, "would replay y-1\n", "would replay y-2\n", "2 would be replayed; 5 left")
+			if strings.Contains(r.stdout, "x-") {
+				t.Errorf("--all takes archived failures:\n%s", r)
+			}
+			wantCode(t, replay("--group", gx), 2, "no such failure group")
+			wantCode(t, inboxctl(t, "", "failures", "archive", "--db", url, "--group", gx), 2, "no such failure group")
+
+			wantCode(t, inboxctl(t, "", "failures", "restore", "--db", url, "--group", gx, "--operator", "fay"), 0, "restored group "+gx, "3 row(s)")
+			wantCode(t, replay("--all"), 0, "5 would be replayed")
+			wantCode(t, inboxctl(t, "", "failures", "groups", "--db", url), 0, gx, gy, "5 failed row(s) in 2 group(s)")
+			r = inboxctl(t, "", "audit", "--db", url, "--operator", "fay")
+			wantCode(t, r, 0, "actions of operator fay: 2", "failures-archive", "failures-restore", "x-1 x-2 x-3")
+			var jobs int
+			if err := db.QueryRowContext(context.Background(), `SELECT COUNT(*) FROM INBOXKIT_REPLAY_JOB`).Scan(&jobs); err != nil || jobs != 0 {
+				t.Errorf("dry runs recorded %d job(s): %v", jobs, err)
+			}
+			if got := drainRabbit(t, dlqName); len(got) != 5 {
+				t.Errorf("the dry runs changed the DLQ: %v", got)
+			}
+		})
+	}
+}
+
