@@ -29,7 +29,8 @@ type ReplayConfig struct {
 	All bool
 	// SelectFunc, when set, replays only the dead letters (inboxkit
 	// envelopes) it returns true for; the others count as Kept. Its
-	// selection is ANDed with EventID.
+	// selection is ANDed with EventID. With All set too, a message that is
+	// not an envelope is reported in Skipped, as without SelectFunc.
 	SelectFunc func(dlq.Envelope) bool
 	// Limit, when positive, replays at most this many dead letters; the
 	// selected ones after it count as Kept.
@@ -301,7 +302,7 @@ func BrokerID(m inboxkit.Message) string {
 func skipReplay(cfg ReplayConfig, m inboxkit.Message, env dlq.Envelope, perr error) (skip bool, report string) {
 	switch {
 	case perr != nil:
-		if (cfg.EventID != "" && m.Header("eventId") != cfg.EventID) || cfg.SelectFunc != nil {
+		if (cfg.EventID != "" && m.Header("eventId") != cfg.EventID) || (cfg.SelectFunc != nil && !cfg.All) {
 			return true, ""
 		}
 		return true, describeForeign(m) + ": not an inboxkit dead letter (no " + dlq.HeaderReason + " header): the broker or another program put it there, and it cannot be replayed; remove it with 'inboxctl dlq drop'"

@@ -41,7 +41,7 @@ func TestMigrateSeedTable(t *testing.T) {
 				t.Errorf("audit of a legacy row shows an id source:\n%s", r)
 			}
 			wantCode(t, inboxctl(t, "", "stats", "--db", url), 0, "PROCESSED", "read as it is")
-			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0, this build needs 8", "pending  2")
+			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0, this build needs 9", "pending  2")
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--dry-run"), 0,
 				"-- step 2: attempt counting", "ALTER TABLE INBOX_EVENT_PROCESSING ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1")
 			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0") // the dry run changed nothing
@@ -57,7 +57,7 @@ func TestMigrateSeedTable(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 				t.Fatalf("status --json: %v\n%s", err, r)
 			}
-			if st.Current != 8 || st.Latest != 8 || len(st.Applied) != 8 || len(st.Pending) != 0 {
+			if st.Current != 9 || st.Latest != 9 || len(st.Applied) != 9 || len(st.Pending) != 0 {
 				t.Errorf("status after migrate: %+v", st)
 			}
 			if st.Drift == nil || len(*st.Drift) != 0 || !strings.Contains(r.stdout, `"drift": []`) {

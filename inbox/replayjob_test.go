@@ -1,0 +1,175 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// A job reopens each event once: the item and the reset commit together,
+// a second ReopenForJob of the same job changes nothing and returns the
+// item as it is, another job may reopen it again; a PROCESSED row is
+// refused and leaves no item; a REJECTED row is reopened only as a
+// rejection. JobProgress counts the sent items and those failed again.
+func TestReopenForJob(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		d, _ := inbox.DialectByName(db.Backend)
+		for id, status := range map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED", "p-1": "PROCESSED", "r-1": "REJECTED"} {
+			_, err := db.ExecContext(ctx, d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, LAST_ERROR, ATTEMPTS) VALUES (?, ?, ?, 'boom', 5)`), id, consumerName, status)
+			dbtest.Must(t, err, "plant %s", id)
+		}
+		j, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: `{"all":true}`, Operator: "ann"})
+		dbtest.Must(t, err, "create job")
+		j2, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: `{"all":true}`, Operator: "ann"})
+		dbtest.Must(t, err, "create job 2")
+		if j.ID != 1 || j2.ID != 2 || j.State != inbox.JobRunning {
+			t.Fatalf("jobs %+v %+v", j, j2)
+		}
+		if _, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: "{}"}); err == nil {
+			t.Error("a job without an operator was created")
+		}
+		it, err := s.ReopenForJob(ctx, j.ID, "d-1", consumerName, false)
+		dbtest.Must(t, err, "reopen d-1")
+		if !it.New || it.State != inbox.ItemReopened {
+			t.Fatalf("first reopen: %+v", it)
+		}
+		if r := get(t, s, "d-1"); r.Status != inboxkit.StatusTechnicalFailure || r.ReplayCount != 1 || r.Attempts != 0 {
+			t.Fatalf("d-1 after the reopen: %+v", r)
+		}
+		it, err = s.ReopenForJob(ctx, j.ID, "d-1", consumerName, false)
+		dbtest.Must(t, err, "reopen d-1 again")
+		if it.New || it.State != inbox.ItemReopened {
+			t.Fatalf("second reopen of the job: %+v", it)
+		}
+		dbtest.Must(t, s.MarkItemSent(ctx, j.ID, "d-1", consumerName), "mark sent")
+		it, err = s.ReopenForJob(ctx, j.ID, "d-1", consumerName, false)
+		dbtest.Must(t, err, "reopen d-1 after sent")
+		if it.New || it.State != inbox.ItemSent {
+			t.Fatalf("reopen after the send: %+v", it)
+		}
+		if r := get(t, s, "d-1"); r.ReplayCount != 1 {
+			t.Fatalf("d-1 reopened twice by one job: %+v", r)
+		}
+		// Another job: the row is TECHNICAL_FAILURE (reopened), taken as it is.
+		it, err = s.ReopenForJob(ctx, j2.ID, "d-1", consumerName, false)
+		dbtest.Must(t, err, "reopen d-1 in job 2")
+		if !it.New {
+			t.Fatalf("job 2: %+v", it)
+		}
+		it, err = s.ReopenForJob(ctx, j.ID, "p-1", consumerName, false)
+		dbtest.Must(t, err, "reopen p-1")
+		if !it.Refused || it.Status != inboxkit.StatusProcessed {
+			t.Fatalf("processed row: %+v", it)
+		}
+		if keys, err := s.JobEvents(ctx, j.ID); err != nil || len(keys) != 1 {
+			t.Fatalf("job 1's events: %v %v (p-1 refused: no item)", keys, err)
+		}
+		if it, err = s.ReopenForJob(ctx, j.ID, "r-1", consumerName, false); err != nil || !it.Refused {
+			t.Fatalf("a REJECTED row reopened as a dead letter: %+v %v", it, err)
+		}
+		if it, err = s.ReopenForJob(ctx, j.ID, "r-1", consumerName, true); err != nil || !it.New || get(t, s, "r-1").Status != inboxkit.StatusTechnicalFailure {
+			t.Fatalf("rejection: %+v %v", it, err)
+		}
+		// d-1 fails again: progress counts it.
+		_, err = db.ExecContext(ctx, d.Rebind(`UPDATE INBOX_EVENT_PROCESSING SET STATUS = 'DEAD_LETTERED' WHERE EVENT_ID = ?`), "d-1")
+		dbtest.Must(t, err, "fail d-1 again")
+		sent, again, err := s.JobProgress(ctx, j.ID)
+		if err != nil || sent != 1 || again != 1 {
+			t.Fatalf("progress: %d sent, %d failed again, %v; want 1, 1", sent, again, err)
+		}
+		j.State, j.StopReason = inbox.JobStopped, "because"
+		dbtest.Must(t, s.UpdateReplayJob(ctx, &j), "update")
+		got, err := s.ReplayJob(ctx, j.ID)
+		if err != nil || got.State != inbox.JobStopped || got.Replayed != 1 || got.FailedAgain != 1 || got.StopReason != "because" || got.Operator != "ann" {
+			t.Fatalf("job read back: %+v %v", got, err)
+		}
+		if _, err := s.ReplayJob(ctx, 99); !errors.Is(err, inbox.ErrNoSuchJob) {
+			t.Errorf("job 99: %v", err)
+		}
+		if js, err := s.ReplayJobs(ctx); err != nil || len(js) != 2 || js[0].ID != 2 {
+			t.Errorf("jobs, newest first: %+v %v", js, err)
+		}
+	})
+}
+
+// Archiving hides a group's rows from FailureGroups and FailedEvents
+// until restored; a replay's reset unarchives the row.
+func TestArchiveGroup(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		d, _ := inbox.DialectByName(db.Backend)
+		for i, e := range []string{"customer K-1 unknown", "customer K-2 unknown", "timeout"} {
+			_, err := db.ExecContext(ctx, d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, LAST_ERROR, ATTEMPTS) VALUES (?, ?, 'DEAD_LETTERED', ?, 5)`), fmt.Sprint("e-", i), consumerName, e)
+			dbtest.Must(t, err, "plant")
+		}
+		groups, err := s.FailureGroups(ctx, inbox.FailureFilter{})
+		if err != nil || len(groups) != 2 || groups[0].Rows != 2 {
+			t.Fatalf("groups: %+v %v", groups, err)
+		}
+		g, ids, err := s.ArchiveGroup(ctx, groups[0].ID, inbox.FailureFilter{})
+		if err != nil || len(ids) != 2 || g.ID != groups[0].ID {
+			t.Fatalf("archive: %v %v", ids, err)
+		}
+		if after, _ := s.FailureGroups(ctx, inbox.FailureFilter{}); len(after) != 1 || after[0].ID != groups[1].ID {
+			t.Errorf("groups after the archive: %+v", after)
+		}
+		if keys, _ := s.FailedEvents(ctx, inbox.FailureFilter{}); len(keys) != 1 || keys[0].EventID != "e-2" {
+			t.Errorf("failed events after the archive: %+v", keys)
+		}
+		if arch, _ := s.FailureGroups(ctx, inbox.FailureFilter{Archived: true}); len(arch) != 1 || arch[0].ID != g.ID || arch[0].Rows != 2 {
+			t.Errorf("archived groups: %+v", arch)
+		}
+		if _, _, err := s.ArchiveGroup(ctx, g.ID, inbox.FailureFilter{}); !errors.Is(err, inbox.ErrNoSuchGroup) {
+			t.Errorf("archive twice: %v", err)
+		}
+		ok, err := s.ResetForReplay(ctx, "e-0", consumerName)
+		dbtest.Must(t, err, "reset")
+		if !ok {
+			t.Fatal("e-0 not reset")
+		}
+		_, err = db.ExecContext(ctx, d.Rebind(`UPDATE INBOX_EVENT_PROCESSING SET STATUS = 'DEAD_LETTERED' WHERE EVENT_ID = ?`), "e-0")
+		dbtest.Must(t, err, "fail e-0 again")
+		if after, _ := s.FailureGroups(ctx, inbox.FailureFilter{}); len(after) != 2 {
+			t.Errorf("a replayed row stays archived: %+v", after)
+		}
+		if _, ids, err := s.RestoreGroup(ctx, g.ID, inbox.FailureFilter{}); err != nil || len(ids) != 1 || ids[0] != "e-1" {
+			t.Errorf("restore: %v %v", ids, err)
+		}
+		if after, _ := s.FailureGroups(ctx, inbox.FailureFilter{}); len(after) != 2 || after[0].Rows != 2 {
+			t.Errorf("groups after the restore: %+v", after)
+		}
+	})
+}
+
+// A table at version 8 is migrated to 9: ARCHIVED_AT and the job tables.
+func TestReplayJobMigrationFromVersion8(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		for _, q := range []string{`ALTER TABLE ` + inbox.DefaultTable + ` DROP COLUMN ARCHIVED_AT`, `DROP TABLE ` + inbox.ReplayJobTable,
+			`DROP TABLE ` + inbox.ReplayItemTable, fmt.Sprintf(`DELETE FROM %s WHERE VERSION = 9`, inbox.VersionTable)} {
+			_, err := db.ExecContext(ctx, q)
+			dbtest.Must(t, err, "%s", q)
+		}
+		var se *inbox.SchemaError
+		if err := s.CheckSchema(ctx); !errors.As(err, &se) || se.Current != 8 || len(se.Pending) != 1 {
+			t.Fatalf("CheckSchema at version 8 = %v, want step 9 pending", err)
+		}
+		dbtest.Must(t, s.Migrate(ctx), "migrate to 9")
+		dbtest.Must(t, s.CheckSchema(ctx), "check")
+		if _, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "q", Selection: "{}", Operator: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
