@@ -282,4 +282,3 @@ func TestFailuresArchiveAndTimeWindow(t *testing.T) {
 		})
 	}
 }
-
