@@ -105,6 +105,7 @@ func replayJob(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 			_ = d.Requeue(context.WithoutCancel(ctx), 0)
 			return fmt.Errorf("consumer: replay job %d: %w (sent; a resume sends it once more)", job.ID, err)
 		}
+		failpoint.Hit(failpoint.ReplayAfterMark)
 		if err := d.Ack(ctx); err != nil {
 			return fmt.Errorf("consumer: replay job %d: %s: ack dead letter: %w (sent and recorded; a resume removes the copy)", job.ID, env.EventID, err)
 		}

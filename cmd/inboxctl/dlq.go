@@ -469,6 +469,12 @@ func printReplay(out io.Writer, queue, eventID string, dryRun bool, rep consumer
 	for _, s := range rep.Skipped {
 		fmt.Fprintf(out, "left in the DLQ: %s\n", s)
 	}
+	if rep.Settled > 0 {
+		fmt.Fprintf(out, "removed %d dead letter(s) without a send: copies of events the job sent already (a run killed before it removed them)\n", rep.Settled)
+	}
+	if rep.FailedAgain > 0 {
+		fmt.Fprintf(out, "left in the DLQ: %d dead letter(s) of events the job replayed that failed again\n", rep.FailedAgain)
+	}
 	line := fmt.Sprintf("%d %s", len(rep.Replayed), verb)
 	if dryRun {
 		line = fmt.Sprintf("dry run, nothing changed: %d would be replayed", len(rep.Replayed))

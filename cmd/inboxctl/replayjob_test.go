@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -278,6 +280,76 @@ func TestFailuresArchiveAndTimeWindow(t *testing.T) {
 			}
 			if got := drainRabbit(t, dlqName); len(got) != 5 {
 				t.Errorf("the dry runs changed the DLQ: %v", got)
+			}
+		})
+	}
+}
+
+// The two crash windows of a job, each hit for sure by a failpoints build
+// (the process sends itself SIGKILL there) and resumed by the plain
+// binary: killed after the reopen, before the send, every event reaches
+// the broker once; killed after the broker's confirm, before the mark
+// SENT, that event reaches it twice (the documented exception) and every
+// other once; killed after the mark, before the dead letter's removal,
+// the resume removes it without a send. No event is reopened twice.
+// PostgreSQL, RabbitMQ.
+func TestReplayJobCrashWindows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips the failpoints build of inboxctl")
+	}
+	t.Parallel()
+	bin := t.TempDir() + "/inboxctl-failpoints"
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags failpoints: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		point string
+		twice int // events at the broker twice
+		want  string
+	}{{"replay-after-reopen", 0, "5 replayed"}, {"replay-after-send", 1, "5 replayed"}, {"replay-after-mark", 0, "removed 1 dead letter(s) without a send"}} {
+		t.Run(tc.point, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, dbtest.Postgres)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+			queue := fmt.Sprintf("inboxctl.replaycrash.%d", time.Now().UnixNano())
+			dlqName := "DLQ." + queue
+			rabbittest.Declare(t, queue)
+			rabbittest.Declare(t, dlqName)
+			plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, 5)...)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all")
+			cmd.Env = append(cleanEnv(), "INBOXKIT_FAILPOINTS="+tc.point+":1")
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "inboxkit failpoint: "+tc.point) {
+				t.Fatalf("the failpoint did not kill the replay: %v\n%s", err, out)
+			}
+			r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+			wantCode(t, r, 0, "replay job 1 DONE: 5 replayed in all its runs", tc.want)
+			t.Logf("killed at %s, then dlq replay --resume 1:\n%s", tc.point, r.stdout)
+			got := drainRabbit(t, queue)
+			twice := 0
+			for _, id := range ids("a", 1, 5) {
+				switch got[id] {
+				case 1:
+				case 2:
+					twice++
+				default:
+					t.Errorf("%s reached the broker %d times", id, got[id])
+				}
+			}
+			if twice != tc.twice || len(got) != 5 {
+				t.Errorf("at the broker: %v; want every event once, %d of them twice", got, tc.twice)
+			}
+			var once int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE REPLAY_COUNT = 1`).Scan(&once); err != nil || once != 5 {
+				t.Errorf("%d rows reopened exactly once (%v), want 5", once, err)
+			}
+			if left := drainRabbit(t, dlqName); len(left) != 0 {
+				t.Errorf("the DLQ still holds %v", left)
 			}
 		})
 	}

@@ -37,10 +37,13 @@ const (
 	// ReplayAfterSend is a replay job's: the replayed message was
 	// confirmed, its item not yet marked SENT.
 	ReplayAfterSend = "replay-after-send"
+	// ReplayAfterMark is a replay job's: the item is marked SENT, the dead
+	// letter not yet acknowledged.
+	ReplayAfterMark = "replay-after-mark"
 )
 
 // Known lists the point names; Parse refuses others.
-var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark, AfterSendBeforeMark, ReplayAfterReopen, ReplayAfterSend}
+var Known = []string{AfterCommitBeforeAck, MidHandler, AfterDLQPublishBeforeMark, AfterSendBeforeMark, ReplayAfterReopen, ReplayAfterSend, ReplayAfterMark}
 
 // Line is the prefix of the line a firing point writes to standard error.
 const Line = "inboxkit failpoint: "
