@@ -212,19 +212,29 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 }
 
 // pace waits until 1/rate seconds after *last (no wait for rate 0 or the
-// first send) and sets *last to now.
+// first send) and sets *last to that moment, or to now when it is later
+// (a send slower than 1/rate is not made up for by a burst): sends are
+// spaced 1/rate apart on average, the timer's lateness not added to each.
 func pace(ctx context.Context, rate float64, last *time.Time) error {
 	if rate <= 0 {
 		return nil
 	}
-	if wait := time.Duration(float64(time.Second)/rate) - time.Since(*last); !last.IsZero() && wait > 0 {
+	now := time.Now()
+	if last.IsZero() {
+		*last = now
+		return nil
+	}
+	next := last.Add(time.Duration(float64(time.Second) / rate))
+	if wait := next.Sub(now); wait > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
 		}
+	} else {
+		next = now
 	}
-	*last = time.Now()
+	*last = next
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -353,4 +354,69 @@ func TestReplayJobCrashWindows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The rate of a paced replay as the receiver sees it: 500 dead letters
+// replayed with --rate 50/s into a RabbitMQ queue a consumer reads,
+// stamped on arrival. A measurement, not a test (no assertion on time):
+// INBOXKIT_MEASURE_REPLAY=1 go test ./cmd/inboxctl/ -run TestReplayRateAtBroker -v
+func TestReplayRateAtBroker(t *testing.T) {
+	if os.Getenv("INBOXKIT_MEASURE_REPLAY") == "" {
+		t.Skip("a measurement: INBOXKIT_MEASURE_REPLAY=1 runs it")
+	}
+	db := dbtest.New(t, dbtest.Postgres)
+	url := dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+	queue := fmt.Sprintf("inboxctl.replayrate.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+	rabbittest.Declare(t, queue)
+	rabbittest.Declare(t, dlqName)
+	const n = 500
+	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	conn, err := amqp.Dial(rabbitBroker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan []time.Time)
+	go func() {
+		var at []time.Time
+		for range ds {
+			at = append(at, time.Now())
+			if len(at) == n {
+				break
+			}
+		}
+		arrived <- at
+	}()
+	start := time.Now()
+	r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "50/s")
+	wantCode(t, r, 0, "500 replayed")
+	took := time.Since(start)
+	at := <-arrived
+	gaps := make([]time.Duration, 0, n-1)
+	for i := 1; i < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]))
+	}
+	slices.Sort(gaps)
+	span := at[len(at)-1].Sub(at[0])
+	perSecond := map[int]int{}
+	for _, a := range at {
+		perSecond[int(a.Sub(at[0])/time.Second)]++
+	}
+	var buckets []string
+	for s := 0; s <= int(span/time.Second); s++ {
+		buckets = append(buckets, fmt.Sprint(perSecond[s]))
+	}
+	t.Logf("--rate 50/s, %d events: command %.2fs; at the receiver first to last %.3fs = %.2f/s over %d gaps; gap p50 %s p99 %s max %s min %s; per second: %s",
+		len(at), took.Seconds(), span.Seconds(), float64(len(at)-1)/span.Seconds(), len(gaps), gaps[len(gaps)/2].Round(time.Microsecond),
+		gaps[len(gaps)*99/100].Round(time.Microsecond), gaps[len(gaps)-1].Round(time.Microsecond), gaps[0].Round(time.Microsecond), strings.Join(buckets, " "))
 }
