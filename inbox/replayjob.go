@@ -122,7 +122,8 @@ func scanJob(sc rowScanner) (ReplayJob, error) {
 	return j, nil
 }
 
-// ReplayJob returns the job with the id, of this store's table.
+// ReplayJob returns the job with the id, of this store's table; a RUNNING
+// job's counts are read from its items.
 func (s *Store) ReplayJob(ctx context.Context, id int64) (ReplayJob, error) {
 	j, err := scanJob(s.db.QueryRowContext(ctx, s.d.Rebind(`SELECT `+jobColumns+` FROM `+ReplayJobTable+` WHERE JOB_ID = ? AND TABLE_NAME = ?`), id, s.cfg.Table))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -131,10 +132,22 @@ func (s *Store) ReplayJob(ctx context.Context, id int64) (ReplayJob, error) {
 	if err != nil {
 		return j, fmt.Errorf("inbox: read replay job %d from %s (run inboxctl migrate): %w", id, ReplayJobTable, err)
 	}
-	return j, nil
+	return j, s.liveCounts(ctx, &j)
 }
 
-// ReplayJobs returns the jobs of this store's table, the newest first.
+// liveCounts reads a RUNNING job's counts from its items: its row is
+// written at most once a second, and not at all after a kill.
+func (s *Store) liveCounts(ctx context.Context, j *ReplayJob) error {
+	if j.State != JobRunning {
+		return nil
+	}
+	var err error
+	j.Replayed, j.FailedAgain, err = s.JobProgress(ctx, j.ID)
+	return err
+}
+
+// ReplayJobs returns the jobs of this store's table, the newest first; a
+// RUNNING job's counts are read from its items.
 func (s *Store) ReplayJobs(ctx context.Context) ([]ReplayJob, error) {
 	rows, err := s.db.QueryContext(ctx, s.d.Rebind(`SELECT `+jobColumns+` FROM `+ReplayJobTable+` WHERE TABLE_NAME = ? ORDER BY JOB_ID DESC`), s.cfg.Table)
 	if err != nil {
@@ -149,7 +162,16 @@ func (s *Store) ReplayJobs(ctx context.Context) ([]ReplayJob, error) {
 		}
 		out = append(out, j)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: read the replay jobs: %w", err)
+	}
+	rows.Close()
+	for i := range out {
+		if err := s.liveCounts(ctx, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // UpdateReplayJob writes j's state, counts and stop reason, and stamps
