@@ -98,7 +98,9 @@ type ReplayReport struct {
 // published to its destination (confirmed), and only then is the dead letter
 // acknowledged; a failure leaves it in the DLQ. Dead letters that are not
 // replayed (another event id, no event id, not an envelope) are handed back
-// to the DLQ. Replay stops when the DLQ is idle for IdleTimeout, when it
+// to the DLQ: at once, or, in a dry run and a job, when the scan ends (they
+// are held meanwhile, so the DLQ source's prefetch bounds what one scan
+// sees). Replay stops when the DLQ is idle for IdleTimeout, when it
 // sees a dead letter for the second time, or at the first dead letter made
 // after the replay started (a replayed message that failed again).
 //
@@ -153,6 +155,17 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		return replayJob(ctx, cfg)
 	}
 	var last time.Time // the previous publish (Rate)
+	// A dry run holds every dead letter until the scan ends, as a job
+	// does, so that it sees each once on a broker that requeues at the
+	// head (RabbitMQ); a replay hands back at once what it does not take.
+	var held []Delivery
+	handBack := func(ctx context.Context, d Delivery) error {
+		if cfg.DryRun {
+			held = append(held, d)
+			return nil
+		}
+		return handBack(ctx, d)
+	}
 	err := scanDLQ(ctx, cfg.DLQ, cfg.IdleTimeout, cfg.Clock, func(d Delivery, m inboxkit.Message) error {
 		env, perr := dlq.Parse(m.Headers, m.Body)
 		skip, report := skipReplay(cfg, m, env, perr)
@@ -208,7 +221,19 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		rep.Replayed = append(rep.Replayed, env.EventID)
 		return nil
 	})
+	err = settleHeld(ctx, held, err)
 	return rep, err
+}
+
+// settleHeld hands back the held deliveries; it returns err, else the
+// first hand-back's error.
+func settleHeld(ctx context.Context, held []Delivery, err error) error {
+	for _, d := range held {
+		if herr := handBack(context.WithoutCancel(ctx), d); herr != nil && err == nil {
+			err = herr
+		}
+	}
+	return err
 }
 
 // pace waits until 1/rate seconds after *last (no wait for rate 0 or the

@@ -115,11 +115,7 @@ func replayJob(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		}
 		return check(false)
 	})
-	for _, d := range held {
-		if err := handBack(context.WithoutCancel(ctx), d); err != nil && scanErr == nil {
-			scanErr = err
-		}
-	}
+	scanErr = settleHeld(ctx, held, scanErr)
 	if scanErr == nil {
 		scanErr = check(true)
 	}

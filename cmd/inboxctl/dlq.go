@@ -351,6 +351,7 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 					return err
 				}
 				rc.All = sel.All
+				prefetch = 1000 // a job and a dry run hold what they do not take until the scan ends
 				if !dryRun {
 					if job == nil {
 						text, _ := json.Marshal(sel)
@@ -361,12 +362,14 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 						job = &jb
 					}
 					rc.Job = job
-					prefetch = 1000 // a job holds what it does not take until its scan ends
 					selection = fmt.Sprintf("job %d: %s", job.ID, selection)
 					if resume != 0 {
 						selection += " (resumed)"
 					}
 				}
+			}
+			if dryRun {
+				prefetch = 1000
 			}
 			src, err := b.toolSource(ctx, queue, prefetch, 0)
 			if err != nil {

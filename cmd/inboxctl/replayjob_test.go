@@ -116,6 +116,10 @@ func TestReplayJobKillAndResume(t *testing.T) {
 		plantDeadLetters(t, db, dlqName, queue, "cause B", at, ids("b", i/10*3+1, i/10*3+3)...)
 	}
 	group := groupOf(t, url, "cause A")
+	// A dry run sees every dead letter once, although RabbitMQ puts each
+	// one handed back at the head of the queue.
+	r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--group", group, "--dry-run")
+	wantCode(t, r, 0, "would replay a-1\n", "would replay a-30\n", "dry run, nothing changed: 30 would be replayed; 39 left")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -139,7 +143,7 @@ func TestReplayJobKillAndResume(t *testing.T) {
 		t.Fatalf("the replay was not killed: %v\n%s", err, logs)
 	}
 	killedAt := sent()
-	r := inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs")
+	r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs")
 	wantCode(t, r, 0, "replay jobs of INBOX_EVENT_PROCESSING: 1", "RUNNING", "--resume 1")
 	t.Logf("after kill -9 at %d of %d sent, dlq replay --jobs:\n%s", killedAt, n, r.stdout)
 	var running []inbox.ReplayJob
