@@ -219,6 +219,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 			return fmt.Errorf("consumer: replay %s: ack dead letter: %w (replayed; the DLQ copy may come again)", env.EventID, err)
 		}
 		rep.Replayed = append(rep.Replayed, env.EventID)
+		if cfg.Progress != nil {
+			cfg.Progress(env.EventID)
+		}
 		return nil
 	})
 	err = settleHeld(ctx, held, err)
