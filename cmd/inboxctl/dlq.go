@@ -297,6 +297,11 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 			case !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until):
 				return usageErr("--since %s is not before --until %s: nothing would be selected", since, until)
 			}
+			b, err := openLastingBroker(brokerURL, "dlq replay")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
 			st, _, err := f.openStore(ctx)
 			if err != nil {
 				return err
@@ -327,11 +332,6 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				}
 				queue, dest, limit, job = jb.Queue, sel.To, sel.Limit, &jb
 			}
-			b, err := openLastingBroker(brokerURL, "dlq replay")
-			if err != nil {
-				return err
-			}
-			defer b.Close()
 			if err := b.requireQueue(ctx, queue); err != nil {
 				return err
 			}
