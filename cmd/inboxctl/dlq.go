@@ -339,33 +339,12 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 			selection := "--event-id " + eventID
 			prefetch := 10
 			if sel.bulk() {
-				if job == nil && !dryRun {
-					if u, err := unfinishedJob(ctx, st, queue); err != nil {
-						return err
-					} else if u != nil {
-						return usageErr("replay job %d of %s is unfinished (RUNNING, last updated %s): its process may still run, or was killed;\n\tfinish it with 'inboxctl dlq replay --resume %d' (it sends nothing twice), then start a new one",
-							u.ID, queue, u.UpdatedAt.UTC().Format(time.RFC3339), u.ID)
-					}
-				}
-				if rc.SelectFunc, selection, err = sel.selectFunc(ctx, st, job); err != nil {
+				if job, selection, err = prepareBulkReplay(ctx, st, queue, sel, op.who(), job, &rc); err != nil {
 					return err
 				}
-				rc.All = sel.All
 				prefetch = 1000 // a job and a dry run hold what they do not take until the scan ends
-				if !dryRun {
-					if job == nil {
-						text, _ := json.Marshal(sel)
-						jb, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: queue, Selection: string(text), Operator: op.who(), Rate: rate, Limit: int64(limit)})
-						if err != nil {
-							return err
-						}
-						job = &jb
-					}
-					rc.Job = job
-					selection = fmt.Sprintf("job %d: %s", job.ID, selection)
-					if resume != 0 {
-						selection += " (resumed)"
-					}
+				if resume != 0 {
+					selection += " (resumed)"
 				}
 			}
 			if dryRun {

@@ -153,6 +153,53 @@ func (s replaySelection) selectFunc(ctx context.Context, st *inbox.Store, job *i
 	}, desc, nil
 }
 
+// prepareBulkReplay sets rc up for a bulk replay of queue by sel: its
+// SelectFunc and All and, unless rc.DryRun, its Job: job when resumed
+// (not nil), else a new job recorded for operator, refused while the
+// queue has an unfinished one. It returns the job (nil for a dry run) and
+// the selection in words for the output and the operator action. The
+// command line and the console start a bulk replay through it and run it
+// with consumer.Replay (the DLQ source opened with a prefetch of 1,000:
+// see ReplayConfig.Job).
+func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel replaySelection, operator string, job *inbox.ReplayJob, rc *consumer.ReplayConfig) (*inbox.ReplayJob, string, error) {
+	if job == nil && !rc.DryRun {
+		u, err := unfinishedJob(ctx, st, queue)
+		if err != nil {
+			return nil, "", err
+		}
+		if u != nil {
+			return nil, "", usageErr("replay job %d of %s is unfinished (RUNNING, last updated %s): its process may still run, or was killed;\n\tfinish it with 'inboxctl dlq replay --resume %d' (it sends nothing twice), then start a new one",
+				u.ID, queue, u.UpdatedAt.UTC().Format(time.RFC3339), u.ID)
+		}
+	}
+	selectFunc, selection, err := sel.selectFunc(ctx, st, job)
+	if err != nil {
+		return nil, "", err
+	}
+	rc.SelectFunc, rc.All = selectFunc, sel.All
+	rc.Limit, rc.Rate, rc.StopAfterFailures, rc.Destination = sel.Limit, sel.Rate, sel.StopAfterFailures, sel.To
+	if rc.DryRun {
+		return nil, selection, nil
+	}
+	if job == nil {
+		text, err := json.Marshal(sel)
+		if err != nil {
+			return nil, "", err
+		}
+		rate := ""
+		if sel.Rate > 0 {
+			rate = fmt.Sprintf("%g/s", sel.Rate)
+		}
+		jb, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: queue, Selection: string(text), Operator: operator, Rate: rate, Limit: int64(sel.Limit)})
+		if err != nil {
+			return nil, "", err
+		}
+		job = &jb
+	}
+	rc.Job = job
+	return job, fmt.Sprintf("job %d: %s", job.ID, selection), nil
+}
+
 // unfinishedJob returns a RUNNING job of the table on queue, if any: a new
 // bulk replay of that queue is refused until it is resumed, since a new
 // job would not know what the killed one sent.
