@@ -332,36 +332,13 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				}
 				queue, dest, limit, job = jb.Queue, sel.To, sel.Limit, &jb
 			}
-			if err := b.requireQueue(ctx, queue); err != nil {
-				return err
+			rep, job, selection, err := replayRun{queue: queue, eventID: eventID, dest: dest, operator: op.who(), sel: sel, dryRun: dryRun, job: job}.run(ctx, st, b)
+			if selection == "" {
+				return err // nothing was tried
 			}
-			rc := consumer.ReplayConfig{Publisher: nil, Store: st, EventID: eventID, Destination: dest, DryRun: dryRun, Limit: limit, Rate: sel.Rate, StopAfterFailures: sel.StopAfterFailures}
-			selection := "--event-id " + eventID
-			prefetch := 10
-			if sel.bulk() {
-				if job, selection, err = prepareBulkReplay(ctx, st, queue, sel, op.who(), job, &rc); err != nil {
-					return err
-				}
-				prefetch = 1000 // a job and a dry run hold what they do not take until the scan ends
-				if resume != 0 {
-					selection += " (resumed)"
-				}
+			if resume != 0 {
+				selection += " (resumed)"
 			}
-			if dryRun {
-				prefetch = 1000
-			}
-			src, err := b.toolSource(ctx, queue, prefetch, 0)
-			if err != nil {
-				return err
-			}
-			pub, err := b.Publisher(ctx)
-			if err != nil {
-				src.Close()
-				return err
-			}
-			rc.DLQ, rc.Publisher = src, pub
-			rep, err := consumer.Replay(ctx, rc)
-			src.Close()
 			var recErr error
 			if !dryRun && (len(rep.Replayed) > 0 || job != nil) {
 				detail := "queue " + queue + ", " + selection

@@ -101,7 +101,7 @@ func (s replaySelection) selectFunc(ctx context.Context, st *inbox.Store, job *i
 		case errors.Is(err, inbox.ErrNoSuchGroup) && job != nil:
 			desc += " (the group has no rows left)"
 		case errors.Is(err, inbox.ErrNoSuchGroup):
-			return nil, "", usageErr("%v", err)
+			return nil, "", usageErr("%w", err)
 		case err != nil:
 			return nil, "", err
 		default:
@@ -198,6 +198,52 @@ func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel r
 	}
 	rc.Job = job
 	return job, fmt.Sprintf("job %d: %s", job.ID, selection), nil
+}
+
+// replayRun is one replay of the dead letters on a queue: the one path of
+// 'dlq replay' and of the console. A bulk selection (sel.bulk()) runs as a
+// job (prepareBulkReplay; job when resumed), else the dead letters of
+// eventID. The messages go to dest ("" their original destination).
+type replayRun struct {
+	queue, eventID, dest, operator string
+	sel                            replaySelection
+	dryRun                         bool
+	job                            *inbox.ReplayJob
+}
+
+// run replays through consumer.Replay and returns its report, the job (nil
+// without one) and the selection in words. A job and a dry run read the
+// queue with a prefetch of 1,000: they hold what they do not take until
+// the scan ends. b's AckWait is left as it is (the console's pages read
+// it meanwhile).
+func (r replayRun) run(ctx context.Context, st *inbox.Store, b *broker) (consumer.ReplayReport, *inbox.ReplayJob, string, error) {
+	if err := b.requireQueue(ctx, r.queue); err != nil {
+		return consumer.ReplayReport{}, r.job, "", err
+	}
+	rc := consumer.ReplayConfig{Store: st, EventID: r.eventID, Destination: r.dest, DryRun: r.dryRun, Limit: r.sel.Limit, Rate: r.sel.Rate, StopAfterFailures: r.sel.StopAfterFailures}
+	job, selection, prefetch := r.job, "--event-id "+r.eventID, 10
+	if r.sel.bulk() {
+		var err error
+		if job, selection, err = prepareBulkReplay(ctx, st, r.queue, r.sel, r.operator, r.job, &rc); err != nil {
+			return consumer.ReplayReport{}, job, "", err
+		}
+		prefetch = 1000
+	}
+	if r.dryRun {
+		prefetch = 1000
+	}
+	src, err := b.ToolSource(ctx, r.queue, prefetch)
+	if err != nil {
+		return consumer.ReplayReport{}, job, selection, b.fail("consume "+r.queue, err)
+	}
+	defer src.Close()
+	pub, err := b.Publisher(ctx)
+	if err != nil {
+		return consumer.ReplayReport{}, job, selection, err
+	}
+	rc.DLQ, rc.Publisher = src, pub
+	rep, err := consumer.Replay(ctx, rc)
+	return rep, job, selection, err
 }
 
 // unfinishedJob returns a RUNNING job of the table on queue, if any: a new

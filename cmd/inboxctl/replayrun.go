@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/inboxkit/inboxkit/consumer"
-	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -42,9 +39,10 @@ func (r replayRequest) check() (float64, error) {
 	return parseRate(r.Rate)
 }
 
-// replayDLQ replays the dead letters r selects on queue r.Queue of b
-// through consumer.Replay, the replay of 'dlq replay': the rows reset, the
-// messages re-sent, each at most once per run, at most r.Rate a second.
+// replayDLQ replays the dead letters r selects on queue r.Queue of b by
+// the replay of 'dlq replay' (replayRun: a group, reason or all as a
+// resumable job): the rows reset, the messages re-sent, each at most once
+// per job, at most r.Rate a second.
 // A replay that changed something is recorded in inbox.ActionTable with
 // operator who, its detail starting with via (where it was asked). The
 // report is what 'dlq replay -o json' prints; err is the replay's error
@@ -56,57 +54,19 @@ func replayDLQ(ctx context.Context, st *inbox.Store, b *broker, r replayRequest,
 	if err != nil {
 		return rep, err
 	}
-	rc := consumer.ReplayConfig{Store: st, EventID: r.EventID, All: r.All, DryRun: r.DryRun, Limit: r.Limit, Rate: perSecond}
-	selection := map[bool]string{true: "--all", false: "--event-id " + r.EventID}[r.All]
-	switch {
-	case r.Group != "":
-		g, ids, err := st.GroupEvents(ctx, r.Group, inbox.FailureFilter{Consumer: r.Consumer})
-		if err != nil {
-			if errors.Is(err, inbox.ErrNoSuchGroup) {
-				return rep, usageErr("%w", err)
-			}
-			return rep, err
-		}
-		in := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			in[id] = true
-		}
-		rc.SelectFunc = func(e dlq.Envelope) bool { return in[e.EventID] }
-		selection = fmt.Sprintf("--group %s (%s %s %s: %d row(s))", r.Group, g.ConsumerName, g.Status, orDash(g.ReasonCode), len(ids))
-	case r.Reason != "":
-		rc.SelectFunc = func(e dlq.Envelope) bool { return e.Reason == r.Reason }
-		selection = "--reason " + r.Reason
+	sel := replaySelection{Group: r.Group, Consumer: r.Consumer, Reason: r.Reason, All: r.All, Limit: r.Limit, Rate: perSecond}
+	cr, job, selection, err := replayRun{queue: r.Queue, eventID: r.EventID, operator: who, sel: sel, dryRun: r.DryRun}.run(ctx, st, b)
+	rep.Job = job
+	if selection == "" {
+		return rep, err // nothing was tried
 	}
-	if r.Limit > 0 {
-		selection += fmt.Sprintf(", --limit %d", r.Limit)
-	}
-	if perSecond > 0 {
-		selection += fmt.Sprintf(", --rate %g/s", perSecond)
-	}
-	if err := b.requireQueue(ctx, r.Queue); err != nil {
-		return rep, err
-	}
-	// brokerurl's ToolSource directly, not broker.toolSource: that one
-	// sets the shared AckWait, which the console's pages read meanwhile.
-	src, err := b.ToolSource(ctx, r.Queue, 10)
-	if err != nil {
-		return rep, b.fail("consume "+r.Queue, err)
-	}
-	pub, err := b.Publisher(ctx)
-	if err != nil {
-		src.Close()
-		return rep, err
-	}
-	rc.DLQ, rc.Publisher = src, pub
-	cr, err := consumer.Replay(ctx, rc)
-	src.Close()
 	rep.Replayed = append(rep.Replayed, cr.Replayed...)
 	rep.Left = append(rep.Left, cr.Skipped...)
 	rep.NotSelected = cr.Kept
 	if err != nil {
 		rep.Error = err.Error()
 	}
-	if !r.DryRun && len(cr.Replayed) > 0 {
+	if !r.DryRun && (len(cr.Replayed) > 0 || job != nil) {
 		// The replay took effect: recorded whatever its error, with a
 		// context that outlives a cancelled request.
 		a := inbox.Action{Operator: who, Action: "dlq-replay", EventIDs: cr.Replayed, Rows: int64(len(cr.Replayed)),

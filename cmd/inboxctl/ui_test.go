@@ -400,7 +400,7 @@ func TestConsoleAPI(t *testing.T) {
 			}
 			var as []inbox.Action
 			get("/api/audit?operator=api-tester", &as)
-			if len(as) != 1 || as[0].Action != "dlq-replay" || as[0].Rows != 3 || !strings.Contains(as[0].Detail, "inboxctl ui API, queue "+c.dlqName+", --group "+group) ||
+			if len(as) != 1 || as[0].Action != "dlq-replay" || as[0].Rows != 3 || !strings.Contains(as[0].Detail, "inboxctl ui API, queue "+c.dlqName+", job ") || !strings.Contains(as[0].Detail, "--group "+group) ||
 				!strings.Contains(as[0].Detail, "--rate 2/s") {
 				t.Errorf("the replay's action: %+v", as)
 			}
