@@ -47,6 +47,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// WriteTimeout bounds every frame write. Defaults to 10s.
 	WriteTimeout time.Duration
+	// ReceiptTimeout bounds the wait for the broker's RECEIPT of a SEND,
+	// ACK or NACK; without one the connection is given up and redialled
+	// (ConnOptions.ReceiptTimeout). Defaults to 30s.
+	ReceiptTimeout time.Duration
 	// Reconnect spaces the reconnect attempts after the receiving
 	// connection broke. A zero field takes its default: 100ms doubling up
 	// to 5s, no jitter (Jitter -1; set it in [0, 1] for some).
@@ -127,6 +131,8 @@ func (c *Config) validate() error {
 		return errors.New("stomp: Config.DialTimeout must not be negative")
 	case c.WriteTimeout < 0:
 		return errors.New("stomp: Config.WriteTimeout must not be negative")
+	case c.ReceiptTimeout < 0:
+		return errors.New("stomp: Config.ReceiptTimeout must not be negative")
 	case c.Limits.MaxBodySize < 0 || c.Limits.MaxHeaders < 0 || c.Limits.MaxLineLength < 0:
 		return errors.New("stomp: Config.Limits fields must not be negative")
 	}
@@ -138,6 +144,6 @@ func (c *Config) dial(ctx context.Context) (*Conn, error) {
 	defer cancel()
 	return Dial(ctx, c.Addr, ConnOptions{
 		Host: c.Host, Login: c.Login, Passcode: c.Passcode,
-		HeartBeat: c.Heartbeat, WriteTimeout: c.WriteTimeout, Limits: c.Limits,
+		HeartBeat: c.Heartbeat, WriteTimeout: c.WriteTimeout, ReceiptTimeout: c.ReceiptTimeout, Limits: c.Limits,
 	})
 }

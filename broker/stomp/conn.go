@@ -53,9 +53,15 @@ type ConnOptions struct {
 	// the connection fails when nothing arrives from the broker for three times its
 	// interval. Defaults to 10s; negative disables heart-beats.
 	HeartBeat time.Duration
-	// WriteTimeout bounds every frame write (the caller's context bounds
-	// only the wait for a receipt). Defaults to 10s.
+	// WriteTimeout bounds every frame write. Defaults to 10s.
 	WriteTimeout time.Duration
+	// ReceiptTimeout bounds the wait for a RECEIPT (the caller's context
+	// may end it sooner). A request the broker does not answer within it,
+	// while the connection otherwise lives (heart-beats arrive), was lost
+	// on the way or its answer was: the connection is given up, failing
+	// every request on it, so that the Adapter reconnects and the broker
+	// redelivers what was not acknowledged. Defaults to 30s.
+	ReceiptTimeout time.Duration
 	// Limits bound the frames accepted from the broker (see Limits).
 	Limits Limits
 }
@@ -69,6 +75,9 @@ func (o *ConnOptions) setDefaults() {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
+	}
+	if o.ReceiptTimeout <= 0 {
+		o.ReceiptTimeout = 30 * time.Second
 	}
 	if o.Host == "" {
 		o.Host = "localhost"
@@ -409,9 +418,14 @@ func (c *Conn) request(ctx context.Context, f *Frame) error {
 		c.mu.Unlock()
 		return err
 	}
+	wait := time.NewTimer(c.opts.ReceiptTimeout)
+	defer wait.Stop()
 	select {
 	case err := <-ch:
 		return err
+	case <-wait.C:
+		c.fail(fmt.Errorf("stomp: no receipt for %s within %s (the frame or its answer was lost): connection given up", f.Command, c.opts.ReceiptTimeout))
+		return <-ch // fail answered every waiting request
 	case <-ctx.Done():
 		c.mu.Lock()
 		if c.receipts != nil {

@@ -223,3 +223,41 @@ func TestRunRidesOutAPartitionedBroker(t *testing.T) {
 		})
 	}
 }
+
+// Issue 29.4: the STOMP connection turns to garbage mid-run, one way or
+// the other (a hostile or broken peer, a corrupting middlebox). The side
+// that gets garbage refuses it and drops the connection; the client
+// redials (into garbage again) until the link is sane, and then every
+// message is processed once; nothing is dead-lettered for the garbage.
+func TestRunRidesOutAGarbledSTOMPConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a garbled broker connection for a few seconds; skipped with -short")
+	}
+	t.Parallel()
+	needActiveMQ(t)
+	for _, tc := range []struct {
+		name string
+		dir  tcpproxy.Direction
+	}{{"from the broker", tcpproxy.ToClient}, {"to the broker", tcpproxy.ToTarget}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			px := tcpproxy.Start(t, stompAddr)
+			db := dbtest.New(t, dbtest.Postgres)
+			f := startFaultRun(t, db, "stomp://"+stompAddr, "--db", db.DSN, "--broker", "stomp://"+px.Addr()+"?heartbeat=1s")
+			f.publish(3)
+			f.wait("the first 3 processed", time.Minute, f.allProcessed)
+
+			px.Garble(tc.dir)
+			f.publish(3) // straight to the broker: they wait there
+			took := f.wait("/readyz 503 while the connection carries garbage", time.Minute, func() bool { return !f.ready() })
+			t.Logf("not ready %v after the garbage began: %s", took.Round(time.Millisecond), f.body)
+			wantOnlyFailing(t, f.body, "broker")
+			time.Sleep(2 * time.Second)
+			px.Restore()
+			took = f.wait("every message processed after the garbage", 2*time.Minute, f.allProcessed)
+			t.Logf("all %d processed %v after the link was sane again", f.sent, took.Round(time.Millisecond))
+			f.wait("/readyz 200 after the garbage", time.Minute, f.ready)
+			f.exactlyOnce()
+		})
+	}
+}

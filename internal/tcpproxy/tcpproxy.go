@@ -9,6 +9,8 @@
 //   - Delay it: every chunk arrives a fixed time after it was sent, both
 //     ways (a slow network or a distant server), open connections too;
 //   - Limit it: at most a number of bytes per second each way (a thin link);
+//   - Garble it: every byte one way is replaced by garbage (a hostile or
+//     broken peer, a middlebox that corrupts), open connections too;
 //   - Restore it: new connections go through again, without delay or
 //     limit.
 //
@@ -67,8 +69,9 @@ type Proxy struct {
 	conns  map[net.Conn]struct{}
 
 	hung      atomic.Bool
-	delay     atomic.Int64 // time.Duration added to every chunk
-	limit     atomic.Int64 // bytes per second each way; 0: no limit
+	delay     atomic.Int64   // time.Duration added to every chunk
+	limit     atomic.Int64   // bytes per second each way; 0: no limit
+	garbled   [2]atomic.Bool // per Direction: bytes replaced by garbage
 	forwarded atomic.Int64
 	dropped   atomic.Int64
 }
@@ -127,8 +130,13 @@ func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
 // now on; 0 ends it.
 func (p *Proxy) Limit(bytesPerSecond int64) { p.limit.Store(bytesPerSecond) }
 
-// Restore ends Cut, Hang, Delay and Limit: new connections, and bytes on
-// the open ones, go through again at full speed.
+// Garble replaces every byte that travels in dir from now on by garbage
+// (as many bytes, lines and NULs among them, so that a parser of a text
+// protocol sees frames it must refuse).
+func (p *Proxy) Garble(dir Direction) { p.garbled[dir].Store(true) }
+
+// Restore ends Cut, Hang, Delay, Limit and Garble: new connections, and
+// bytes on the open ones, go through again at full speed.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
@@ -136,6 +144,8 @@ func (p *Proxy) Restore() {
 	p.hung.Store(false)
 	p.delay.Store(0)
 	p.limit.Store(0)
+	p.garbled[ToTarget].Store(false)
+	p.garbled[ToClient].Store(false)
 }
 
 // IsCut reports whether Cut is in force.
@@ -284,11 +294,14 @@ func (p *Proxy) pipe(dir Direction, dst, src net.Conn) {
 
 // forward gives one chunk to dst when it is due, at the proxy's rate, or
 // drops it when the proxy hangs by then. It reports false when dst failed.
-func (p *Proxy) forward(_ Direction, dst net.Conn, c chunk) bool {
+func (p *Proxy) forward(dir Direction, dst net.Conn, c chunk) bool {
 	time.Sleep(time.Until(c.due))
 	if p.hung.Load() {
 		p.dropped.Add(int64(len(c.b)))
 		return true
+	}
+	if p.garbled[dir].Load() {
+		garble(c.b)
 	}
 	if limit := p.limit.Load(); limit > 0 {
 		time.Sleep(time.Duration(int64(len(c.b)) * int64(time.Second) / limit))
@@ -296,4 +309,13 @@ func (p *Proxy) forward(_ Direction, dst net.Conn, c chunk) bool {
 	n, err := dst.Write(c.b)
 	p.forwarded.Add(int64(n))
 	return err == nil
+}
+
+// garble overwrites b with garbage: a repeating pattern of bytes a text
+// protocol cannot parse, with line ends and NULs among them.
+func garble(b []byte) {
+	const junk = "\x01\xfe#garbage\xff\n\x00\x7f:\x00\n"
+	for i := range b {
+		b[i] = junk[i%len(junk)]
+	}
 }

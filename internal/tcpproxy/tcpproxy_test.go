@@ -2,6 +2,7 @@ package tcpproxy_test
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -165,5 +166,28 @@ func TestLimit(t *testing.T) {
 	}
 	if took := time.Since(start); took < 2*time.Second {
 		t.Errorf("1000 bytes each way at 1000 B/s took %v, want at least 2s", took)
+	}
+}
+
+// Garble replaces what travels one way by garbage of the same length;
+// Restore ends it.
+func TestGarble(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	c := dial(t, p)
+	p.Garble(tcpproxy.ToClient)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) == "ping\n" {
+		t.Fatalf("the echo came back unchanged while garbled: %q", got)
+	}
+	p.Restore()
+	if err := echo(t, dial(t, p), 10*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
 	}
 }
