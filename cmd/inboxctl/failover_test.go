@@ -247,7 +247,7 @@ func TestRunAsynchronousFailoverLedger(t *testing.T) {
 			inconsistent = append(inconsistent, fmt.Sprintf("%s (inbox rows %d, documents %d)", id, rows, docs))
 		}
 	}
-	t.Logf("asynchronous failover ledger (replication link delayed 500ms, burst of %d processed within %v of its publish): "+
+	t.Logf("asynchronous failover ledger (replication link delayed 500ms, burst of %d done %v after publish returned): "+
 		"sent %d, processed and acknowledged on the old primary %d, on the standby at the kill %d, "+
 		"processed again after the failover %d, kept %d, lost %d %v, inconsistent %d; promoted %v after the kill",
 		burst, took.Round(time.Millisecond), f.sent, onPrimary, fo.replicated, len(kept)-fo.replicated,
