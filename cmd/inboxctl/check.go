@@ -116,7 +116,7 @@ func loadCheckConfig(path, consumerName, rowSQL, keySQL string) (checkConfig, er
 
 func newCheckCmd() *cobra.Command {
 	var f dbFlags
-	var consumerName, configPath, rowSQL, keySQL, since string
+	var consumerName, configPath, rowSQL, keySQL, since, brokerURL, copyQueue string
 	var o outputFlags
 	var of outboxFlags
 	var stuckAfter time.Duration
@@ -167,6 +167,13 @@ and, where the outbox table exists:
   outboxRowExists           (from --config) business rows whose handling must have written an
                             outbox message, without one: SQL returning the column event_id
 
+and, with --copy-queue Q --broker URL (Q a copy of the consumer's messages: a second queue
+the producer also feeds, a DLQ; browsed, its messages stay):
+
+  missing-from-database     messages on Q whose event (header eventId) has no inbox row: lost
+                            with a commit that never reached the database in use (a failover
+                            with asynchronous replication), or not consumed yet
+
 A config file (JSON):
   {"consumer": "claims-service",
    "businessRowExists": {"name": "processed-without-case", "sql": "SELECT 1 FROM claim_cases c WHERE c.event_id = {event_id}"},
@@ -211,6 +218,16 @@ run (its SQL fails: the message names the check and quotes the SQL).`,
 				return err
 			}
 			fs = append(fs, ofs...)
+			if copyQueue != "" {
+				if brokerURL == "" {
+					return usageErr("check --copy-queue %s: needs --broker, the broker that holds it", copyQueue)
+				}
+				cf, err := copyQueueCheck(ctx, st, cfg.Consumer, brokerURL, copyQueue)
+				if err != nil {
+					return err
+				}
+				fs = append(fs, cf)
+			}
 			found := 0
 			for _, x := range fs {
 				found += x.Count
@@ -242,6 +259,8 @@ run (its SQL fails: the message names the check and quotes the SQL).`,
 	c.Flags().StringVar(&since, "since", "", "look for split transactions in rows finished since this time (2026-01-31, RFC 3339) or all (default: the table's baseline, when inboxctl migrate first ran on it)")
 	of.register(c)
 	c.Flags().DurationVar(&stuckAfter, "outbox-stuck-after", 15*time.Minute, "an outbox message still PENDING after this long is a finding")
+	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL of --copy-queue")
+	c.Flags().StringVar(&copyQueue, "copy-queue", "", "a queue holding copies of the consumer's messages (left there): report those whose event has no inbox row (lost in a database failover)")
 	o.register(c)
 	return c
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +259,38 @@ func TestRunAsynchronousFailoverLedger(t *testing.T) {
 	}
 	if len(kept)+len(lost) != f.sent {
 		t.Errorf("ledger: kept %d + lost %d != sent %d", len(kept), len(lost), f.sent)
+	}
+
+	// Where the broker still holds a copy (here a second queue fed the
+	// same invoices), inboxctl check finds exactly the lost ones.
+	copyQueue := f.queue + ".copy"
+	t.Cleanup(func() { deleteRabbitQueue(t, copyQueue) })
+	var lines strings.Builder
+	for i := 1; i <= f.sent; i++ {
+		id := fmt.Sprintf("pt-%d", i)
+		lines.WriteString(invoiceLine(id, "corr-"+id, "INV-"+id, "K-100") + "\n")
+	}
+	wantCode(t, inboxctl(t, lines.String(), "publish", "--broker", broker, "--queue", copyQueue, "--file", "-"), 0, "published")
+	standbyDSN := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres", pair.standby)
+	r := inboxctl(t, "", "check", "--db", standbyDSN, "--broker", broker, "--copy-queue", copyQueue, "-o", "json")
+	var out struct {
+		Findings []finding `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("check -o json: %v\n%s%s", err, r.stdout, r.stderr)
+	}
+	var missing *finding
+	for i, x := range out.Findings {
+		if x.Check == "missing-from-database" {
+			missing = &out.Findings[i]
+		} else if x.Count != 0 {
+			t.Errorf("check on the promoted standby: %s %d %v, want none", x.Check, x.Count, x.Samples)
+		}
+	}
+	wantExit := map[bool]int{true: 1, false: 0}[len(lost) > 0]
+	if missing == nil || missing.Count != len(lost) || r.code != wantExit {
+		t.Errorf("check --copy-queue: exit %d, finding %+v; want exit %d and the %d lost %v\n%s%s", r.code, missing, wantExit, len(lost), lost, r.stdout, r.stderr)
+	} else {
+		t.Logf("inboxctl check --copy-queue found the %d lost: %v", missing.Count, missing.Samples)
 	}
 }
