@@ -24,6 +24,10 @@ type pgPair struct {
 	primaryDB, standbyDB *sql.DB
 }
 
+// syncReplication is the replication of TestRunFailsOverToAPromotedStandby;
+// false is asynchronous, to see that test fail when it loses a commit.
+var syncReplication = true
+
 // pgStandbyScript is scripts/pg-standby seen from this package.
 const pgStandbyScript = "../../scripts/pg-standby"
 
@@ -163,7 +167,8 @@ func (p *pgPair) killAndPromote(cut func(), limit time.Duration) (fo failover) {
 // Issue 29.2, synchronous replication: `inboxctl run` on a multi-host URL
 // (target_session_attrs=read-write) while invoices arrive at a steady
 // pace; the primary is killed with -9 mid-run and the standby promoted.
-// The delivery in hand fails (--process-timeout bounds it) and is handed
+// The standby streams through a proxy that delays the link by 100ms each
+// way, cut at the kill. The delivery in hand fails (--process-timeout bounds it) and is handed
 // back; the consumer reconnects to the promoted standby; every invoice is
 // processed exactly once there and nothing is dead-lettered: a commit the
 // old primary acknowledged had reached the standby.
@@ -172,16 +177,23 @@ func TestRunFailsOverToAPromotedStandby(t *testing.T) {
 		t.Skip("a PostgreSQL primary and standby, a failover; skipped with -short")
 	}
 	t.Parallel()
-	pair := startPGPair(t, 16601, 16602, true, "")
+	const primaryPort = 16601
+	px := tcpproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", primaryPort))
+	pair := startPGPair(t, primaryPort, 16602, syncReplication, px.Addr())
 	broker := "amqp://guest:guest@127.0.0.1:5672/"
 	f := startFaultRun(t, pair.db(), broker, "--db", pair.url(), "--broker", broker, "--process-timeout", "5s")
+	// On loopback the standby lags by almost nothing; 100ms each way makes
+	// every commit wait for a distant standby. With syncReplication false
+	// the commits of the last 100ms or so before the kill are lost, and
+	// this test fails when the kill falls on one (luck: it passed once).
+	px.Delay(100 * time.Millisecond)
 
 	const n = 40
 	done := make(chan failover, 1)
 	for f.sent < n {
 		f.publish(2)
 		if f.sent == n/2 {
-			go func() { done <- pair.killAndPromote(nil, time.Minute) }()
+			go func() { done <- pair.killAndPromote(px.Cut, time.Minute) }()
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -192,7 +204,7 @@ func TestRunFailsOverToAPromotedStandby(t *testing.T) {
 	f.db.DB = pair.standbyDB // the old primary is gone
 	f.wait("every invoice processed on the promoted standby", time.Minute, f.allProcessed)
 	f.exactlyOnce()
-	t.Logf("synchronous failover: %d of %d invoices processed on the standby at the kill; promoted %v after the kill; "+
+	t.Logf("synchronous failover (replication link delayed 100ms): %d of %d invoices processed on the standby at the kill; promoted %v after the kill; "+
 		"first commit on the new primary %v after the kill",
 		fo.replicated, n, fo.promoted.Round(time.Millisecond), fo.firstCommit.Round(time.Millisecond))
 }
