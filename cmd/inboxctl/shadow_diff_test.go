@@ -193,21 +193,27 @@ func roundLetter(ctx context.Context, tx *sql.Tx, d inbox.Dialect, id string) er
 	if err := tx.QueryRowContext(ctx, d.Rebind(`SELECT BODY FROM INBOXKIT_OUTBOX WHERE MESSAGE_ID = ?`), id).Scan(&body); err != nil {
 		return err
 	}
-	var r invoice.LetterRequest
-	if err := json.Unmarshal(body, &r); err != nil {
-		return err
-	}
-	a, ok := new(big.Rat).SetString(r.Amount)
-	if !ok {
-		return fmt.Errorf("amount %q", r.Amount)
-	}
-	r.Amount = new(big.Rat).SetInt(new(big.Int).Quo(new(big.Int).Add(a.Num(), new(big.Int).Quo(a.Denom(), big.NewInt(2))), a.Denom())).FloatString(2)
-	b, err := json.Marshal(r)
+	b, err := roundedLetter(body)
 	if err != nil {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, d.Rebind(`UPDATE INBOXKIT_OUTBOX SET BODY = ? WHERE MESSAGE_ID = ?`), b, id)
 	return err
+}
+
+// roundedLetter is a letter request (JSON) with its amount rounded to whole
+// units, half up: "120.45" becomes "120.00", "7.50" becomes "8.00".
+func roundedLetter(body []byte) ([]byte, error) {
+	var r invoice.LetterRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, err
+	}
+	a, ok := new(big.Rat).SetString(r.Amount)
+	if !ok {
+		return nil, fmt.Errorf("amount %q", r.Amount)
+	}
+	r.Amount = new(big.Rat).SetInt(new(big.Int).Quo(new(big.Int).Add(a.Num(), new(big.Int).Quo(a.Denom(), big.NewInt(2))), a.Denom())).FloatString(2)
+	return json.Marshal(r)
 }
 
 // TestShadowDiffInvoice builds a legacy side with the Go port of the legacy

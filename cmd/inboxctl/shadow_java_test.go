@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/invoice"
@@ -311,6 +314,159 @@ func shadowJavaTest(t *testing.T, broker string) {
 
 	// The legacy side's outgoing effects, beside its business rows, for a diff.
 	keepLegacyCalls(ctx, t, prod, b, letters.URL, calls, "DLQ."+queue)
+
+	// The reconciliation of the two real schemas (item 5's join).
+	shadowJavaDiff(ctx, t, prodURL, shadowURL, shadow, msgs)
+}
+
+// shadowJavaConfig is the diff config of the Java run's schemas: the bean's
+// business tables and INBOXKIT_LEGACY_CALLS against the shadow's business
+// tables, INBOXKIT_SHADOW_CALLS and inbox rows.
+const shadowJavaConfig = "testdata/shadow-java.json"
+
+// shadowJavaDiff runs `inboxctl shadow diff` on the Java run's legacy and
+// shadow schemas: its scrub list is exactly the columns that differ without
+// it; with it, every event is identical or in the expected category the
+// traffic put it in, 0 unexpected. Then a bug is seeded in the shadow's
+// recorded letters (their amounts rounded, as a handler rounding them would
+// have written them): exit 1, naming exactly the events whose amount has
+// cents and the column.
+func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, shadowURL string, shadow *sql.DB, msgs []javaEvent) {
+	t.Helper()
+	raw, err := os.ReadFile(shadowJavaConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg golden.ReconcileConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatalf("%s: %v", shadowJavaConfig, err)
+	}
+	diff := func(config string, args ...string) (result, golden.ReconcileReport) {
+		r := inboxctl(t, "", append([]string{"shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", config, "-o", "json"}, args...)...)
+		var rep golden.ReconcileReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("shadow diff -o json: %v\n%s", err, r)
+		}
+		return r, rep
+	}
+
+	// What the traffic puts where: per event id, and per invoice (the
+	// archived documents' key) for each valid event.
+	kinds, seen, resent := map[string]string{}, map[string]bool{}, map[string]bool{}
+	var cents []string // the valid events whose amount has cents: what rounding changes
+	for _, m := range msgs {
+		if seen[m.id] {
+			resent[m.id] = true
+			continue
+		}
+		seen[m.id] = true
+		kinds[m.id] = m.kind
+		var body struct{ Amount string }
+		if m.kind == "ok" && json.Unmarshal([]byte(m.body), &body) == nil && !strings.HasSuffix(body.Amount, ".00") {
+			cents = append(cents, m.id)
+		}
+	}
+	valid := 0
+	want := map[string]int64{}
+	for _, k := range kinds {
+		switch k {
+		case "ok":
+			valid++
+		case "malformed":
+			want[golden.RulePoisonAtOnce]++
+		case "unknown":
+			want[golden.RuleRejectionNotRetried]++
+		}
+	}
+	// A resend: the bean wrote the letter, the document and the call
+	// twice, the shadow once; as an event and as an invoice.
+	want[golden.RuleDuplicateSuppressed] = 2 * int64(len(resent))
+	events := int64(len(kinds) + valid)
+	identical := events - want[golden.RuleDuplicateSuppressed] - want[golden.RulePoisonAtOnce] - want[golden.RuleRejectionNotRetried]
+
+	// The scrub list is the noise: without it, exactly its columns differ.
+	noScrub := cfg
+	noScrub.Scrub = nil
+	b, _ := json.Marshal(noScrub)
+	noScrubFile := filepath.Join(t.TempDir(), "noscrub.json")
+	if err := os.WriteFile(noScrubFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, rep := diff(noScrubFile, "--samples", strconv.Itoa(int(events)))
+	if r.code != 1 {
+		t.Fatalf("shadow diff without the scrub list: want exit 1 (ids and times differ)\n%s", r)
+	}
+	differ := map[string]bool{}
+	for _, s := range rep.Samples["unexpected"] {
+		for _, d := range s.Differences {
+			if d.Rows == "" {
+				differ[d.Table+"."+d.Column] = true
+			}
+		}
+	}
+	if got, want := sortedCopyOf(slices.Collect(maps.Keys(differ))), sortedCopyOf(cfg.Scrub); !slices.Equal(got, want) {
+		t.Errorf("without the scrub list, the columns %v differ; %s scrubs %v", got, shadowJavaConfig, want)
+	}
+
+	// The reconciliation.
+	r, rep = diff(shadowJavaConfig)
+	if r.code != 0 || rep.Counts.Unexpected != 0 || !mapsEqual(rep.Rules, want) || rep.Counts.Events != events || rep.Counts.Identical != identical {
+		t.Fatalf("shadow diff: exit %d, counts %+v, rules %v; want exit 0, %d events, %d identical, 0 unexpected, rules %v\n%s",
+			r.code, rep.Counts, rep.Rules, events, identical, want, r)
+	}
+	text := inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", shadowJavaConfig)
+	wantCode(t, text, 0, "unexpected 0", "no unexpected differences")
+	t.Logf("shadow diff --config %s:\n%s", shadowJavaConfig, text.stdout)
+
+	// The seeded bug, in the shadow's recorded letters.
+	rows, err := shadow.QueryContext(ctx, `SELECT MESSAGE_ID, BODY FROM INBOXKIT_SHADOW_CALLS WHERE KIND = 'outbox'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounded := map[string][]byte{}
+	for rows.Next() {
+		var id string
+		var body []byte
+		if err := rows.Scan(&id, &body); err != nil {
+			t.Fatal(err)
+		}
+		if rounded[id], err = roundedLetter(body); err != nil {
+			t.Fatalf("letter %s: %v", id, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	for id, body := range rounded {
+		if _, err := shadow.ExecContext(ctx, `UPDATE INBOXKIT_SHADOW_CALLS SET BODY = $1 WHERE KIND = 'outbox' AND MESSAGE_ID = $2`, body, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, rep = diff(shadowJavaConfig, "--samples", strconv.Itoa(len(cents)))
+	if r.code != 1 || rep.Counts.Unexpected != int64(len(cents)) || !slices.Equal(sortedCopyOf(rep.UnexpectedEvents), sortedCopyOf(cents)) {
+		t.Fatalf("seeded bug: exit %d, %d unexpected %v; want exit 1, exactly the %d events whose amount has cents %v\n%s",
+			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(cents), cents, r)
+	}
+	for _, s := range rep.Samples["unexpected"] {
+		for _, d := range s.Differences {
+			amount := d.Table == "letters" && d.Column == "body.amount"
+			resentCopy := d.Column == "*" && d.Rows == "legacy-only" && resent[s.Event] // a resend's second row on the legacy side
+			if !amount && !resentCopy {
+				t.Errorf("seeded bug: event %s differs in %s.%s (%s), want only letters.body.amount", s.Event, d.Table, d.Column, d.Rows)
+			}
+		}
+	}
+	// Exit 1 names the events and the column (-o json: on stderr).
+	for _, id := range cents {
+		if want := id + " (letters.body.amount)"; !resent[id] && !strings.Contains(r.stderr, want) {
+			t.Errorf("seeded bug: stderr lacks %q\n%s", want, r.stderr)
+		}
+	}
+	first := sortedCopyOf(cents)[0]
+	text = inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", shadowJavaConfig, "--samples", "2")
+	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(cents), first), "event "+first+"\n", "letters.body.amount: legacy")
+	t.Logf("seeded bug:\n%s%s", text.stdout, text.stderr)
 }
 
 // keepLegacyCalls writes the letter service's call log and the legacy

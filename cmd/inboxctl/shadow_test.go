@@ -32,11 +32,20 @@ import (
 
 // The shadow tests' own ActiveMQ (scripts/activemq with
 // INBOXKIT_ACTIVEMQ_SHADOW): the composite queues below copy each
-// production queue to its .shadow queue. Ports of this test's range.
+// production queue to its .shadow queue. Ports of this test's range;
+// INBOXKIT_SHADOW_ACTIVEMQ_PORT=P moves the broker to OpenWire P, STOMP P+1
+// and its own directory (two engineers' runs on one machine).
+var shadowAMQDir, shadowAMQOpenWire, shadowAMQStomp = shadowAMQPorts(os.Getenv("INBOXKIT_SHADOW_ACTIVEMQ_PORT"))
+
+func shadowAMQPorts(p string) (dir, openwire, stomp string) {
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65534 {
+		return "/tmp/inboxkit-activemq-shadowtest", "16161", "16162"
+	}
+	return "/tmp/inboxkit-activemq-shadowtest-" + p, p, strconv.Itoa(n + 1)
+}
+
 const (
-	shadowAMQDir      = "/tmp/inboxkit-activemq-shadowtest"
-	shadowAMQOpenWire = "16161"
-	shadowAMQStomp    = "16162"
 	shadowQueueRun    = "shadowtest.invoices" // TestShadowActiveMQ/run
 	shadowQueueJava   = "shadowtest.java"     // TestShadowActiveMQ/java
 	shadowQueueVerify = "shadowtest.verify"   // TestShadowActiveMQ/setup
