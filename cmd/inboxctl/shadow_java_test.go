@@ -143,42 +143,52 @@ func shadowJavaTest(t *testing.T, broker string) {
 	defer cancel()
 	sfx := strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
 	prod, prodURL := keptSchema(t, "shadowjava_legacy_"+sfx)
+	prod2, prod2URL := keptSchema(t, "shadowjava_legacy2_"+sfx) // the second legacy copy, for the calibration
 	shadow, shadowURL := keptSchema(t, "shadowjava_shadow_"+sfx)
-	if err := invoice.Migrate(ctx, prod, "postgres"); err != nil { // the legacy schema: business tables only
-		t.Fatal(err)
-	}
-	if err := invoice.SeedCustomers(ctx, prod, inbox.Postgres); err != nil {
-		t.Fatal(err)
+	for _, db := range []*sql.DB{prod, prod2} { // the legacy schemas: business tables only
+		if err := invoice.Migrate(ctx, db, "postgres"); err != nil {
+			t.Fatal(err)
+		}
+		if err := invoice.SeedCustomers(ctx, db, inbox.Postgres); err != nil {
+			t.Fatal(err)
+		}
 	}
 	wantCode(t, inboxctl(t, "", "migrate", "--db", shadowURL, "--seed-customers"), 0, "migrated")
-	letters := newLetterService(t)
-	queue, copyQueue := shadowQueueJava, shadowQueueJava+shadowSuffix
+	letters, letters2 := newLetterService(t), newLetterService(t)
+	queue, copyQueue, legacyCopyQueue := shadowQueueJava, shadowQueueJava+shadowSuffix, shadowQueueJava+shadowCopySuffix
 
-	// The legacy bean, as golden's black-box recorder starts it.
-	pu, _ := url.Parse(prodURL)
-	jq := url.Values{}
-	jq.Set("currentSchema", "shadowjava_legacy_"+sfx)
-	jq.Set("user", pu.User.Username())
-	if p, ok := pu.User.Password(); ok {
-		jq.Set("password", p)
+	// The legacy bean, as golden's black-box recorder starts it; a second
+	// one on the broker's second copy into the second legacy schema.
+	startBean := func(dbURL, queue, letterService, instance string) *lockedBuffer {
+		pu, _ := url.Parse(dbURL)
+		jq := url.Values{}
+		jq.Set("currentSchema", pu.Query().Get("search_path"))
+		jq.Set("user", pu.User.Username())
+		if p, ok := pu.User.Password(); ok {
+			jq.Set("password", p)
+		}
+		java := exec.Command("java", "-cp", strings.TrimSpace(string(cpOut)), "LegacyInvoiceEventMdb")
+		java.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+shadowAMQOpenWire, "INBOXKIT_QUEUE="+queue,
+			"INBOXKIT_MAX_REDELIVERIES=2", "INBOXKIT_JDBC_URL=jdbc:postgresql://"+pu.Host+pu.Path+"?"+jq.Encode(),
+			"INBOXKIT_LETTER_SERVICE="+letterService, "INBOXKIT_INSTANCE="+instance)
+		javaOut := &lockedBuffer{}
+		java.Stdout, java.Stderr = javaOut, javaOut
+		java.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := java.Start(); err != nil {
+			t.Fatalf("start the Java bean: %v", err)
+		}
+		javaDone := make(chan struct{})
+		go func() { _ = java.Wait(); close(javaDone) }()
+		t.Cleanup(func() {
+			_ = syscall.Kill(-java.Process.Pid, syscall.SIGKILL)
+			<-javaDone
+		})
+		return javaOut
 	}
-	java := exec.Command("java", "-cp", strings.TrimSpace(string(cpOut)), "LegacyInvoiceEventMdb")
-	java.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+shadowAMQOpenWire, "INBOXKIT_QUEUE="+queue,
-		"INBOXKIT_MAX_REDELIVERIES=2", "INBOXKIT_JDBC_URL=jdbc:postgresql://"+pu.Host+pu.Path+"?"+jq.Encode(),
-		"INBOXKIT_LETTER_SERVICE="+letters.URL, "INBOXKIT_INSTANCE=1")
-	javaOut := &lockedBuffer{}
-	java.Stdout, java.Stderr = javaOut, javaOut
-	java.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := java.Start(); err != nil {
-		t.Fatalf("start the Java bean: %v", err)
-	}
-	javaDone := make(chan struct{})
-	go func() { _ = java.Wait(); close(javaDone) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-java.Process.Pid, syscall.SIGKILL)
-		<-javaDone
-	})
+	javaOut := startBean(prodURL, queue, letters.URL, "1")
+	javaOut2 := startBean(prod2URL, legacyCopyQueue, letters2.URL, "2")
 	waitFor(t, "the Java bean listening", func() bool { return strings.Contains(javaOut.String(), "listening on "+queue) }, javaOut)
+	waitFor(t, "the second Java bean listening", func() bool { return strings.Contains(javaOut2.String(), "listening on "+legacyCopyQueue) }, javaOut2)
 
 	// The shadow consumer on the copy, given the real letter service's URL:
 	// recorded, never called.
@@ -249,21 +259,23 @@ func shadowJavaTest(t *testing.T, broker string) {
 	for legacyDone == 0 || shadowDone == 0 {
 		l := count(t, prod, `SELECT COUNT(*) FROM shipping_letters`)
 		dl := depth("DLQ." + queue)
-		if legacyDone == 0 && l == legacyLetters && dl == malformed+unknown && depth(queue) == 0 {
+		l2, dl2 := count(t, prod2, `SELECT COUNT(*) FROM shipping_letters`), depth("DLQ."+legacyCopyQueue)
+		if legacyDone == 0 && l == legacyLetters && dl == malformed+unknown && depth(queue) == 0 &&
+			l2 == legacyLetters && dl2 == malformed+unknown && depth(legacyCopyQueue) == 0 {
 			legacyDone = time.Since(began)
 		}
 		if shadowDone == 0 && shadowSettled(t, shadow) == n {
 			shadowDone = time.Since(began)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not done within %s: the legacy bean has %d of %d letters, %d of %d dead letters; the shadow %d of %d events settled\n%s\n%s",
-				wait, l, legacyLetters, dl, malformed+unknown, shadowSettled(t, shadow), n, javaOut, logs)
+			t.Fatalf("not done within %s: the legacy bean has %d of %d letters, %d of %d dead letters (its copy %d, %d); the shadow %d of %d events settled\n%s\n%s\n%s",
+				wait, l, legacyLetters, dl, malformed+unknown, l2, dl2, shadowSettled(t, shadow), n, javaOut, javaOut2, logs)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	waitShadowDone(t, shadow, n, logs)
 	stopRun(t, run, logs)
-	t.Logf("%d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s); since the first message, the legacy bean was done after %s, the shadow after %s",
+	t.Logf("%d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s); since the first message, the two legacy beans were done after %s, the shadow after %s",
 		n, len(msgs), resends, malformed, unknown, published.Round(time.Millisecond), float64(len(msgs))/published.Seconds(), legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
 
 	// The legacy side: what the bean does, warts included.
@@ -314,9 +326,12 @@ func shadowJavaTest(t *testing.T, broker string) {
 
 	// The legacy side's outgoing effects, beside its business rows, for a diff.
 	keepLegacyCalls(ctx, t, prod, b, letters.URL, calls, "DLQ."+queue)
+	// The second copy's calls: its letter service stands in for the same
+	// service, so the destination is the same.
+	keepLegacyCalls(ctx, t, prod2, b, letters.URL, letters2.log(), "DLQ."+legacyCopyQueue)
 
-	// The reconciliation of the two real schemas (item 5's join).
-	shadowJavaDiff(ctx, t, prodURL, shadowURL, shadow, msgs)
+	// The reconciliation of the real schemas (item 5's join).
+	shadowJavaDiff(ctx, t, prodURL, prod2URL, shadowURL, shadow, msgs)
 }
 
 // shadowJavaConfig is the diff config of the Java run's schemas: the bean's
@@ -325,13 +340,14 @@ func shadowJavaTest(t *testing.T, broker string) {
 const shadowJavaConfig = "testdata/shadow-java.json"
 
 // shadowJavaDiff runs `inboxctl shadow diff` on the Java run's legacy and
-// shadow schemas: its scrub list is exactly the columns that differ without
-// it; with it, every event is identical or in the expected category the
+// shadow schemas: its scrub list is exactly the noise the calibration
+// against the second legacy copy finds, and exactly the columns that differ
+// without it; with it, every event is identical or in the expected category the
 // traffic put it in, 0 unexpected. Then a bug is seeded in the shadow's
 // recorded letters (their amounts rounded, as a handler rounding them would
 // have written them): exit 1, naming exactly the events whose amount has
 // cents and the column.
-func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, shadowURL string, shadow *sql.DB, msgs []javaEvent) {
+func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL, shadowURL string, shadow *sql.DB, msgs []javaEvent) {
 	t.Helper()
 	raw, err := os.ReadFile(shadowJavaConfig)
 	if err != nil {
@@ -384,13 +400,29 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, shadowURL stri
 	events := int64(len(kinds) + valid)
 	identical := events - want[golden.RuleDuplicateSuppressed] - want[golden.RulePoisonAtOnce] - want[golden.RuleRejectionNotRetried]
 
-	// The scrub list is the noise: without it, exactly its columns differ.
+	// The scrub list is the noise: the calibration against the second
+	// legacy copy finds exactly its columns, and without it exactly its
+	// columns differ between legacy and shadow.
 	noScrub := cfg
 	noScrub.Scrub = nil
 	b, _ := json.Marshal(noScrub)
 	noScrubFile := filepath.Join(t.TempDir(), "noscrub.json")
 	if err := os.WriteFile(noScrubFile, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	calibrated := filepath.Join(t.TempDir(), "calibrated.json")
+	if err := os.WriteFile(calibrated, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := inboxctl(t, "", "shadow", "diff", "--calibrate", "--legacy", legacyURL, "--legacy-copy", legacyCopyURL, "--config", calibrated, "--write")
+	wantCode(t, r, 0, "noise (columns that differ between the legacy copies")
+	t.Logf("shadow diff --calibrate:\n%s%s", r.stdout, r.stderr)
+	var written golden.ReconcileConfig
+	if b, err := os.ReadFile(calibrated); err != nil || json.Unmarshal(b, &written) != nil {
+		t.Fatalf("calibration --write: %v\n%s", err, b)
+	}
+	if got, want := sortedCopyOf(written.Scrub), sortedCopyOf(cfg.Scrub); !slices.Equal(got, want) {
+		t.Errorf("calibration found the noise %v; %s scrubs %v", got, shadowJavaConfig, want)
 	}
 	r, rep := diff(noScrubFile, "--samples", strconv.Itoa(int(events)))
 	if r.code != 1 {

@@ -46,9 +46,12 @@ func shadowAMQPorts(p string) (dir, openwire, stomp string) {
 }
 
 const (
-	shadowQueueRun    = "shadowtest.invoices" // TestShadowActiveMQ/run
-	shadowQueueJava   = "shadowtest.java"     // TestShadowActiveMQ/java
-	shadowQueueVerify = "shadowtest.verify"   // TestShadowActiveMQ/setup
+	shadowQueueRun  = "shadowtest.invoices" // TestShadowActiveMQ/run
+	shadowQueueJava = "shadowtest.java"     // TestShadowActiveMQ/java
+	// shadowCopySuffix names the Java queue's second copy, which a second
+	// legacy bean consumes for the calibration.
+	shadowCopySuffix  = ".legacycopy"
+	shadowQueueVerify = "shadowtest.verify" // TestShadowActiveMQ/setup
 )
 
 // startShadowActiveMQ starts the test's ActiveMQ with composite queues and
@@ -59,7 +62,7 @@ func startShadowActiveMQ(t *testing.T) string {
 	env := append(os.Environ(), "INBOXKIT_ACTIVEMQ_DIR="+shadowAMQDir, "INBOXKIT_ACTIVEMQ_OPENWIRE_PORT="+shadowAMQOpenWire,
 		"INBOXKIT_ACTIVEMQ_STOMP_PORT="+shadowAMQStomp, "INBOXKIT_ACTIVEMQ_HEAP=256m",
 		"INBOXKIT_ACTIVEMQ_TIMEOUT=240", // a JVM start on the shared 2-core machine under parallel tests took over 60s
-		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix+
+		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix+"+"+shadowQueueJava+shadowCopySuffix+
 			","+shadowQueueVerify+":"+shadowQueueVerify+shadowSuffix)
 	do := func(verb string) {
 		cmd := exec.Command(script, verb)
