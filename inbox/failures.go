@@ -144,8 +144,7 @@ func (s *Store) FailureGroups(ctx context.Context, f FailureFilter) ([]FailureGr
 		if err := rows.Scan(&consumer, &status, &reason, &class, &lastErr, &n, &first, &last, &replays, &replayed); err != nil {
 			return nil, fmt.Errorf("inbox: failure groups: %w", err)
 		}
-		fp := Fingerprint(lastErr.String)
-		id := GroupID(consumer, status, reason.String, class.String, fp)
+		id, fp := groupOf(consumer, status, reason, class, lastErr)
 		g := byID[id]
 		if g == nil {
 			g = &FailureGroup{ID: id, ConsumerName: consumer, Status: inboxkit.Status(status), ReasonCode: reason.String,
@@ -231,4 +230,63 @@ func (s *Store) GroupEvents(ctx context.Context, id string, f FailureFilter) (Fa
 		return g, nil, fmt.Errorf("inbox: events of failure group %s: %w", id, err)
 	}
 	return g, ids, nil
+}
+
+// groupOf is the failure group id (FailureGroup.ID) and fingerprint of a
+// failed row with these columns: FailureGroups and GroupsOf group by it.
+func groupOf(consumer, status string, reason, class, lastErr sql.NullString) (id, fingerprint string) {
+	fp := Fingerprint(lastErr.String)
+	return GroupID(consumer, status, reason.String, class.String, fp), fp
+}
+
+// GroupedEvent is a failed row and the id of its failure group.
+type GroupedEvent struct {
+	ConsumerName string
+	EventID      string
+	Group        string
+}
+
+// groupsOfChunk bounds the event ids of one GroupsOf query.
+const groupsOfChunk = 500
+
+// GroupsOf returns the failed rows among those f selects whose event id is
+// one of eventIDs (of any consumer), each with the id of the failure group
+// FailureGroups puts it in (the same columns, the same Fingerprint). It
+// asks one query per 500 ids, through the primary key (EVENT_ID,
+// CONSUMER_NAME). A dead letter on a queue finds its group by its
+// envelope's consumer and event id here.
+func (s *Store) GroupsOf(ctx context.Context, f FailureFilter, eventIDs []string) ([]GroupedEvent, error) {
+	var out []GroupedEvent
+	where, fargs := s.filterWhere(f)
+	for len(eventIDs) > 0 {
+		n := min(len(eventIDs), groupsOfChunk)
+		batch := eventIDs[:n]
+		eventIDs = eventIDs[n:]
+		q := s.d.Rebind(`SELECT CONSUMER_NAME, EVENT_ID, ` + s.d.exactStatus() + `, REASON_CODE, ` + s.expr("ERROR_CLASS") + `, ` + s.expr("LAST_ERROR") +
+			` FROM ` + s.cfg.Table + ` WHERE ` + where + ` AND EVENT_ID IN (?` + strings.Repeat(", ?", n-1) + `)`)
+		args := append([]any{}, fargs...)
+		for _, ev := range batch {
+			args = append(args, ev)
+		}
+		if err := func() error {
+			rows, err := s.db.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var consumer, ev, status string
+				var reason, class, lastErr sql.NullString
+				if err := rows.Scan(&consumer, &ev, &status, &reason, &class, &lastErr); err != nil {
+					return err
+				}
+				id, _ := groupOf(consumer, status, reason, class, lastErr)
+				out = append(out, GroupedEvent{ConsumerName: consumer, EventID: ev, Group: id})
+			}
+			return rows.Err()
+		}(); err != nil {
+			return out, fmt.Errorf("inbox: failure groups of %d event(s): %w", n, err)
+		}
+	}
+	return out, nil
 }

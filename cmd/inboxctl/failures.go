@@ -5,25 +5,69 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
 // failureGroupsReport is the output of `inboxctl failures groups -o json`.
 type failureGroupsReport struct {
-	Table       string               `json:"table"`
-	At          time.Time            `json:"at"`
-	MaxAttempts int                  `json:"maxAttempts"`
-	Consumer    string               `json:"consumer,omitempty"`
-	Since       *time.Time           `json:"since,omitempty"`
-	Archived    bool                 `json:"archived,omitempty"`
-	Rows        int64                `json:"rows"`
-	Groups      []inbox.FailureGroup `json:"groups"`
+	Table       string            `json:"table"`
+	At          time.Time         `json:"at"`
+	MaxAttempts int               `json:"maxAttempts"`
+	Consumer    string            `json:"consumer,omitempty"`
+	Since       *time.Time        `json:"since,omitempty"`
+	Archived    bool              `json:"archived,omitempty"`
+	Rows        int64             `json:"rows"`
+	Groups      []failureGroupRow `json:"groups"`
+	// DLQ is the dead-letter queue joined (--broker --dlq), nil without.
+	DLQ *dlqJoin `json:"dlq,omitempty"`
 }
+
+// failureGroupRow is a failure group of the report with its dead letters
+// on the joined queue.
+type failureGroupRow struct {
+	inbox.FailureGroup
+	// DLQMessages is how many dead letters of the group's rows the browse
+	// of the joined queue saw (nil: no queue joined).
+	DLQMessages *int `json:"dlqMessages,omitempty"`
+}
+
+// dlqJoin is what the browse of the dead-letter queue of 'failures groups
+// --broker --dlq' saw. Browsed = Grouped + Ungrouped + NotEnvelope.
+type dlqJoin struct {
+	Queue string `json:"queue"`
+	// Limit is --browse; LimitReached says the queue held more than Limit
+	// messages: only Limit were counted, so every count is a lower bound.
+	Limit        int  `json:"limit"`
+	LimitReached bool `json:"limitReached"`
+	Browsed      int  `json:"browsed"`
+	// Grouped are the inboxkit dead letters whose (consumer, event id)
+	// row is in a listed group; Ungrouped the inboxkit dead letters whose
+	// event has no row in any listed group (processed since, archived,
+	// another consumer than --consumer, changed before --since, deleted);
+	// NotEnvelope the messages without the inboxkit envelope (the broker
+	// or another program put them there).
+	Grouped     int `json:"grouped"`
+	Ungrouped   int `json:"ungrouped"`
+	NotEnvelope int `json:"notEnvelope"`
+}
+
+// dlqSource is the dead-letter queue a failure groups report joins: none
+// where b is nil.
+type dlqSource struct {
+	b      *broker
+	queue  string
+	browse int
+}
+
+// defaultGroupsBrowse is the default of failures groups --browse.
+const defaultGroupsBrowse = 10000
 
 func newFailuresCmd() *cobra.Command {
 	c := &cobra.Command{
@@ -39,10 +83,11 @@ func newFailuresCmd() *cobra.Command {
 func newFailureGroupsCmd() *cobra.Command {
 	var f dbFlags
 	var o outputFlags
-	var consumer, since string
+	var consumer, since, brokerURL, dlqName string
 	var archived bool
+	var browse int
 	c := &cobra.Command{
-		Use:   "groups --db URL [--consumer C] [--since T] [--archived] [-o json]",
+		Use:   "groups --db URL [--consumer C] [--since T] [--archived] [--broker URL --dlq QUEUE [--browse N]] [-o json]",
 		Short: "Group DEAD_LETTERED, REJECTED and stuck rows by consumer, status, reason, class and error",
 		Long: `failures groups groups the failed rows — DEAD_LETTERED, REJECTED, and TECHNICAL_FAILURE
 at the backout threshold (--max-attempts) — by consumer, status, reason code, error class
@@ -55,22 +100,50 @@ The largest group comes first.
 --since keeps the rows that changed at or after a time (2026-01-31, RFC 3339) or a
 duration ago (24h, 7d). Archived rows ('inboxctl failures archive') are left out;
 --archived lists them instead, by group ('failures restore' takes the ids). It reads a table inboxctl migrate has not upgraded yet as it
-is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
+is.
+
+--broker URL --dlq QUEUE joins the dead-letter queue: up to --browse N (default
+10000) of its messages are read, each inboxkit dead letter finds its row by the
+envelope's consumer and event id, and each group shows how many of its dead
+letters are on the queue (column DLQ, dlqMessages in JSON). A line below counts
+the dead letters whose event has no row in the groups listed and the messages
+that are not inboxkit dead letters. When the queue holds more than N messages the
+counts are lower bounds, and the line says so. On ActiveMQ a queue browser reads
+them; on RabbitMQ and JetStream the messages are received and handed back
+unchanged, so they count as redelivered there (as with 'dlq list').
+
+Exit 0 (with or without groups), or 2 when the database or broker cannot be reached.`,
 		Example: `  inboxctl failures groups --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-  inboxctl failures groups --db sqlite:./inbox.db --consumer invoice-consumer --since 24h -o json`,
+  inboxctl failures groups --db sqlite:./inbox.db --consumer invoice-consumer --since 24h -o json
+  inboxctl failures groups --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable --broker stomp://127.0.0.1:61613 --dlq DLQ.invoices`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			asJSON, err := o.json()
 			if err != nil {
 				return err
 			}
+			src := dlqSource{queue: dlqName, browse: browse}
+			switch {
+			case dlqName == "" && (brokerURL != "" || cmd.Flags().Changed("browse")):
+				return usageErr("failures groups --broker and --browse need --dlq QUEUE, the dead-letter queue to join (e.g. DLQ.invoices)")
+			case browse < 1:
+				return usageErr("--browse %d: give how many messages of the dead-letter queue to read, 1 or more (default %d)", browse, defaultGroupsBrowse)
+			}
 			ctx := cmd.Context()
+			if dlqName != "" {
+				b, err := openLastingBroker(brokerURL, "failures groups")
+				if err != nil {
+					return err
+				}
+				defer b.Close()
+				src.b = b
+			}
 			st, _, err := f.openStoreForReading(ctx, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
 			defer st.DB().Close()
-			r, err := failureGroups(ctx, st, consumer, since, archived, time.Now().UTC())
+			r, err := failureGroups(ctx, st, consumer, since, archived, time.Now().UTC(), src)
 			if err != nil {
 				return err
 			}
@@ -87,14 +160,18 @@ is. Exit 0 (with or without groups), or 2 when the database cannot be reached.`,
 	c.Flags().StringVar(&consumer, "consumer", "", "only this consumer's rows")
 	c.Flags().StringVar(&since, "since", "", "only rows changed since a time (2026-01-31, RFC 3339) or a duration ago (24h, 7d)")
 	c.Flags().BoolVar(&archived, "archived", false, "list the archived failures instead")
+	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL of --dlq (default $"+envBroker+")")
+	c.Flags().StringVar(&dlqName, "dlq", "", "dead-letter queue whose messages each group counts")
+	c.Flags().IntVar(&browse, "browse", defaultGroupsBrowse, "read at most this many messages of --dlq")
 	return c
 }
 
 // failureGroups is the report of 'failures groups' (and the console's
 // /api/failures/groups): the failed rows of st grouped, for one consumer
 // ("" all), changed since (a --since value, "" all), the archived ones
-// instead of the others when archived, at now.
-func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string, archived bool, now time.Time) (failureGroupsReport, error) {
+// instead of the others when archived, at now; with the dead letters on
+// the queue of src counted (joinDLQ) where src has a broker.
+func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string, archived bool, now time.Time, src dlqSource) (failureGroupsReport, error) {
 	r := failureGroupsReport{Table: st.Config().Table, At: now, MaxAttempts: st.Config().Retry.MaxAttempts, Consumer: consumer, Archived: archived}
 	filter := inbox.FailureFilter{Consumer: consumer, Archived: archived}
 	if since != "" {
@@ -104,14 +181,82 @@ func failureGroups(ctx context.Context, st *inbox.Store, consumer, since string,
 		}
 		r.Since, filter.Since = &t, t
 	}
-	var err error
-	if r.Groups, err = st.FailureGroups(ctx, filter); err != nil {
+	groups, err := st.FailureGroups(ctx, filter)
+	if err != nil {
 		return r, &exitError{code: exitUsage, err: fmt.Errorf("%v\n\tcheck that the database runs and 'inboxctl migrate' created the table", err)}
 	}
-	for _, g := range r.Groups {
+	r.Groups = make([]failureGroupRow, len(groups))
+	for i, g := range groups {
+		r.Groups[i].FailureGroup = g
 		r.Rows += g.Rows
 	}
+	if src.b != nil {
+		return r, joinDLQ(ctx, st, filter, src, &r)
+	}
 	return r, nil
+}
+
+// joinDLQ browses up to src.browse messages of src.queue and counts them
+// into r: per group the inboxkit dead letters whose (consumer, event id)
+// row is in it (inbox.Store.GroupsOf, rows of the same filter), the other
+// dead letters, the messages that are not inboxkit dead letters. A dead
+// letter whose envelope names no consumer matches its event id's row when
+// exactly one consumer's row has it.
+func joinDLQ(ctx context.Context, st *inbox.Store, filter inbox.FailureFilter, src dlqSource, r *failureGroupsReport) error {
+	if err := src.b.requireQueue(ctx, src.queue); err != nil {
+		return err
+	}
+	ms, err := src.b.Browse(ctx, src.queue, src.browse+1) // one more tells whether the queue holds more
+	if err != nil {
+		return err
+	}
+	j := &dlqJoin{Queue: src.queue, Limit: src.browse}
+	if len(ms) > src.browse {
+		ms, j.LimitReached = ms[:src.browse], true
+	}
+	j.Browsed = len(ms)
+	type key struct{ consumer, event string }
+	var letters []key
+	var ids []string
+	seen := map[string]bool{}
+	for _, m := range ms {
+		env, err := dlq.Parse(m.Headers, m.Body)
+		if err != nil {
+			j.NotEnvelope++
+			continue
+		}
+		letters = append(letters, key{env.Consumer, env.EventID}) // no event id: no row, not grouped
+		if env.EventID != "" && !seen[env.EventID] {
+			seen[env.EventID] = true
+			ids = append(ids, env.EventID)
+		}
+	}
+	rows, err := st.GroupsOf(ctx, filter, ids)
+	if err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("%v\n\tcheck that the database runs", err)}
+	}
+	group := map[key]string{}
+	byEvent := map[string][]string{} // event id -> the groups of its rows, one per consumer
+	for _, x := range rows {
+		group[key{x.ConsumerName, x.EventID}] = x.Group
+		byEvent[x.EventID] = append(byEvent[x.EventID], x.Group)
+	}
+	counts := map[string]int{}
+	for _, l := range letters {
+		g := group[l]
+		if l.consumer == "" && len(byEvent[l.event]) == 1 {
+			g = byEvent[l.event][0]
+		}
+		counts[g]++
+	}
+	for i := range r.Groups {
+		n := counts[r.Groups[i].ID]
+		r.Groups[i].DLQMessages = &n
+		j.Grouped += n
+	}
+	j.Ungrouped = len(letters) - j.Grouped // a group listed a moment ago is gone: not listed either
+	r.DLQ = j
+	return nil
 }
 
 // newFailureArchiveCmd is failures archive (archive) or failures restore.
@@ -227,11 +372,33 @@ func printFailureGroups(w io.Writer, r failureGroupsReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "group\tconsumer\tstatus\treason\tclass\trows\treplays\tfirst\tlast\terror\t")
+	dlqHead := ""
+	if r.DLQ != nil {
+		dlqHead = "DLQ\t"
+	}
+	fmt.Fprintln(tw, "group\tconsumer\tstatus\treason\tclass\trows\treplays\t"+dlqHead+"first\tlast\terror\t")
 	for _, g := range r.Groups {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", g.ID, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.ErrorClass),
-			g.Rows, g.Replays, g.FirstFailed.UTC().Format(time.RFC3339), g.LastFailed.UTC().Format(time.RFC3339), orDash(g.Fingerprint))
+		dlqCol := ""
+		if g.DLQMessages != nil {
+			dlqCol = strconv.Itoa(*g.DLQMessages) + "\t"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s%s\t%s\t%s\t\n", g.ID, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.ErrorClass),
+			g.Rows, g.Replays, dlqCol, g.FirstFailed.UTC().Format(time.RFC3339), g.LastFailed.UTC().Format(time.RFC3339), orDash(g.Fingerprint))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d failed row(s) in %d group(s)\n", r.Rows, len(r.Groups))
+	if r.DLQ != nil {
+		fmt.Fprintln(w, r.DLQ.Summary())
+	}
+}
+
+// Summary is the line under the groups that tells what the browse of the
+// queue saw.
+func (j *dlqJoin) Summary() string {
+	s := fmt.Sprintf("dead-letter queue %s: %d message(s) read, %d in the groups above, %d inboxkit dead letter(s) whose event has no row in them, %d not inboxkit dead letter(s)",
+		j.Queue, j.Browsed, j.Grouped, j.Ungrouped, j.NotEnvelope)
+	if j.LimitReached {
+		s += fmt.Sprintf("\n\tthe queue holds more than --browse %d: the counts are lower bounds (raise --browse to count them all)", j.Limit)
+	}
+	return s
 }

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
 )
 
 // plantFailures inserts failed and healthy rows: two customers unknown
@@ -76,7 +82,7 @@ func TestFailureGroups(t *testing.T) {
 			var dead inbox.FailureGroup
 			for _, g := range rep.Groups {
 				if g.Status == "DEAD_LETTERED" && g.ConsumerName == "invoice-consumer" {
-					dead = g
+					dead = g.FailureGroup
 				}
 			}
 			if rep.Groups[0].Rows != 2 || rep.Groups[3].Rows != 1 {
@@ -104,4 +110,105 @@ func TestFailureGroups(t *testing.T) {
 			wantCode(t, inboxctl(t, "", "failures", "groups", "--db", url, "--since", "yesterday"), 2, `--since "yesterday"`)
 		})
 	}
+}
+
+// failures groups --broker --dlq: the dead letters of two groups, a dead
+// letter of a PROCESSED row, one whose consumer has no row of its event
+// and a message that is not an inboxkit dead letter on the DLQ give each
+// group its count and the others theirs; --consumer moves a group's
+// dead letters to the others; a --browse under the queue's depth says the
+// counts are lower bounds. On PostgreSQL with RabbitMQ and ActiveMQ (STOMP).
+func TestFailureGroupsDLQ(t *testing.T) {
+	for _, bk := range []struct{ name, url string }{{"rabbitmq", rabbitURL}, {"activemq", "stomp://" + stompAddr}} {
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			if bk.name == "activemq" {
+				needActiveMQ(t)
+			}
+			db := dbtest.New(t, dbtest.Postgres)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+			plantFailures(t, db)
+			dlqName := fmt.Sprintf("DLQ.inboxctl.groups.%s.%d", bk.name, time.Now().UnixNano())
+			if bk.name == "rabbitmq" {
+				rabbittest.Declare(t, dlqName)
+			}
+			ctx := context.Background()
+			b, err := brokerurl.Open(bk.url, brokerurl.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			pub, err := b.Publisher(ctx)
+			if err != nil {
+				t.Fatalf("%s publisher (RabbitMQ: rabbitmq-server -detached; ActiveMQ: scripts/activemq start): %v", bk.name, err)
+			}
+			defer pub.Close()
+			for _, l := range []struct{ consumer, event string }{
+				{"invoice-consumer", "d-1"}, {"invoice-consumer", "d-2"}, {"claims", "o-1"},
+				{"invoice-consumer", "p-1"}, // its row is PROCESSED
+				{"invoice-consumer", "o-1"}, // o-1 is claims' row, not invoice-consumer's
+			} {
+				env := dlq.Envelope{Body: []byte(`{"n":1}`), Original: map[string]string{"eventId": l.event}, Reason: "MAX_ATTEMPTS", Class: "TECHNICAL",
+					Error: "failed", Attempts: 5, Consumer: l.consumer, OriginalDestination: "invoices", EventID: l.event, DeadLetteredAt: time.Now().UTC()}
+				if err := pub.Publish(ctx, dlqName, env.Headers(), env.Body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := pub.Publish(ctx, dlqName, map[string]string{"eventId": "d-1"}, []byte("moved by the broker")); err != nil {
+				t.Fatal(err)
+			}
+			groups := func(args ...string) failureGroupsReport {
+				t.Helper()
+				r := inboxctl(t, "", append([]string{"failures", "groups", "--db", url, "--broker", bk.url, "--dlq", dlqName, "-o", "json"}, args...)...)
+				wantCode(t, r, 0)
+				var rep failureGroupsReport
+				if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+					t.Fatalf("failures groups -o json: %v\n%s", err, r)
+				}
+				return rep
+			}
+			dlqOf := func(rep failureGroupsReport) map[string]int {
+				m := map[string]int{}
+				for _, g := range rep.Groups {
+					if g.DLQMessages == nil {
+						t.Fatalf("group %s without dlqMessages: %+v", g.ID, rep)
+					}
+					m[g.ConsumerName+" "+string(g.Status)] = *g.DLQMessages
+				}
+				return m
+			}
+			rep := groups()
+			want := map[string]int{"invoice-consumer DEAD_LETTERED": 2, "claims DEAD_LETTERED": 1, "invoice-consumer REJECTED": 0, "invoice-consumer TECHNICAL_FAILURE": 0}
+			if got := dlqOf(rep); !maps.Equal(got, want) {
+				t.Errorf("dlqMessages: want %v, got %v", want, got)
+			}
+			if j := rep.DLQ; j == nil || *j != (dlqJoin{Queue: dlqName, Limit: defaultGroupsBrowse, Browsed: 6, Grouped: 3, Ungrouped: 2, NotEnvelope: 1}) {
+				t.Errorf("dlq: %+v", rep.DLQ)
+			}
+			rep = groups("--consumer", "claims")
+			if got := dlqOf(rep); !maps.Equal(got, map[string]int{"claims DEAD_LETTERED": 1}) {
+				t.Errorf("--consumer claims: %v", got)
+			}
+			if j := rep.DLQ; j == nil || j.Grouped != 1 || j.Ungrouped != 4 || j.NotEnvelope != 1 || j.LimitReached {
+				t.Errorf("--consumer claims: %+v", rep.DLQ)
+			}
+			rep = groups("--browse", "3")
+			if j := rep.DLQ; j == nil || !j.LimitReached || j.Browsed != 3 || j.Limit != 3 || j.Grouped+j.Ungrouped+j.NotEnvelope != 3 {
+				t.Errorf("--browse 3: %+v", rep.DLQ)
+			}
+			r := inboxctl(t, "", "failures", "groups", "--db", url, "--broker", bk.url, "--dlq", dlqName)
+			wantCode(t, r, 0, "  DLQ  ", "dead-letter queue "+dlqName+": 6 message(s) read, 3 in the groups above, 2 inboxkit dead letter(s) whose event has no row in them, 1 not inboxkit dead letter(s)")
+			t.Logf("inboxctl failures groups --broker %s --dlq %s:\n%s", bk.url, dlqName, r.stdout)
+			r = inboxctl(t, "", "failures", "groups", "--db", url, "--broker", bk.url, "--dlq", dlqName, "--browse", "5")
+			wantCode(t, r, 0, "the queue holds more than --browse 5: the counts are lower bounds")
+			t.Logf("--browse 5:\n%s", r.stdout)
+			// Nothing was taken off the queue.
+			if rep := groups(); rep.DLQ == nil || rep.DLQ.Browsed != 6 {
+				t.Errorf("after the browses: %+v", rep.DLQ)
+			}
+		})
+	}
+	wantCode(t, inboxctl(t, "", "failures", "groups", "--db", "sqlite::memory:", "--broker", rabbitURL), 2, "need --dlq QUEUE")
+	wantCode(t, inboxctl(t, "", "failures", "groups", "--db", "sqlite::memory:", "--dlq", "DLQ.x", "--browse", "0"), 2, "--browse 0")
 }

@@ -178,9 +178,15 @@ func (c *console) apiReadiness(w http.ResponseWriter, r *http.Request) {
 	writeAPIJSON(w, http.StatusOK, c.readiness(r.Context()))
 }
 
+// groupsDLQ is the dead-letter queue the failure groups join: the
+// console's --dlq (none without), at failures groups' default --browse.
+func (c *console) groupsDLQ() dlqSource {
+	return dlqSource{b: c.b, queue: c.dlq, browse: defaultGroupsBrowse}
+}
+
 func (c *console) apiGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC(), c.groupsDLQ())
 	if err != nil {
 		writeAPIError(w, statusOf(err), err)
 		return
@@ -452,7 +458,7 @@ func (c *console) overviewPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) failuresPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC(), c.groupsDLQ())
 	if err != nil {
 		c.fail(w, r, "Failure groups", err)
 		return

@@ -330,8 +330,11 @@ func TestConsoleAPI(t *testing.T) {
 			}
 			var apiGroups, cliGroups failureGroupsReport
 			get("/api/failures/groups", &apiGroups)
-			cli(&cliGroups, "failures", "groups", "--db", c.url)
-			if !slices.Equal(apiGroups.Groups, cliGroups.Groups) || len(apiGroups.Groups) != 2 || apiGroups.Groups[0].Rows != 3 {
+			cli(&cliGroups, "failures", "groups", "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName)
+			apiJSON, _ := json.Marshal([]any{apiGroups.Groups, apiGroups.DLQ})
+			cliJSON, _ := json.Marshal([]any{cliGroups.Groups, cliGroups.DLQ})
+			if string(apiJSON) != string(cliJSON) || len(apiGroups.Groups) != 2 || apiGroups.Groups[0].Rows != 3 ||
+				apiGroups.Groups[0].DLQMessages == nil || *apiGroups.Groups[0].DLQMessages != 3 {
 				t.Fatalf("/api/failures/groups and inboxctl failures groups differ:\n%+v\n%+v", apiGroups, cliGroups)
 			}
 			group := apiGroups.Groups[0].ID
