@@ -173,3 +173,63 @@ func TestReplayJobMigrationFromVersion8(t *testing.T) {
 		}
 	})
 }
+
+// GroupsOf finds the failed rows of the event ids, over more than one
+// chunk of ids, each with the id FailureGroups gives its group; a
+// PROCESSED row, an unknown id and the rows the filter leaves out are
+// not returned.
+func TestGroupsOf(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		d, _ := inbox.DialectByName(db.Backend)
+		tx, err := db.BeginTx(ctx, nil)
+		dbtest.Must(t, err, "begin")
+		ins := d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, LAST_ERROR, ATTEMPTS) VALUES (?, ?, ?, ?, 5)`)
+		var ids []string
+		for i := range 501 {
+			id := fmt.Sprint("e-", i)
+			ids = append(ids, id)
+			_, err := tx.ExecContext(ctx, ins, id, consumerName, "DEAD_LETTERED", fmt.Sprintf("customer K-%d unknown", i))
+			dbtest.Must(t, err, "plant %s", id)
+		}
+		for _, r := range []struct{ id, consumer, status, err string }{
+			{"x-1", consumerName, "DEAD_LETTERED", "timeout"}, {"x-1", "other", "REJECTED", "bad field 'a'"}, {"p-1", consumerName, "PROCESSED", ""},
+		} {
+			_, err := tx.ExecContext(ctx, ins, r.id, r.consumer, r.status, r.err)
+			dbtest.Must(t, err, "plant %s", r.id)
+		}
+		dbtest.Must(t, tx.Commit(), "commit")
+		groups, err := s.FailureGroups(ctx, inbox.FailureFilter{})
+		if err != nil || len(groups) != 3 || groups[0].Rows != 501 {
+			t.Fatalf("groups: %+v %v", groups, err)
+		}
+		id := map[string]string{}
+		for _, g := range groups {
+			id[g.ConsumerName+" "+g.Fingerprint] = g.ID
+		}
+		got, err := s.GroupsOf(ctx, inbox.FailureFilter{}, append(ids, "x-1", "p-1", "nope"))
+		dbtest.Must(t, err, "groups of")
+		want := map[inbox.GroupedEvent]bool{
+			{ConsumerName: consumerName, EventID: "x-1", Group: id[consumerName+" timeout"]}: true,
+			{ConsumerName: "other", EventID: "x-1", Group: id["other bad field <q>"]}:         true,
+		}
+		for _, ev := range ids {
+			want[inbox.GroupedEvent{ConsumerName: consumerName, EventID: ev, Group: groups[0].ID}] = true
+		}
+		seen := map[inbox.GroupedEvent]bool{}
+		for _, g := range got {
+			if !want[g] || seen[g] {
+				t.Errorf("unexpected or twice: %+v", g)
+			}
+			seen[g] = true
+		}
+		if len(seen) != len(want) || want[inbox.GroupedEvent{}] {
+			t.Errorf("got %d rows, want %d", len(seen), len(want))
+		}
+		if got, err := s.GroupsOf(ctx, inbox.FailureFilter{Consumer: "other"}, []string{"x-1", "e-1"}); err != nil || len(got) != 1 || got[0].ConsumerName != "other" {
+			t.Errorf("consumer other: %+v %v", got, err)
+		}
+	})
+}

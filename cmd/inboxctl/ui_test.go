@@ -374,6 +374,11 @@ func TestConsoleAPI(t *testing.T) {
 				code, body, _ := call(t, "GET", base+p, nil, "")
 				wantStatus(t, "GET "+p, code, 200, body)
 			}
+			// The groups page shows the DLQ column and line of the same report.
+			if code, body, _ := call(t, "GET", base+"/failures", nil, ""); code != 200 || !strings.Contains(body, `<th class="n">DLQ</th>`) ||
+				!strings.Contains(body, `<td class="n dlq">3</td>`) || !strings.Contains(body, apiGroups.DLQ.Summary()) {
+				t.Errorf("GET /failures: want the DLQ column and %q:\n%s", apiGroups.DLQ.Summary(), body)
+			}
 			for p, want := range map[string]int{"/failures/000000000000": 404, "/replays/9": 404, "/failures?since=yesterday": 400, "/api/audit": 400} {
 				code, body, _ := call(t, "GET", base+p, nil, "")
 				wantStatus(t, "GET "+p, code, want, body)
