@@ -213,7 +213,7 @@ func TestGroupsOf(t *testing.T) {
 		dbtest.Must(t, err, "groups of")
 		want := map[inbox.GroupedEvent]bool{
 			{ConsumerName: consumerName, EventID: "x-1", Group: id[consumerName+" timeout"]}: true,
-			{ConsumerName: "other", EventID: "x-1", Group: id["other bad field <q>"]}:         true,
+			{ConsumerName: "other", EventID: "x-1", Group: id["other bad field <q>"]}:        true,
 		}
 		for _, ev := range ids {
 			want[inbox.GroupedEvent{ConsumerName: consumerName, EventID: ev, Group: groups[0].ID}] = true
