@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -47,6 +48,15 @@ type dlqJoin struct {
 	Limit        int  `json:"limit"`
 	LimitReached bool `json:"limitReached"`
 	Browsed      int  `json:"browsed"`
+	// Depth is the queue's depth asked before the read, where the broker
+	// tells it without a browse (RabbitMQ over AMQP 0-9-1, JetStream; nil
+	// elsewhere). A browse there reads no more than the unsettled
+	// messages the broker hands one consumer (1000 today), so a Depth
+	// above Browsed says the counts are lower bounds too.
+	Depth *int `json:"depth,omitempty"`
+	// LowerBounds: the queue held more than was read (LimitReached, or
+	// Depth above Browsed); each count is at least what it says.
+	LowerBounds bool `json:"lowerBounds"`
 	// Grouped are the inboxkit dead letters whose (consumer, event id)
 	// row is in a listed group; Ungrouped the inboxkit dead letters whose
 	// event has no row in any listed group (processed since, archived,
@@ -110,7 +120,9 @@ the dead letters whose event has no row in the groups listed and the messages
 that are not inboxkit dead letters. When the queue holds more than N messages the
 counts are lower bounds, and the line says so. On ActiveMQ a queue browser reads
 them; on RabbitMQ and JetStream the messages are received and handed back
-unchanged, so they count as redelivered there (as with 'dlq list').
+unchanged, so they count as redelivered there (as with 'dlq list'), and a read
+gets at most 1000: the queue's depth is asked first, and when it is above what
+was read the line says the counts are lower bounds.
 
 Exit 0 (with or without groups), or 2 when the database or broker cannot be reached.`,
 		Example: `  inboxctl failures groups --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
@@ -206,15 +218,21 @@ func joinDLQ(ctx context.Context, st *inbox.Store, filter inbox.FailureFilter, s
 	if err := src.b.requireQueue(ctx, src.queue); err != nil {
 		return err
 	}
+	j := &dlqJoin{Queue: src.queue, Limit: src.browse}
+	if src.b.t.Kind != target.STOMP { // ActiveMQ's depth is a browse itself
+		if n, atLeast, err := src.b.Depth(ctx, src.queue); err == nil && !atLeast {
+			j.Depth = &n
+		}
+	}
 	ms, err := src.b.Browse(ctx, src.queue, src.browse+1) // one more tells whether the queue holds more
 	if err != nil {
 		return err
 	}
-	j := &dlqJoin{Queue: src.queue, Limit: src.browse}
 	if len(ms) > src.browse {
 		ms, j.LimitReached = ms[:src.browse], true
 	}
 	j.Browsed = len(ms)
+	j.LowerBounds = j.LimitReached || (j.Depth != nil && *j.Depth > j.Browsed)
 	type key struct{ consumer, event string }
 	var letters []key
 	var ids []string
@@ -397,8 +415,11 @@ func printFailureGroups(w io.Writer, r failureGroupsReport) {
 func (j *dlqJoin) Summary() string {
 	s := fmt.Sprintf("dead-letter queue %s: %d message(s) read, %d in the groups above, %d inboxkit dead letter(s) whose event has no row in them, %d not inboxkit dead letter(s)",
 		j.Queue, j.Browsed, j.Grouped, j.Ungrouped, j.NotEnvelope)
-	if j.LimitReached {
+	switch {
+	case j.LimitReached:
 		s += fmt.Sprintf("\n\tthe queue holds more than --browse %d: the counts are lower bounds (raise --browse to count them all)", j.Limit)
+	case j.LowerBounds:
+		s += fmt.Sprintf("\n\tthe queue held %d message(s) but the broker handed %d to the browse (it hands one consumer a bounded number of unsettled messages): the counts are lower bounds", *j.Depth, j.Browsed)
 	}
 	return s
 }

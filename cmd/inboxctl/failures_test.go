@@ -183,8 +183,12 @@ func TestFailureGroupsDLQ(t *testing.T) {
 			if got := dlqOf(rep); !maps.Equal(got, want) {
 				t.Errorf("dlqMessages: want %v, got %v", want, got)
 			}
-			if j := rep.DLQ; j == nil || *j != (dlqJoin{Queue: dlqName, Limit: defaultGroupsBrowse, Browsed: 6, Grouped: 3, Ungrouped: 2, NotEnvelope: 1}) {
+			if j := rep.DLQ; j == nil || j.Queue != dlqName || j.Limit != defaultGroupsBrowse || j.LimitReached || j.LowerBounds ||
+				j.Browsed != 6 || j.Grouped != 3 || j.Ungrouped != 2 || j.NotEnvelope != 1 {
 				t.Errorf("dlq: %+v", rep.DLQ)
+			}
+			if j := rep.DLQ; j != nil && (bk.name == "rabbitmq") != (j.Depth != nil && *j.Depth == 6) {
+				t.Errorf("depth: RabbitMQ tells it (6), ActiveMQ is not asked: %+v", j)
 			}
 			rep = groups("--consumer", "claims")
 			if got := dlqOf(rep); !maps.Equal(got, map[string]int{"claims DEAD_LETTERED": 1}) {
@@ -194,7 +198,7 @@ func TestFailureGroupsDLQ(t *testing.T) {
 				t.Errorf("--consumer claims: %+v", rep.DLQ)
 			}
 			rep = groups("--browse", "3")
-			if j := rep.DLQ; j == nil || !j.LimitReached || j.Browsed != 3 || j.Limit != 3 || j.Grouped+j.Ungrouped+j.NotEnvelope != 3 {
+			if j := rep.DLQ; j == nil || !j.LimitReached || !j.LowerBounds || j.Browsed != 3 || j.Limit != 3 || j.Grouped+j.Ungrouped+j.NotEnvelope != 3 {
 				t.Errorf("--browse 3: %+v", rep.DLQ)
 			}
 			r := inboxctl(t, "", "failures", "groups", "--db", url, "--broker", bk.url, "--dlq", dlqName)
