@@ -404,13 +404,15 @@ func (b *Broker) ToolSource(ctx context.Context, queue string, prefetch int) (Ad
 // have none: their messages are received, held unsettled (JetStream's
 // AckWait is a minute meanwhile) and handed back when Browse returns, so
 // they count as redelivered there; Browse stops when no message came for
-// 1.5 s or a message came round again. On an error it returns the messages
+// 1.5 s or a message came round again. The broker hands it at most
+// max(1000, limit) unsettled messages (its prefetch), so with limit 0 it
+// reads at most 1000 there. On an error it returns the messages
 // read so far with it.
 func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
 	if b.URL.Kind == STOMP {
 		return stomp.Browse(ctx, stomp.Config{URL: b.URL.URL}, queue, limit)
 	}
-	src, err := b.open(ctx, queue, browseDurable, 1000, time.Minute, true)
+	src, err := b.open(ctx, queue, browseDurable, max(1000, limit), time.Minute, true)
 	if err != nil {
 		return nil, err
 	}

@@ -51,8 +51,8 @@ type dlqJoin struct {
 	// Depth is the queue's depth asked before the read, where the broker
 	// tells it without a browse (RabbitMQ over AMQP 0-9-1, JetStream; nil
 	// elsewhere). A browse there reads no more than the unsettled
-	// messages the broker hands one consumer (1000 today), so a Depth
-	// above Browsed says the counts are lower bounds too.
+	// messages the broker hands one consumer, so a Depth above Browsed
+	// says the counts are lower bounds too.
 	Depth *int `json:"depth,omitempty"`
 	// LowerBounds: the queue held more than was read (LimitReached, or
 	// Depth above Browsed); each count is at least what it says.
@@ -120,9 +120,9 @@ the dead letters whose event has no row in the groups listed and the messages
 that are not inboxkit dead letters. When the queue holds more than N messages the
 counts are lower bounds, and the line says so. On ActiveMQ a queue browser reads
 them; on RabbitMQ and JetStream the messages are received and handed back
-unchanged, so they count as redelivered there (as with 'dlq list'), and a read
-gets at most 1000: the queue's depth is asked first, and when it is above what
-was read the line says the counts are lower bounds.
+unchanged, so they count as redelivered there (as with 'dlq list'); the queue's
+depth is asked first, and when it is above what was read the line says the
+counts are lower bounds.
 
 Exit 0 (with or without groups), or 2 when the database or broker cannot be reached.`,
 		Example: `  inboxctl failures groups --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable

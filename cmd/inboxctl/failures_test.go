@@ -213,6 +213,41 @@ func TestFailureGroupsDLQ(t *testing.T) {
 			}
 		})
 	}
+	// More than the 1000 unsettled messages a browse of RabbitMQ took
+	// before: --browse 1050 reads 1050 and says the queue holds more.
+	t.Run("rabbitmq-over-1000", func(t *testing.T) {
+		t.Parallel()
+		db := dbtest.New(t, dbtest.Postgres)
+		url := dbURL(t, db)
+		wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+		dlqName := fmt.Sprintf("DLQ.inboxctl.groups.many.%d", time.Now().UnixNano())
+		rabbittest.Declare(t, dlqName)
+		ctx := context.Background()
+		b, err := brokerurl.Open(rabbitURL, brokerurl.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		pub, err := b.Publisher(ctx)
+		if err != nil {
+			t.Fatalf("RabbitMQ publisher (rabbitmq-server -detached): %v", err)
+		}
+		defer pub.Close()
+		for i := range 1100 {
+			if err := pub.Publish(ctx, dlqName, map[string]string{"eventId": fmt.Sprint("f-", i)}, []byte("foreign")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := inboxctl(t, "", "failures", "groups", "--db", url, "--broker", rabbitURL, "--dlq", dlqName, "--browse", "1050", "-o", "json")
+		wantCode(t, r, 0)
+		var rep failureGroupsReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("failures groups -o json: %v\n%s", err, r)
+		}
+		if j := rep.DLQ; j == nil || j.Browsed != 1050 || j.NotEnvelope != 1050 || !j.LimitReached || !j.LowerBounds || j.Depth == nil || *j.Depth != 1100 {
+			t.Errorf("1100 on the queue, --browse 1050: %+v", rep.DLQ)
+		}
+	})
 	wantCode(t, inboxctl(t, "", "failures", "groups", "--db", "sqlite::memory:", "--broker", rabbitURL), 2, "need --dlq QUEUE")
 	wantCode(t, inboxctl(t, "", "failures", "groups", "--db", "sqlite::memory:", "--dlq", "DLQ.x", "--browse", "0"), 2, "--browse 0")
 }
