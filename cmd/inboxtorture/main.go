@@ -296,31 +296,19 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if cfg.scenario == "order" {
-		res, err := runOrder(ctx, cfg, stderr)
-		if err != nil {
-			fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
-			return 2
-		}
-		res.print(stdout)
-		if !res.ok() {
-			return 1
-		}
-		return 0
+	// Each scenario's ledger prints itself and says whether it holds.
+	var res interface {
+		print(io.Writer)
+		ok() bool
 	}
-	if cfg.scenario == "outbox" {
-		res, err := runOutbox(ctx, cfg, stderr)
-		if err != nil {
-			fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
-			return 2
-		}
-		res.print(stdout)
-		if !res.ok() {
-			return 1
-		}
-		return 0
+	switch cfg.scenario {
+	case "order":
+		res, err = runOrder(ctx, cfg, stderr)
+	case "outbox":
+		res, err = runOutbox(ctx, cfg, stderr)
+	default:
+		res, err = run(ctx, cfg, stderr)
 	}
-	res, err := run(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "inboxtorture: %v\n", err)
 		return 2
