@@ -72,7 +72,16 @@ func TestConsoleBrowser(t *testing.T) {
 	var shots []string
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+		// A page that has just loaded can have no layout yet ("Cannot take
+		// screenshot with 0 width"): try again for a few seconds.
+		var png []byte
+		var err error
+		for try := 0; try < 25; try++ {
+			if png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100)); err == nil { // 100: PNG
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
