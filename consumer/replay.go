@@ -60,12 +60,33 @@ type ReplayConfig struct {
 	// (their rows are failed rows again, checked at most once a second and
 	// at the end); 0 never stops.
 	StopAfterFailures int
+	// StopAfterPercent, with a Job, stops it when more than this percentage
+	// of the events it replayed (in all its runs) failed again, judged once
+	// it replayed StopMinSample events; 0 never stops. It may be set with
+	// StopAfterFailures: the first reached stops the job.
+	StopAfterPercent float64
+	// StopMinSample is how many events a job replays before
+	// StopAfterPercent is judged. Defaults to DefaultStopMinSample.
+	StopMinSample int
+	// JobStale is the stale time of the job's claim: Replay claims the Job
+	// (inbox.Store.ClaimReplayJob: refused with *inbox.JobHeldError while
+	// another runner's heartbeat is younger than this), writes its
+	// heartbeat every inbox.ReplayJobBeat(JobStale), and stops, leaving
+	// the job to be resumed, when it lost the claim or could not write
+	// the heartbeat for two thirds of it. Every process that runs a
+	// job must use the same. Defaults to inbox.DefaultJobStale.
+	JobStale time.Duration
 	// Progress, when set, is called after each event sent, with its id.
 	Progress func(eventID string)
 }
 
+// DefaultStopMinSample is ReplayConfig.StopMinSample's default: a
+// percentage of failures is judged after 20 events replayed.
+const DefaultStopMinSample = 20
+
 // ErrReplayStopped is returned by Replay when its job stopped itself
-// (ReplayConfig.StopAfterFailures); ReplayReport.Stopped says why.
+// (ReplayConfig.StopAfterFailures, StopAfterPercent); ReplayReport.Stopped
+// says why.
 var ErrReplayStopped = errors.New("consumer: replay job stopped")
 
 // ReplayReport says what Replay did.
@@ -137,6 +158,18 @@ type ReplayReport struct {
 // dead-letter time after the item's REOPENED_AT; the two clocks of the
 // consumer and of the replaying process are compared) is a new failure:
 // it stays on the queue (ReplayReport.FailedAgain).
+//
+// A job has one runner at a time: Replay claims it first (a conditional
+// UPDATE on the job's row, see inbox.Store.ClaimReplayJob) and keeps a
+// heartbeat in its UPDATED_AT; a second Replay of the job is refused
+// (*inbox.JobHeldError) while the heartbeat is fresh, and takes the job
+// over once it is older than ReplayConfig.JobStale (the first runner was
+// killed). A runner that finds its claim gone (inbox.ErrJobLost: it could
+// not write its heartbeat for the stale time and was taken over) or that
+// cannot write it for two thirds of the stale time stops at once; an event
+// it was sending then may reach the broker once more, as after a kill. A
+// run that ends on an error or a cancel leaves the job RUNNING with the
+// error as its StopReason, released: a resume claims it at once.
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	var rep ReplayReport
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -16,17 +17,47 @@ import (
 var errStop = errors.New("stop")
 
 // replayJob is Replay with a Job (see "Replay jobs" at Replay).
-func replayJob(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
+func replayJob(parent context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	var rep ReplayReport
 	st, job := cfg.Store, cfg.Job
+	stale := cfg.JobStale
+	if stale <= 0 {
+		stale = inbox.DefaultJobStale
+	}
+	if err := st.ClaimReplayJob(parent, job, stale); err != nil {
+		return rep, err
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	// mu serializes the runner's writes of the job row (the heartbeat's
+	// and the counts'): each is conditional on the one before.
+	var mu sync.Mutex
+	write := func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return st.UpdateReplayJob(ctx, job)
+	}
+	beatDone := make(chan struct{})
+	beatStopped := make(chan struct{})
+	go func() {
+		defer close(beatStopped)
+		heartbeat(ctx, st, job, &mu, stale, beatDone, cancel)
+	}()
+	stopBeat := func() { close(beatDone); <-beatStopped }
+
 	sent0, _, err := st.JobProgress(ctx, job.ID)
+	if err == nil {
+		job.State, job.StopReason = inbox.JobRunning, ""
+		err = write(ctx)
+	}
 	if err != nil {
+		stopBeat()
 		return rep, err
 	}
 	skipped0 := job.Skipped // the earlier runs'
-	job.State, job.StopReason = inbox.JobRunning, ""
-	if err := st.UpdateReplayJob(ctx, job); err != nil {
-		return rep, err
+	minSample := cfg.StopMinSample
+	if minSample <= 0 {
+		minSample = DefaultStopMinSample
 	}
 	var held []Delivery // settled when the scan ends
 	hold := func(d Delivery) error { held = append(held, d); return nil }
@@ -39,11 +70,10 @@ func replayJob(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		}
 		checked = time.Now()
 		job.Skipped = skipped0 + int64(len(rep.Skipped))
-		if err := st.UpdateReplayJob(ctx, job); err != nil {
+		if err := write(ctx); err != nil {
 			return err
 		}
-		if cfg.StopAfterFailures > 0 && job.FailedAgain >= int64(cfg.StopAfterFailures) {
-			rep.Stopped = fmt.Sprintf("%d of the %d events replayed failed again (--stop-after-failures %d)", job.FailedAgain, job.Replayed, cfg.StopAfterFailures)
+		if rep.Stopped = stopReason(job.FailedAgain, job.Replayed, cfg.StopAfterFailures, cfg.StopAfterPercent, minSample); rep.Stopped != "" {
 			return errStop
 		}
 		return nil
@@ -119,18 +149,74 @@ func replayJob(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	if scanErr == nil {
 		scanErr = check(true)
 	}
+	stopBeat()
+	if c := context.Cause(ctx); c != nil && parent.Err() == nil && !errors.Is(scanErr, inbox.ErrJobLost) {
+		scanErr = c // the heartbeat stopped the run
+	}
 	uctx := context.WithoutCancel(ctx)
 	switch {
+	case errors.Is(scanErr, inbox.ErrJobLost):
+		return rep, scanErr // another process has the job: write nothing
 	case errors.Is(scanErr, errStop):
 		job.State, job.StopReason = inbox.JobStopped, rep.Stopped
 		scanErr = fmt.Errorf("%w: %s", ErrReplayStopped, rep.Stopped)
 	case scanErr == nil:
 		job.State = inbox.JobDone
+	default:
+		// Ended by an error or a cancel: the job stays RUNNING
+		// (resumable), released with the error as its reason.
+		job.StopReason = "the run ended unfinished: " + scanErr.Error()
 	}
-	// Killed by an error or a cancel: the job stays RUNNING (resumable).
 	job.Skipped = skipped0 + int64(len(rep.Skipped))
 	if err := st.UpdateReplayJob(uctx, job); err != nil && scanErr == nil {
 		scanErr = err
 	}
 	return rep, scanErr
+}
+
+// heartbeat writes the heartbeat of job every inbox.ReplayJobBeat(stale)
+// until done is closed, under mu. It cancels the run (cancel, with the
+// cause) when the claim is lost, or when no heartbeat could be written for
+// two thirds of stale: the run stops before another process may take the
+// job over.
+func heartbeat(ctx context.Context, st *inbox.Store, job *inbox.ReplayJob, mu *sync.Mutex, stale time.Duration, done <-chan struct{}, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(inbox.ReplayJobBeat(stale))
+	defer t.Stop()
+	ok := time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mu.Lock()
+		err := st.BeatReplayJob(ctx, job)
+		mu.Unlock()
+		switch {
+		case err == nil:
+			ok = time.Now()
+		case errors.Is(err, inbox.ErrJobLost):
+			cancel(err)
+			return
+		case time.Since(ok) > stale*2/3:
+			cancel(fmt.Errorf("consumer: replay job %d: no heartbeat written for %s (%w): stopped before another runner may take it over; resume it", job.ID, time.Since(ok).Round(time.Second), err))
+			return
+		}
+	}
+}
+
+// stopReason is why a job with replayed events sent, failedAgain of them
+// failed again, stops: more than n failed (n > 0), or more than pct
+// percent of them once minSample were replayed (pct > 0); "" to go on.
+func stopReason(failedAgain, replayed int64, n int, pct float64, minSample int) string {
+	if n > 0 && failedAgain >= int64(n) {
+		return fmt.Sprintf("%d of the %d events replayed failed again (--stop-after-failures %d)", failedAgain, replayed, n)
+	}
+	if pct > 0 && replayed >= int64(minSample) && float64(failedAgain)*100 > pct*float64(replayed) {
+		return fmt.Sprintf("%d of the %d events replayed failed again: %.1f%%, more than %g%% (--stop-after-failures %g%%, judged after %d events)",
+			failedAgain, replayed, float64(failedAgain)*100/float64(replayed), pct, pct, minSample)
+	}
+	return ""
 }

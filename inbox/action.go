@@ -11,8 +11,9 @@ import (
 
 // ActionTable records who did what to a table outside the consumers, one
 // row per operator action: TABLE_NAME (the inbox or outbox table acted
-// on), ACTED_AT, OPERATOR, ACTION (dlq-replay, dlq-drop, outbox-retry,
-// outbox-drop, map-status, purge), EVENT_IDS (the events, space
+// on), ACTED_AT, OPERATOR, ACTION (dlq-replay, dlq-replay-abandon,
+// dlq-drop, failures-archive, failures-restore, outbox-retry, outbox-drop,
+// map-status, purge), EVENT_IDS (the events, space
 // separated, cut to 1000 characters: ROWS_AFFECTED is the count), and
 // DETAIL (the selection: queue, flags). Migration step 8 creates it; it
 // is shared by the tables of a schema, like HistoryTable.
@@ -29,7 +30,8 @@ type Action struct {
 	Table    string    `json:"table"`
 	At       time.Time `json:"at"`
 	Operator string    `json:"operator"`
-	// Action names what was done: dlq-replay, dlq-drop, outbox-retry,
+	// Action names what was done: dlq-replay, dlq-replay-abandon,
+	// dlq-drop, failures-archive, failures-restore, outbox-retry,
 	// outbox-drop, map-status, purge.
 	Action string `json:"action"`
 	// EventIDs are the events acted on (as many as fit in 1000

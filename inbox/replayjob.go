@@ -15,10 +15,13 @@ import (
 // one row per job: JOB_ID (primary key), TABLE_NAME, QUEUE_NAME (the
 // dead-letter queue), SELECTION (what was selected, as the command that
 // resumes the job reads it back), OPERATOR, RATE, MAX_EVENTS (--limit, 0:
-// none), STATE (JobRunning, JobDone, JobStopped), the counts REPLAYED,
-// SKIPPED and FAILED_AGAIN, STOP_REASON, CREATED_AT and UPDATED_AT.
-// Migration step 9 creates it; it is shared by the inbox tables of a
-// schema, like ActionTable.
+// none), STATE (JobRunning, JobDone, JobStopped, JobAbandoned), the counts
+// REPLAYED, SKIPPED and FAILED_AGAIN, STOP_REASON, CREATED_AT and
+// UPDATED_AT. While a job is JobRunning, UPDATED_AT is its runner's
+// heartbeat and claim (see ClaimReplayJob) and a STOP_REASON says that its
+// last runner ended without finishing it (and released it). Migration step
+// 9 creates it; it is shared by the inbox tables of a schema, like
+// ActionTable.
 const ReplayJobTable = "INBOXKIT_REPLAY_JOB"
 
 // ReplayItemTable records each event a replay job reopened: JOB_ID,
@@ -32,8 +35,10 @@ const maxJobSelection = 1000
 
 // The states of a replay job (ReplayJob.State).
 const (
-	// JobRunning: the job runs, or its process died (kill -9, a lost
-	// connection) before it finished; resume it.
+	// JobRunning: the job runs (its runner keeps UPDATED_AT fresh), or its
+	// process died (kill -9, a lost connection: the heartbeat goes stale)
+	// or ended on an error (StopReason says which) before it finished;
+	// resume it.
 	JobRunning = "RUNNING"
 	// JobDone: every selected dead letter found was replayed or left with
 	// its reason.
@@ -41,7 +46,51 @@ const (
 	// JobStopped: the job stopped itself (StopReason), between two events:
 	// too many replayed events failed again.
 	JobStopped = "STOPPED"
+	// JobAbandoned: an operator gave the job up (AbandonReplayJob); it is
+	// not resumed, and a new job of its queue may start.
+	JobAbandoned = "ABANDONED"
 )
+
+// DefaultJobStale is how long a replay job's heartbeat stays fresh: a
+// runner writes it far more often (ReplayJobBeat), and another process
+// takes the job over (ClaimReplayJob) or abandons it only when its last
+// heartbeat is older than this.
+const DefaultJobStale = 30 * time.Second
+
+// ReplayJobBeat is how often a runner of a job with stale time stale
+// writes its heartbeat: a sixth of it, at most every 2 s, so that a few
+// missed writes do not make a live runner's job look abandoned.
+func ReplayJobBeat(stale time.Duration) time.Duration {
+	return min(stale/6, 2*time.Second)
+}
+
+// JobHeldError is returned by ClaimReplayJob and AbandonReplayJob while
+// another runner holds the job: its heartbeat is younger than the stale
+// time.
+type JobHeldError struct {
+	ID int64
+	// Heartbeat is how long ago the runner's last heartbeat was written
+	// (by the store's clock and the runner's).
+	Heartbeat time.Duration
+	// Stale is the stale time the claim was judged by.
+	Stale time.Duration
+}
+
+func (e *JobHeldError) Error() string {
+	age := max(e.Heartbeat, 0)
+	wait := max(e.Stale-age, time.Second)
+	return fmt.Sprintf("replay job %d is being run (heartbeat %s ago); wait, or if that process is gone, retry after %s",
+		e.ID, age.Round(time.Second), wait.Round(time.Second))
+}
+
+// ErrJobLost is returned to a runner whose claim on its job is gone: it
+// did not write its heartbeat for the stale time and another process took
+// the job over, or an operator abandoned it. The runner must stop.
+var ErrJobLost = errors.New("inbox: the replay job's claim was lost")
+
+// ErrJobClosed is returned by ClaimReplayJob and AbandonReplayJob for a
+// job that is DONE or ABANDONED.
+var ErrJobClosed = errors.New("inbox: the replay job is closed")
 
 // The states of a replay job's item.
 const (
@@ -73,8 +122,20 @@ type ReplayJob struct {
 	FailedAgain int64     `json:"failedAgain"`
 	StopReason  string    `json:"stopReason,omitempty"`
 	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
+	// UpdatedAt is the last write of the row: while the job is RUNNING,
+	// its runner's last heartbeat.
+	UpdatedAt time.Time `json:"updatedAt"`
+
+	// held is the UPDATED_AT this process wrote last as the job's runner
+	// (zero: it holds no claim): every later write of the runner is
+	// conditional on it, so a runner whose job was taken over writes
+	// nothing.
+	held time.Time
 }
+
+// Held tells whether this copy of the job holds the runner's claim
+// (CreateReplayJob, ClaimReplayJob), as far as this process knows.
+func (j *ReplayJob) Held() bool { return !j.held.IsZero() }
 
 // ErrNoSuchJob is returned by ReplayJob for an id no job of the table has.
 var ErrNoSuchJob = errors.New("inbox: no such replay job")
@@ -82,6 +143,7 @@ var ErrNoSuchJob = errors.New("inbox: no such replay job")
 // CreateReplayJob records a new job (state JobRunning) and returns it with
 // its id: the highest id of the schema plus one, taken by the primary key
 // (two jobs created at once cannot share one; the loser takes the next).
+// The job returned holds the runner's claim (see ClaimReplayJob).
 func (s *Store) CreateReplayJob(ctx context.Context, j ReplayJob) (ReplayJob, error) {
 	if strings.TrimSpace(j.Operator) == "" {
 		return j, errors.New("inbox: create a replay job: the operator is empty (give --operator NAME or set $USER)")
@@ -89,8 +151,8 @@ func (s *Store) CreateReplayJob(ctx context.Context, j ReplayJob) (ReplayJob, er
 	if len(j.Selection) > maxJobSelection {
 		return j, fmt.Errorf("inbox: create a replay job: the selection is %d characters, at most %d fit", len(j.Selection), maxJobSelection)
 	}
-	j.Table, j.State, j.CreatedAt = s.cfg.Table, JobRunning, s.now()
-	j.UpdatedAt = j.CreatedAt
+	j.Table, j.State, j.CreatedAt = s.cfg.Table, JobRunning, s.stamp(time.Time{})
+	j.UpdatedAt, j.held = j.CreatedAt, j.CreatedAt
 	next := `SELECT COALESCE(MAX(JOB_ID), 0) + 1 FROM ` + ReplayJobTable
 	ins := s.d.Rebind(`INSERT INTO ` + ReplayJobTable + ` (JOB_ID, TABLE_NAME, QUEUE_NAME, SELECTION, OPERATOR, RATE, MAX_EVENTS, STATE, CREATED_AT, UPDATED_AT) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	for range 5 {
@@ -176,18 +238,169 @@ func (s *Store) ReplayJobs(ctx context.Context) ([]ReplayJob, error) {
 
 // UpdateReplayJob writes j's state, counts and stop reason, and stamps
 // UPDATED_AT; the counts Replayed and FailedAgain are read from the
-// items first (JobProgress), so they are true after a resume too.
+// items first (JobProgress), so they are true after a resume too. Only
+// the job's runner writes it: j must hold the claim, and the write is
+// conditional on it (ErrJobLost when the job was taken over or
+// abandoned). A write that ends the run (a state other than JobRunning,
+// or a StopReason: the run ended unfinished) releases the claim.
 func (s *Store) UpdateReplayJob(ctx context.Context, j *ReplayJob) error {
+	if j.held.IsZero() {
+		return fmt.Errorf("%w: update replay job %d: this process does not run it (claim it with ClaimReplayJob)", ErrJobLost, j.ID)
+	}
 	var err error
 	if j.Replayed, j.FailedAgain, err = s.JobProgress(ctx, j.ID); err != nil {
 		return err
 	}
-	j.UpdatedAt = s.now()
-	q := s.d.Rebind(`UPDATE ` + ReplayJobTable + ` SET STATE = ?, REPLAYED = ?, SKIPPED = ?, FAILED_AGAIN = ?, STOP_REASON = ?, UPDATED_AT = ? WHERE JOB_ID = ?`)
-	if _, err := s.db.ExecContext(ctx, q, j.State, j.Replayed, j.Skipped, j.FailedAgain, nullString(shortDetail(j.StopReason)), s.t(j.UpdatedAt), j.ID); err != nil {
+	next := s.stamp(j.held)
+	q := s.d.Rebind(`UPDATE ` + ReplayJobTable + ` SET STATE = ?, REPLAYED = ?, SKIPPED = ?, FAILED_AGAIN = ?, STOP_REASON = ?, UPDATED_AT = ? WHERE JOB_ID = ? AND STATE = 'RUNNING' AND UPDATED_AT = ?`)
+	res, err := s.db.ExecContext(ctx, q, j.State, j.Replayed, j.Skipped, j.FailedAgain, nullString(shortDetail(j.StopReason)), s.t(next), j.ID, s.t(j.held))
+	if err != nil {
 		return fmt.Errorf("inbox: update replay job %d: %w", j.ID, err)
 	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return s.lost(ctx, j)
+	}
+	j.UpdatedAt, j.held = next, next
+	if j.State != JobRunning || j.StopReason != "" {
+		j.held = time.Time{}
+	}
 	return nil
+}
+
+// stamp is the store's clock cut to microseconds (what every dialect's
+// TIMESTAMP keeps, so that a stamp written compares equal when read back),
+// and later than after.
+func (s *Store) stamp(after time.Time) time.Time {
+	t := s.now().Truncate(time.Microsecond)
+	if !t.After(after) {
+		t = after.Add(time.Microsecond)
+	}
+	return t
+}
+
+// jobClaimable is the condition on a job row that no runner holds: STOPPED,
+// or RUNNING with a heartbeat older than the cut-off (the bound
+// parameter) or released by its last runner (a STOP_REASON).
+const jobClaimable = `(STATE = 'STOPPED' OR (STATE = 'RUNNING' AND (UPDATED_AT IS NULL OR UPDATED_AT < ? OR STOP_REASON IS NOT NULL)))`
+
+// ClaimReplayJob makes this process j's runner: one conditional UPDATE
+// that sets the job RUNNING with a new UPDATED_AT, and that succeeds only
+// while no other runner holds it (the job is STOPPED, or RUNNING with a
+// heartbeat older than stale, DefaultJobStale when 0, or released), so of
+// two processes claiming at once one wins. The runner then writes its
+// heartbeat (BeatReplayJob) every ReplayJobBeat(stale) and its counts
+// (UpdateReplayJob), each conditional on the UPDATED_AT it wrote last, and
+// stops when a write finds it changed (ErrJobLost): a runner killed with
+// kill -9 leaves a heartbeat that goes stale, and its job is taken over
+// after stale without an operator. A job held by a live runner is refused
+// with *JobHeldError (its heartbeat's age and the time to wait), a DONE or
+// ABANDONED one with ErrJobClosed. When j holds the claim already (a job
+// CreateReplayJob returned), the claim is checked and renewed. The
+// processes' clocks are compared: they must agree to well within stale.
+func (s *Store) ClaimReplayJob(ctx context.Context, j *ReplayJob, stale time.Duration) error {
+	if stale <= 0 {
+		stale = DefaultJobStale
+	}
+	if !j.held.IsZero() {
+		return s.BeatReplayJob(ctx, j)
+	}
+	now := s.stamp(time.Time{})
+	q := s.d.Rebind(`UPDATE ` + ReplayJobTable + ` SET STATE = 'RUNNING', STOP_REASON = NULL, UPDATED_AT = ? WHERE JOB_ID = ? AND TABLE_NAME = ? AND ` + jobClaimable)
+	res, err := s.db.ExecContext(ctx, q, s.t(now), j.ID, s.cfg.Table, s.t(now.Add(-stale)))
+	if err != nil {
+		return fmt.Errorf("inbox: claim replay job %d (run inboxctl migrate): %w", j.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return s.notClaimable(ctx, j.ID, now, stale)
+	}
+	j.held, j.State, j.StopReason, j.UpdatedAt = now, JobRunning, "", now
+	return nil
+}
+
+// notClaimable says why job id could not be claimed or abandoned at now.
+func (s *Store) notClaimable(ctx context.Context, id int64, now time.Time, stale time.Duration) error {
+	cur, err := s.ReplayJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch cur.State {
+	case JobDone, JobAbandoned:
+		why := ""
+		if cur.StopReason != "" {
+			why = " (" + cur.StopReason + ")"
+		}
+		return fmt.Errorf("%w: replay job %d is %s%s", ErrJobClosed, id, cur.State, why)
+	}
+	return &JobHeldError{ID: id, Heartbeat: now.Sub(cur.UpdatedAt), Stale: stale}
+}
+
+// BeatReplayJob writes the heartbeat of j's runner: a new UPDATED_AT,
+// conditional on the one it wrote last; ErrJobLost when that changed (the
+// job was taken over or abandoned: the runner must stop).
+func (s *Store) BeatReplayJob(ctx context.Context, j *ReplayJob) error {
+	if j.held.IsZero() {
+		return fmt.Errorf("%w: replay job %d: this process does not run it", ErrJobLost, j.ID)
+	}
+	next := s.stamp(j.held)
+	q := s.d.Rebind(`UPDATE ` + ReplayJobTable + ` SET UPDATED_AT = ? WHERE JOB_ID = ? AND STATE = 'RUNNING' AND UPDATED_AT = ?`)
+	res, err := s.db.ExecContext(ctx, q, s.t(next), j.ID, s.t(j.held))
+	if err != nil {
+		return fmt.Errorf("inbox: heartbeat of replay job %d: %w", j.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return s.lost(ctx, j)
+	}
+	j.held, j.UpdatedAt = next, next
+	return nil
+}
+
+// lost drops j's claim and says who has the job now.
+func (s *Store) lost(ctx context.Context, j *ReplayJob) error {
+	j.held = time.Time{}
+	cur, err := s.ReplayJob(ctx, j.ID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: replay job %d: %w", ErrJobLost, j.ID, err)
+	case cur.State == JobAbandoned:
+		return fmt.Errorf("%w: replay job %d was abandoned (%s)", ErrJobLost, j.ID, cur.StopReason)
+	}
+	return fmt.Errorf("%w: replay job %d is %s, taken over by another runner (this one's heartbeat was stale)", ErrJobLost, j.ID, cur.State)
+}
+
+// AbandonReplayJob gives job id up for operator: state JobAbandoned, its
+// stop reason "abandoned by OPERATOR", its counts as its items are. Like a
+// claim it is one conditional UPDATE, refused while a runner holds the job
+// (*JobHeldError; stale as for ClaimReplayJob) and for a DONE or ABANDONED
+// job (ErrJobClosed). It returns the job and the events it reopened but
+// never marked sent (ItemReopened): their rows are TECHNICAL_FAILURE, and
+// their messages may or may not have been sent; the operator checks each
+// (its dead letter may still be on the queue).
+func (s *Store) AbandonReplayJob(ctx context.Context, id int64, operator string, stale time.Duration) (ReplayJob, []EventKey, error) {
+	if strings.TrimSpace(operator) == "" {
+		return ReplayJob{}, nil, errors.New("inbox: abandon a replay job: the operator is empty (give --operator NAME or set $USER)")
+	}
+	if stale <= 0 {
+		stale = DefaultJobStale
+	}
+	sent, again, err := s.JobProgress(ctx, id)
+	if err != nil {
+		return ReplayJob{}, nil, err
+	}
+	now := s.stamp(time.Time{})
+	q := s.d.Rebind(`UPDATE ` + ReplayJobTable + ` SET STATE = 'ABANDONED', STOP_REASON = ?, REPLAYED = ?, FAILED_AGAIN = ?, UPDATED_AT = ? WHERE JOB_ID = ? AND TABLE_NAME = ? AND ` + jobClaimable)
+	res, err := s.db.ExecContext(ctx, q, shortDetail("abandoned by "+cut(operator, maxOperator)), sent, again, s.t(now), id, s.cfg.Table, s.t(now.Add(-stale)))
+	if err != nil {
+		return ReplayJob{}, nil, fmt.Errorf("inbox: abandon replay job %d (run inboxctl migrate): %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return ReplayJob{}, nil, s.notClaimable(ctx, id, now, stale)
+	}
+	j, err := s.ReplayJob(ctx, id)
+	if err != nil {
+		return j, nil, err
+	}
+	unsent, err := s.jobItems(ctx, id, ItemReopened)
+	return j, unsent, err
 }
 
 // JobProgress counts a job's events sent (items SENT) and, of those, the
@@ -383,7 +596,16 @@ func (s *Store) setArchived(ctx context.Context, id string, f FailureFilter, arc
 // sent or not): a resumed job takes their dead letters whatever its
 // selection finds now, since a reopened row has left its failure group.
 func (s *Store) JobEvents(ctx context.Context, jobID int64) ([]EventKey, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.Rebind(`SELECT EVENT_ID, CONSUMER_NAME FROM `+ReplayItemTable+` WHERE JOB_ID = ?`), jobID)
+	return s.jobItems(ctx, jobID, "")
+}
+
+// jobItems returns the keys of a job's items in state ("": all).
+func (s *Store) jobItems(ctx context.Context, jobID int64, state string) ([]EventKey, error) {
+	q, args := `SELECT EVENT_ID, CONSUMER_NAME FROM `+ReplayItemTable+` WHERE JOB_ID = ?`, []any{jobID}
+	if state != "" {
+		q, args = q+` AND STATE = ?`, append(args, state)
+	}
+	rows, err := s.db.QueryContext(ctx, s.d.Rebind(q+` ORDER BY EVENT_ID, CONSUMER_NAME`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: events of replay job %d: %w", jobID, err)
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -230,6 +233,158 @@ func TestGroupsOf(t *testing.T) {
 		}
 		if got, err := s.GroupsOf(ctx, inbox.FailureFilter{Consumer: "other"}, []string{"x-1", "e-1"}); err != nil || len(got) != 1 || got[0].ConsumerName != "other" {
 			t.Errorf("consumer other: %+v %v", got, err)
+		}
+	})
+}
+
+// A job has one runner: CreateReplayJob's caller holds it; a claim by
+// another process is refused with the heartbeat's age while it is fresh,
+// succeeds once it is older than the stale time, and the first runner's
+// next write finds its claim lost. Of claims made at once exactly one
+// wins. A run that ended unfinished (a stop reason) or STOPPED is claimed
+// at once; DONE and ABANDONED are closed. AbandonReplayJob is refused
+// while a runner holds the job and reports the items reopened but not
+// sent. Every database, one clock for the processes.
+func TestReplayJobClaim(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		a, b := setup(t, db, inbox.Config{})
+		ctx := context.Background()
+		d, _ := inbox.DialectByName(db.Backend)
+		other := func() *inbox.Store { // another process on the same database
+			s, err := inbox.New(db.DB, d, inbox.Config{Clock: b.clock})
+			dbtest.Must(t, err, "store")
+			return s
+		}
+		const stale = 30 * time.Second
+		job, err := a.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: `{"all":true}`, Operator: "ann"})
+		dbtest.Must(t, err, "create")
+		if !job.Held() {
+			t.Fatal("the creator does not hold its job")
+		}
+		read := func(s *inbox.Store) inbox.ReplayJob {
+			j, err := s.ReplayJob(ctx, job.ID)
+			dbtest.Must(t, err, "read job")
+			return j
+		}
+		bStore := other()
+		jb := read(bStore)
+		var held *inbox.JobHeldError
+		err = bStore.ClaimReplayJob(ctx, &jb, stale)
+		if !errors.As(err, &held) || err.Error() != "replay job 1 is being run (heartbeat 0s ago); wait, or if that process is gone, retry after 30s" {
+			t.Fatalf("claim of a fresh job: %v", err)
+		}
+		b.clock.Add(20 * time.Second)
+		dbtest.Must(t, a.BeatReplayJob(ctx, &job), "beat")
+		b.clock.Add(20 * time.Second)
+		if err := bStore.ClaimReplayJob(ctx, &jb, stale); !errors.As(err, &held) || held.Heartbeat != 20*time.Second {
+			t.Fatalf("claim 20 s after a heartbeat: %v", err)
+		}
+		job.State = inbox.JobRunning
+		dbtest.Must(t, a.UpdateReplayJob(ctx, &job), "counts")
+
+		// A is killed: its heartbeat goes stale, B takes over.
+		b.clock.Add(stale + time.Second)
+		dbtest.Must(t, bStore.ClaimReplayJob(ctx, &jb, stale), "take over a stale job")
+		if err := a.BeatReplayJob(ctx, &job); !errors.Is(err, inbox.ErrJobLost) || !strings.Contains(err.Error(), "taken over") {
+			t.Fatalf("the first runner's heartbeat after the takeover: %v", err)
+		}
+		if err := a.UpdateReplayJob(ctx, &job); !errors.Is(err, inbox.ErrJobLost) {
+			t.Fatalf("the first runner's write after the takeover: %v", err)
+		}
+		dbtest.Must(t, bStore.BeatReplayJob(ctx, &jb), "the new runner's heartbeat")
+
+		// Claims at once, each round after the heartbeat went stale: one wins.
+		for round := range 5 {
+			b.clock.Add(stale + time.Second)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			won, refused := 0, 0
+			for range 4 {
+				s := other()
+				j := read(s)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := s.ClaimReplayJob(ctx, &j, stale)
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						won++
+					case errors.As(err, new(*inbox.JobHeldError)):
+						refused++
+					default:
+						t.Errorf("round %d: claim: %v", round, err)
+					}
+				}()
+			}
+			wg.Wait()
+			if won != 1 || refused != 3 {
+				t.Fatalf("round %d: %d claims won, %d refused; want 1 and 3", round, won, refused)
+			}
+		}
+
+		// Released by a run that ended unfinished, or STOPPED: claimed at once.
+		jc := read(a)
+		b.clock.Add(stale + time.Second)
+		dbtest.Must(t, a.ClaimReplayJob(ctx, &jc, stale), "claim")
+		jc.StopReason = "the run ended unfinished: broker gone"
+		dbtest.Must(t, a.UpdateReplayJob(ctx, &jc), "release")
+		if jc.Held() {
+			t.Fatal("a released job is still held")
+		}
+		jd := read(bStore)
+		if jd.State != inbox.JobRunning || jd.StopReason == "" {
+			t.Fatalf("released job: %+v", jd)
+		}
+		dbtest.Must(t, bStore.ClaimReplayJob(ctx, &jd, stale), "claim a released job")
+		jd.State, jd.StopReason = inbox.JobStopped, "too many"
+		dbtest.Must(t, bStore.UpdateReplayJob(ctx, &jd), "stop")
+		je := read(a)
+		dbtest.Must(t, a.ClaimReplayJob(ctx, &je, stale), "claim a stopped job")
+
+		// Abandon: refused while held; then the items reopened, not sent.
+		for id, status := range map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED"} {
+			_, err := db.ExecContext(ctx, d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS) VALUES (?, ?, ?, 5)`), id, consumerName, status)
+			dbtest.Must(t, err, "plant %s", id)
+		}
+		for _, id := range []string{"d-1", "d-2"} {
+			_, err := a.ReopenForJob(ctx, job.ID, id, consumerName, false)
+			dbtest.Must(t, err, "reopen %s", id)
+		}
+		dbtest.Must(t, a.MarkItemSent(ctx, job.ID, "d-1", consumerName), "mark d-1")
+		if _, _, err := bStore.AbandonReplayJob(ctx, job.ID, "bob", stale); !errors.As(err, &held) {
+			t.Fatalf("abandon of a held job: %v", err)
+		}
+		b.clock.Add(stale + time.Second)
+		got, unsent, err := bStore.AbandonReplayJob(ctx, job.ID, "bob", stale)
+		dbtest.Must(t, err, "abandon")
+		if got.State != inbox.JobAbandoned || got.StopReason != "abandoned by bob" || got.Replayed != 1 || len(unsent) != 1 || unsent[0].EventID != "d-2" {
+			t.Fatalf("abandoned: %+v, reopened not sent %v", got, unsent)
+		}
+		if err := a.BeatReplayJob(ctx, &je); !errors.Is(err, inbox.ErrJobLost) || !strings.Contains(err.Error(), "abandoned (abandoned by bob)") {
+			t.Fatalf("the runner's heartbeat after the abandon: %v", err)
+		}
+		jf := read(a)
+		if err := a.ClaimReplayJob(ctx, &jf, stale); !errors.Is(err, inbox.ErrJobClosed) || !strings.Contains(err.Error(), "ABANDONED") {
+			t.Fatalf("claim of an abandoned job: %v", err)
+		}
+		if _, _, err := a.AbandonReplayJob(ctx, job.ID, "bob", stale); !errors.Is(err, inbox.ErrJobClosed) {
+			t.Fatalf("second abandon: %v", err)
+		}
+		if _, _, err := a.AbandonReplayJob(ctx, 99, "bob", stale); !errors.Is(err, inbox.ErrNoSuchJob) {
+			t.Fatalf("abandon of no job: %v", err)
+		}
+		// DONE is closed too.
+		done, err := a.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: "{}", Operator: "ann"})
+		dbtest.Must(t, err, "create 2")
+		done.State = inbox.JobDone
+		dbtest.Must(t, a.UpdateReplayJob(ctx, &done), "done")
+		dd, err := a.ReplayJob(ctx, done.ID)
+		dbtest.Must(t, err, "read job 2")
+		if err := a.ClaimReplayJob(ctx, &dd, stale); !errors.Is(err, inbox.ErrJobClosed) {
+			t.Fatalf("claim of a DONE job: %v", err)
 		}
 	})
 }

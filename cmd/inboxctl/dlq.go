@@ -193,11 +193,12 @@ func newDLQReplayCmd() *cobra.Command {
 	var op operatorFlag
 	var brokerURL, queue, eventID, dest, group, reason, groupConsumer, rate, since, until string
 	var all, dryRun, jobs bool
-	var limit, stopAfter int
-	var resume int64
+	var limit int
+	var stopAfterFlag string
+	var resume, abandon int64
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all | --since T --until T) --db URL [--consumer C] [--rate N/s] [--limit N] [--stop-after-failures N] [--dry-run] [-o json] | --resume JOB | --jobs",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all | --since T --until T) --db URL [--consumer C] [--rate N/s] [--limit N] [--stop-after-failures N|P%] [--dry-run] [-o json] | --resume JOB | --abandon JOB | --jobs",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -230,8 +231,16 @@ INBOXKIT_REPLAY_JOB with each event it reopened in INBOXKIT_REPLAY_ITEM: killed
 (kill -9) and resumed with --resume JOB it finishes the rest and reopens and sends
 no event twice (one exception, at most one more send per kill: see
 docs/operations.md). A new bulk replay of a queue with an unfinished (RUNNING) job
-is refused. --stop-after-failures N stops the job (state STOPPED, exit 1) when N
-of its replayed events failed again; --resume continues it. --jobs lists the jobs.
+is refused. A job has one runner at a time: its process keeps a heartbeat in the
+job's row, and a --resume (or a second one) while that heartbeat is fresh is refused
+(exit 2) with its age; the job of a killed process is taken over once its heartbeat
+is older than 30s ($INBOXKIT_REPLAY_STALE, the same for every inboxctl). --abandon
+JOB gives a job up (state ABANDONED; refused while a process runs it): a new bulk
+replay of its queue may start, and the events it reopened but did not mark sent are
+listed, to be checked. --stop-after-failures N stops the job (state STOPPED, exit 1)
+when N of its replayed events failed again, --stop-after-failures P% when more than
+P percent of them did, judged once 20 were replayed; --resume continues it. --jobs
+lists the jobs.
 Each run is recorded with the operator (--operator, else $USER) in
 INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 		Example: `  inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --event-id ev-3 \
@@ -239,7 +248,8 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
   inboxctl dlq replay --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --all --db sqlite:./inbox.db
   inboxctl dlq replay --broker amqp://guest:guest@127.0.0.1:5672/ --queue DLQ.invoices --db sqlite:./inbox.db \
     --since 2026-01-31T08:00:00Z --until 2026-01-31T09:00:00Z --rate 50/s --stop-after-failures 10
-  inboxctl dlq replay --broker amqp://guest:guest@127.0.0.1:5672/ --db sqlite:./inbox.db --resume 7
+  inboxctl dlq replay --broker amqp://guest:guest@127.0.0.1:5672/ --db sqlite:./inbox.db --resume 7 --stop-after-failures 5%
+  inboxctl dlq replay --db sqlite:./inbox.db --abandon 7 --operator alice
   inboxctl dlq replay --db sqlite:./inbox.db --jobs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -262,10 +272,24 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				if j {
 					return writeJSON(out, js)
 				}
-				printJobs(out, st.Config().Table, js)
+				stale, err := replayStale()
+				if err != nil {
+					return err
+				}
+				printJobs(out, st.Config().Table, js, stale)
 				return nil
 			}
-			sel := replaySelection{Group: group, Reason: reason, All: all, Consumer: groupConsumer, To: dest, Limit: limit, StopAfterFailures: stopAfter}
+			if abandon != 0 {
+				if resume != 0 || countSet(eventID != "", all, group != "", reason != "", since != "", until != "", dryRun, stopAfterFlag != "") > 0 {
+					return usageErr("--abandon JOB takes only --db and --operator: give no --resume, selection, --dry-run or --stop-after-failures")
+				}
+				return abandonJob(cmd, f, op.who(), abandon, j)
+			}
+			stopAfter, stopPct, err := parseStopAfter(stopAfterFlag)
+			if err != nil {
+				return err
+			}
+			sel := replaySelection{Group: group, Reason: reason, All: all, Consumer: groupConsumer, To: dest, Limit: limit, StopAfterFailures: stopAfter, StopAfterPercent: stopPct}
 			now := time.Now().UTC()
 			if since != "" {
 				if sel.Since, err = sinceTime(since, now); err != nil {
@@ -292,8 +316,6 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R or --all (every dead letter), or --since/--until (failures in a time window; they combine with --group, --reason and --all)")
 			case limit < 0:
 				return usageErr("--limit must not be negative (got %d); 0 means no limit", limit)
-			case stopAfter < 0:
-				return usageErr("--stop-after-failures must not be negative (got %d); 0 means never stop", stopAfter)
 			case !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until):
 				return usageErr("--since %s is not before --until %s: nothing would be selected", since, until)
 			}
@@ -316,6 +338,9 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				if err != nil {
 					return err
 				}
+				if jb.State == inbox.JobAbandoned {
+					return usageErr("replay job %d is ABANDONED (%s): it is not resumed; start a new replay of %s", jb.ID, jb.StopReason, jb.Queue)
+				}
 				if jb.State == inbox.JobDone {
 					fmt.Fprintf(out, "replay job %d is DONE already: nothing to resume\n", jb.ID)
 					printJob(out, jb)
@@ -327,8 +352,8 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				if err := json.Unmarshal([]byte(jb.Selection), &sel); err != nil {
 					return fmt.Errorf("replay job %d: its selection %q cannot be read: %w", jb.ID, jb.Selection, err)
 				}
-				if stopAfter > 0 {
-					sel.StopAfterFailures = stopAfter // may be raised on resume
+				if stopAfterFlag != "" {
+					sel.StopAfterFailures, sel.StopAfterPercent = stopAfter, stopPct // may be changed on resume
 				}
 				queue, dest, limit, job = jb.Queue, sel.To, sel.Limit, &jb
 			}
@@ -396,8 +421,9 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 	c.Flags().StringVar(&until, "until", "", "only failures whose row last changed before a time (2026-01-31, RFC 3339) or a duration ago (1h)")
 	c.Flags().IntVar(&limit, "limit", 0, "replay at most this many (0: no limit)")
 	c.Flags().StringVar(&rate, "rate", "", "replay at most this many a second: 50/s or 50 (default: no limit)")
-	c.Flags().IntVar(&stopAfter, "stop-after-failures", 0, "stop the job when this many of its replayed events failed again (0: never)")
+	c.Flags().StringVar(&stopAfterFlag, "stop-after-failures", "", "stop the job when N of its replayed events failed again, or (P%) more than P percent of them, judged after 20 (default: never)")
 	c.Flags().Int64Var(&resume, "resume", 0, "finish the unfinished or stopped replay job with this id (--jobs lists them)")
+	c.Flags().Int64Var(&abandon, "abandon", 0, "give up the unfinished or stopped replay job with this id (refused while a process runs it)")
 	c.Flags().BoolVar(&jobs, "jobs", false, "list the replay jobs and their states")
 	f.registerAttempts(c)
 	c.Flags().StringVar(&dest, "to", "", "send to this queue instead of the original destination")

@@ -90,8 +90,14 @@ func startRun(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lo
 // startCommand is startRun for any command that runs until SIGTERM.
 func startCommand(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
+	return startCommandEnv(ctx, t, nil, args...)
+}
+
+// startCommandEnv is startCommand with env added to the clean environment.
+func startCommandEnv(ctx context.Context, t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
 	run := exec.CommandContext(ctx, binary, args...)
-	run.Env = cleanEnv()
+	run.Env = append(cleanEnv(), env...)
 	logs := &lockedBuffer{}
 	run.Stdout, run.Stderr = logs, logs
 	if err := run.Start(); err != nil {

@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
@@ -26,8 +31,48 @@ type replaySelection struct {
 	To       string    `json:"to,omitempty"`
 	Limit    int       `json:"limit,omitempty"`
 	Rate     float64   `json:"rate,omitempty"`
-	// StopAfterFailures is --stop-after-failures.
-	StopAfterFailures int `json:"stopAfterFailures,omitempty"`
+	// StopAfterFailures is --stop-after-failures N, StopAfterPercent
+	// --stop-after-failures P%.
+	StopAfterFailures int     `json:"stopAfterFailures,omitempty"`
+	StopAfterPercent  float64 `json:"stopAfterPercent,omitempty"`
+}
+
+// envReplayStale sets the stale time of a replay job's heartbeat (a
+// duration; default inbox.DefaultJobStale): the same for every inboxctl
+// that runs or abandons the jobs of a schema.
+const envReplayStale = "INBOXKIT_REPLAY_STALE"
+
+// replayStale reads $INBOXKIT_REPLAY_STALE.
+func replayStale() (time.Duration, error) {
+	v := os.Getenv(envReplayStale)
+	if v == "" {
+		return inbox.DefaultJobStale, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Second {
+		return 0, usageErr("$%s=%q: give a duration of at least 1s (default %s), the same for every inboxctl that runs replay jobs", envReplayStale, v, inbox.DefaultJobStale)
+	}
+	return d, nil
+}
+
+// parseStopAfter reads --stop-after-failures: "N" (events failed again)
+// or "P%" (more than P percent of the events replayed, 0 < P < 100).
+func parseStopAfter(v string) (n int, pct float64, err error) {
+	if v == "" {
+		return 0, 0, nil
+	}
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		pct, err = strconv.ParseFloat(p, 64)
+		if err != nil || !(pct > 0 && pct < 100) {
+			return 0, 0, usageErr("--stop-after-failures %q: give a percentage above 0 and below 100, e.g. 10%%, or a count, e.g. 10", v)
+		}
+		return 0, pct, nil
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, 0, usageErr("--stop-after-failures %q: give a count of events failed again (10; 0: never stop) or a percentage of the events replayed (10%%)", v)
+	}
+	return n, 0, nil
 }
 
 // bulk tells whether the selection is a bulk one (a job), not --event-id.
@@ -69,6 +114,9 @@ func (s replaySelection) String() string {
 	}
 	if s.StopAfterFailures > 0 {
 		add("--stop-after-failures %d", s.StopAfterFailures)
+	}
+	if s.StopAfterPercent > 0 {
+		add("--stop-after-failures %g%%", s.StopAfterPercent)
 	}
 	if s.To != "" {
 		add("--to %s", s.To)
@@ -167,9 +215,14 @@ func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel r
 		if err != nil {
 			return nil, "", err
 		}
+		if u != nil && u.StopReason == "" && time.Since(u.UpdatedAt) < rc.JobStale {
+			age := time.Since(u.UpdatedAt)
+			return nil, "", usageErr("replay job %d of %s is unfinished and being run (heartbeat %s ago): wait until it ends, then start a new one;\n\tif its process is gone, 'inboxctl dlq replay --resume %d' takes it over once the heartbeat is %s old",
+				u.ID, queue, max(age, 0).Round(time.Second), u.ID, rc.JobStale)
+		}
 		if u != nil {
-			return nil, "", usageErr("replay job %d of %s is unfinished (RUNNING, last updated %s): its process may still run, or was killed;\n\tfinish it with 'inboxctl dlq replay --resume %d' (it sends nothing twice), then start a new one",
-				u.ID, queue, u.UpdatedAt.UTC().Format(time.RFC3339), u.ID)
+			return nil, "", usageErr("replay job %d of %s is unfinished (RUNNING, last updated %s): its process was killed or ended on an error;\n\tfinish it with 'inboxctl dlq replay --resume %d' (it sends nothing twice), or give it up with --abandon %d, then start a new one",
+				u.ID, queue, u.UpdatedAt.UTC().Format(time.RFC3339), u.ID, u.ID)
 		}
 	}
 	selectFunc, selection, err := sel.selectFunc(ctx, st, job)
@@ -177,7 +230,7 @@ func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel r
 		return nil, "", err
 	}
 	rc.SelectFunc, rc.All = selectFunc, sel.All
-	rc.Limit, rc.Rate, rc.StopAfterFailures, rc.Destination = sel.Limit, sel.Rate, sel.StopAfterFailures, sel.To
+	rc.Limit, rc.Rate, rc.StopAfterFailures, rc.StopAfterPercent, rc.Destination = sel.Limit, sel.Rate, sel.StopAfterFailures, sel.StopAfterPercent, sel.To
 	if rc.DryRun {
 		return nil, selection, nil
 	}
@@ -195,6 +248,11 @@ func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel r
 			return nil, "", err
 		}
 		job = &jb
+	} else if err := st.ClaimReplayJob(ctx, job, rc.JobStale); err != nil {
+		if refused(err) {
+			return nil, "", usageErr("%v", err)
+		}
+		return nil, "", err
 	}
 	rc.Job = job
 	return job, fmt.Sprintf("job %d: %s", job.ID, selection), nil
@@ -220,7 +278,11 @@ func (r replayRun) run(ctx context.Context, st *inbox.Store, b *broker) (consume
 	if err := b.requireQueue(ctx, r.queue); err != nil {
 		return consumer.ReplayReport{}, r.job, "", err
 	}
-	rc := consumer.ReplayConfig{Store: st, EventID: r.eventID, Destination: r.dest, DryRun: r.dryRun, Limit: r.sel.Limit, Rate: r.sel.Rate, StopAfterFailures: r.sel.StopAfterFailures}
+	stale, err := replayStale()
+	if err != nil {
+		return consumer.ReplayReport{}, r.job, "", err
+	}
+	rc := consumer.ReplayConfig{Store: st, EventID: r.eventID, Destination: r.dest, DryRun: r.dryRun, Limit: r.sel.Limit, Rate: r.sel.Rate, JobStale: stale}
 	job, selection, prefetch := r.job, "--event-id "+r.eventID, 10
 	if r.sel.bulk() {
 		var err error
@@ -232,18 +294,39 @@ func (r replayRun) run(ctx context.Context, st *inbox.Store, b *broker) (consume
 	if r.dryRun {
 		prefetch = 1000
 	}
+	// release gives the job's claim back when the run ends before it
+	// started: the job stays RUNNING, resumable at once.
+	release := func(err error) error {
+		if job != nil && job.Held() {
+			job.StopReason = "the run ended unfinished: " + err.Error()
+			if uerr := st.UpdateReplayJob(context.WithoutCancel(ctx), job); uerr != nil {
+				return errors.Join(err, uerr)
+			}
+		}
+		return err
+	}
 	src, err := b.ToolSource(ctx, r.queue, prefetch)
 	if err != nil {
-		return consumer.ReplayReport{}, job, selection, b.fail("consume "+r.queue, err)
+		return consumer.ReplayReport{}, job, selection, release(b.fail("consume "+r.queue, err))
 	}
 	defer src.Close()
 	pub, err := b.Publisher(ctx)
 	if err != nil {
-		return consumer.ReplayReport{}, job, selection, err
+		return consumer.ReplayReport{}, job, selection, release(err)
 	}
 	rc.DLQ, rc.Publisher = src, pub
 	rep, err := consumer.Replay(ctx, rc)
+	if refused(err) {
+		return rep, job, "", usageErr("%v", err) // nothing was tried
+	}
 	return rep, job, selection, err
+}
+
+// refused tells whether err is a job's claim refused: another runner holds
+// it, or it is DONE or ABANDONED.
+func refused(err error) bool {
+	var held *inbox.JobHeldError
+	return errors.As(err, &held) || errors.Is(err, inbox.ErrJobClosed)
 }
 
 // unfinishedJob returns a RUNNING job of the table on queue, if any: a new
@@ -271,8 +354,8 @@ func printJob(w io.Writer, j inbox.ReplayJob) {
 	fmt.Fprintln(w)
 }
 
-// printJobs is dlq replay --jobs.
-func printJobs(w io.Writer, table string, jobs []inbox.ReplayJob) {
+// printJobs is dlq replay --jobs; stale is the heartbeat's stale time.
+func printJobs(w io.Writer, table string, jobs []inbox.ReplayJob, stale time.Duration) {
 	fmt.Fprintf(w, "replay jobs of %s: %d\n", table, len(jobs))
 	if len(jobs) == 0 {
 		return
@@ -292,10 +375,87 @@ func printJobs(w io.Writer, table string, jobs []inbox.ReplayJob) {
 			j.CreatedAt.UTC().Format(time.RFC3339), j.UpdatedAt.UTC().Format(time.RFC3339), sel)
 	}
 	tw.Flush()
+	now := time.Now()
 	for _, j := range jobs {
-		if j.State == inbox.JobRunning {
-			fmt.Fprintf(w, "job %d is RUNNING: if no process runs it any more (killed), finish it with 'inboxctl dlq replay --resume %d'\n", j.ID, j.ID)
+		switch {
+		case j.State != inbox.JobRunning:
+		case j.StopReason != "":
+			fmt.Fprintf(w, "job %d is RUNNING, its last run ended unfinished: finish it with 'inboxctl dlq replay --resume %d' (or give it up with --abandon %d)\n", j.ID, j.ID, j.ID)
+		case now.Sub(j.UpdatedAt) < stale:
+			fmt.Fprintf(w, "job %d is RUNNING (heartbeat %s ago): a process runs it; if that process is gone, --resume %d takes it over once the heartbeat is %s old\n",
+				j.ID, max(now.Sub(j.UpdatedAt), 0).Round(time.Second), j.ID, stale)
+		default:
+			fmt.Fprintf(w, "job %d is RUNNING with a stale heartbeat (%s ago; its process was killed): finish it with 'inboxctl dlq replay --resume %d' (or give it up with --abandon %d)\n",
+				j.ID, now.Sub(j.UpdatedAt).Round(time.Second), j.ID, j.ID)
 		}
+	}
+}
+
+// abandonJob is dlq replay --abandon id: the job given up for operator
+// who, the action recorded, the events reopened but not sent printed (exit
+// 1 when there are: the operator checks them).
+func abandonJob(cmd *cobra.Command, f dbFlags, who string, id int64, asJSON bool) error {
+	ctx := cmd.Context()
+	stale, err := replayStale()
+	if err != nil {
+		return err
+	}
+	st, _, err := f.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.DB().Close()
+	j, unsent, err := st.AbandonReplayJob(ctx, id, who, stale)
+	switch {
+	case errors.Is(err, inbox.ErrNoSuchJob) || refused(err):
+		return usageErr("%v", err)
+	case err != nil:
+		return err
+	}
+	ids := make([]string, 0, len(unsent))
+	for _, k := range unsent {
+		ids = append(ids, k.EventID)
+	}
+	sel := j.Selection
+	var rs replaySelection
+	if json.Unmarshal([]byte(j.Selection), &rs) == nil {
+		sel = rs.String()
+	}
+	recErr := recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: who, Action: "dlq-replay-abandon", EventIDs: ids, Rows: int64(len(ids)),
+		Detail: fmt.Sprintf("queue %s, job %d: %s; %d replayed, %d reopened but not sent", j.Queue, j.ID, sel, j.Replayed, len(ids))}, st.RecordAction)
+	out := cmd.OutOrStdout()
+	if asJSON {
+		if unsent == nil {
+			unsent = []inbox.EventKey{}
+		}
+		if err := writeJSON(out, struct {
+			Job             inbox.ReplayJob  `json:"job"`
+			ReopenedNotSent []inbox.EventKey `json:"reopenedNotSent"`
+		}{j, unsent}); err != nil {
+			return err
+		}
+	} else {
+		printAbandoned(out, j, unsent)
+	}
+	if len(unsent) > 0 {
+		return errFindings
+	}
+	return recErr
+}
+
+// printAbandoned prints what dlq replay --abandon did, and what the
+// operator must check: the events the job reopened but did not mark sent.
+func printAbandoned(w io.Writer, j inbox.ReplayJob, unsent []inbox.EventKey) {
+	fmt.Fprintf(w, "replay job %d ABANDONED (%s): %d replayed in all its runs, %d failed again; a new bulk replay of %s may start\n", j.ID, j.StopReason, j.Replayed, j.FailedAgain, j.Queue)
+	if len(unsent) == 0 {
+		fmt.Fprintln(w, "every event it reopened was sent")
+		return
+	}
+	fmt.Fprintf(w, "%d event(s) reopened (TECHNICAL_FAILURE, attempts 0) but not marked sent: each was sent once or not at all (killed in between).\n", len(unsent))
+	fmt.Fprintf(w, "\tcheck each with 'inboxctl audit --event-id ID': not PROCESSED and its dead letter still in %s ('inboxctl dlq list'): replay it with --event-id;\n"+
+		"\tPROCESSED (it was sent): a dead letter of it still there is spent, 'inboxctl dlq drop --event-id ID' removes it\n", j.Queue)
+	for _, k := range unsent {
+		fmt.Fprintf(w, "reopened, not sent: %s (consumer %s)\n", k.EventID, k.ConsumerName)
 	}
 }
 

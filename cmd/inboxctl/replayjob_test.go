@@ -95,6 +95,12 @@ func ids(prefix string, from, to int) []string {
 	return out
 }
 
+// staleTime is the stale time of a replay job's heartbeat in these tests
+// (staleEnv sets it for inboxctl).
+const staleTime = 4 * time.Second
+
+var staleEnv = []string{"INBOXKIT_REPLAY_STALE=" + staleTime.String()}
+
 // A paced group replay killed with SIGKILL halfway and resumed replays
 // every event of the group exactly once at the broker, and none of the
 // others; a new replay of the queue is refused while the job is
@@ -123,7 +129,7 @@ func TestReplayJobKillAndResume(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	run, logs := startCommand(ctx, t, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--group", group, "--rate", "5/s", "--operator", "erin")
+	run, logs := startCommandEnv(ctx, t, staleEnv, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--group", group, "--rate", "5/s", "--operator", "erin")
 	sent := func() int {
 		var k int
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'SENT'`).Scan(&k); err != nil {
@@ -142,7 +148,7 @@ func TestReplayJobKillAndResume(t *testing.T) {
 	if err := run.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("the replay was not killed: %v\n%s", err, logs)
 	}
-	killedAt := sent()
+	killedAt, killed := sent(), time.Now()
 	r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs")
 	wantCode(t, r, 0, "replay jobs of INBOX_EVENT_PROCESSING: 1", "RUNNING", "--resume 1")
 	t.Logf("after kill -9 at %d of %d sent, dlq replay --jobs:\n%s", killedAt, n, r.stdout)
@@ -153,7 +159,8 @@ func TestReplayJobKillAndResume(t *testing.T) {
 	}
 	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all"), 2, "replay job 1 of "+dlqName+" is unfinished", "--resume 1")
 
-	r = inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1", "--operator", "erin")
+	time.Sleep(time.Until(killed.Add(staleTime))) // the killed run's heartbeat goes stale
+	r = inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1", "--operator", "erin")
 	wantCode(t, r, 0, "replay job 1 DONE: 30 replayed in all its runs, 0 left with a reason, 0 failed again")
 	t.Logf("dlq replay --resume 1:\n%s%s", r.stdout, r.stderr)
 	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1"), 0, "replay job 1 is DONE already")
@@ -191,46 +198,231 @@ func TestReplayJobKillAndResume(t *testing.T) {
 	wantCode(t, inboxctl(t, "", "audit", "--db", url, "--operator", "erin"), 0, "actions of operator erin: 1", "job 1: --group "+group, "(resumed)")
 }
 
-// A job replaying events that fail again stops at the threshold, is
-// marked STOPPED with the reason, exits 1, and leaves the rest on the
-// queue. PostgreSQL, RabbitMQ, the invoice consumer of inboxctl run
-// (poison messages are dead-lettered at once, so a replay fails again).
+// A job replaying events that fail again stops at the threshold, a count
+// (N) or a percentage (P%, judged after 20 events), is marked STOPPED with
+// the reason naming the figure, exits 1, and leaves the rest on the queue.
+// PostgreSQL, RabbitMQ, the invoice consumer of inboxctl run (poison
+// messages are dead-lettered at once, so a replay fails again).
 func TestReplayJobStopsOnFailures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, flag string
+		n, min     int
+		want       string
+	}{
+		{"count", "3", 20, 3, "failed again (--stop-after-failures 3)"},
+		{"percentage", "50%", 30, 20, "%, more than 50% (--stop-after-failures 50%, judged after 20 events)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t, dbtest.Postgres)
+			url := dbURL(t, db)
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers"), 0)
+			queue := fmt.Sprintf("inboxctl.replaystop.%s.%d", tc.name, time.Now().UnixNano())
+			dlqName := "DLQ." + queue
+			rabbittest.Declare(t, queue)
+			rabbittest.Declare(t, dlqName)
+			n := tc.n
+			wantCode(t, inboxctl(t, poisonLines("st", n), "publish", "--broker", rabbitBroker, "--queue", queue, "--file", "-"), 0, fmt.Sprintf("published %d", n))
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			run, logs := startRun(ctx, t, "--db", url, "--broker", rabbitBroker, "--queue", queue, "--log-format", "json")
+			waitFor(t, "the dead letters", func() bool { return strings.Count(logs.String(), `"action":"dead-letter"`) == n }, logs)
+
+			r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "10/s", "--stop-after-failures", tc.flag)
+			wantCode(t, r, 1, "replay job 1 STOPPED", tc.want, "replay job 1 stopped:", "--resume 1")
+			t.Logf("dlq replay --stop-after-failures %s:\n%s%s", tc.flag, r.stdout, r.stderr)
+			stopRun(t, run, logs)
+			r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs", "-o", "json")
+			var jobs []inbox.ReplayJob
+			if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil || len(jobs) != 1 {
+				t.Fatalf("jobs: %v\n%s", err, r)
+			}
+			j := jobs[0]
+			if j.State != inbox.JobStopped || j.FailedAgain < 3 || j.Replayed < int64(tc.min) || !strings.Contains(j.StopReason, tc.want) {
+				t.Errorf("job after the stop: %+v", j)
+			}
+			// What was not replayed is still dead-lettered, with its dead letter.
+			var dead int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = 'DEAD_LETTERED' AND REPLAY_COUNT = 0`).Scan(&dead); err != nil {
+				t.Fatal(err)
+			}
+			if dead != n-int(j.Replayed) {
+				t.Errorf("%d rows never replayed, want %d", dead, n-int(j.Replayed))
+			}
+			wantCode(t, inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs"), 0, "STOPPED", "--stop-after-failures "+tc.flag)
+		})
+	}
+}
+
+// --stop-after-failures reads N or P%, and refuses anything else naming
+// both forms.
+func TestParseStopAfter(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		n   int
+		pct float64
+		bad bool
+	}{{"", 0, 0, false}, {"0", 0, 0, false}, {"10", 10, 0, false}, {"12.5%", 0, 12.5, false}, {"5%", 0, 5, false},
+		{"-1", 0, 0, true}, {"ten", 0, 0, true}, {"0%", 0, 0, true}, {"100%", 0, 0, true}, {"x%", 0, 0, true}, {"%", 0, 0, true}} {
+		n, pct, err := parseStopAfter(tc.in)
+		if (err != nil) != tc.bad || n != tc.n || pct != tc.pct {
+			t.Errorf("parseStopAfter(%q) = %d, %g, %v", tc.in, n, pct, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "10%") || !strings.Contains(err.Error(), tc.in)) {
+			t.Errorf("parseStopAfter(%q): the error names neither the value nor the forms: %v", tc.in, err)
+		}
+	}
+}
+
+// Two runners of one job: a resume (and an abandon) while the job's
+// process runs is refused with its heartbeat's age and the time to wait;
+// killed with SIGKILL, the job is still refused until its heartbeat is
+// stale (INBOXKIT_REPLAY_STALE, 6s here), then taken over: two resumes
+// started at once, exactly one runs the job and the other is refused, and
+// every event reaches the broker once. PostgreSQL, RabbitMQ.
+func TestReplayJobOneRunner(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	url := dbURL(t, db)
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers"), 0)
-	queue := fmt.Sprintf("inboxctl.replaystop.%d", time.Now().UnixNano())
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+	queue := fmt.Sprintf("inboxctl.replayone.%d", time.Now().UnixNano())
+	dlqName := "DLQ." + queue
+	rabbittest.Declare(t, queue)
+	rabbittest.Declare(t, dlqName)
+	const n = 40
+	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	const stale = 6 * time.Second
+	env := []string{"INBOXKIT_REPLAY_STALE=" + stale.String()}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	sent := func() int {
+		var k int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'SENT'`).Scan(&k); err != nil {
+			return -1
+		}
+		return k
+	}
+	run, logs := startCommandEnv(ctx, t, env, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s")
+	waitFor(t, "5 events sent", func() bool { return sent() >= 5 }, logs)
+	held := []string{"replay job 1 is being run (heartbeat ", "; wait, or if that process is gone, retry after "}
+	r := inboxctlEnv(t, env, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+	wantCode(t, r, 2, held...)
+	t.Logf("--resume 1 while the job runs:\n%s", r.stderr)
+	wantCode(t, inboxctlEnv(t, env, "", "dlq", "replay", "--db", url, "--abandon", "1"), 2, held...)
+	wantCode(t, inboxctlEnv(t, env, "", "dlq", "replay", "--db", url, "--jobs"), 0, "job 1 is RUNNING (heartbeat ")
+	if err := run.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = run.Wait()
+	killed := time.Now()
+	r = inboxctlEnv(t, env, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+	if time.Since(killed) < stale-time.Second { // the refusal is certain only within the stale time
+		wantCode(t, r, 2, held...)
+	}
+	killedAt := sent()
+	time.Sleep(time.Until(killed.Add(stale)))
+
+	type outcome struct {
+		code int
+		out  string
+	}
+	var runs []*exec.Cmd
+	var outs []*lockedBuffer
+	for range 2 {
+		c, o := startCommandEnv(ctx, t, env, "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+		runs, outs = append(runs, c), append(outs, o)
+	}
+	var got []outcome
+	for i, c := range runs {
+		err := c.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, outcome{code, outs[i].String()})
+	}
+	slices.SortFunc(got, func(a, b outcome) int { return a.code - b.code })
+	if got[0].code != 0 || !strings.Contains(got[0].out, "replay job 1 DONE: 40 replayed in all its runs") ||
+		got[1].code != 2 || !strings.Contains(got[1].out, held[0]) {
+		t.Fatalf("two resumes at once, after the kill at %d sent: want one DONE and one refused, got\n%+v", killedAt, got)
+	}
+	t.Logf("killed at %d of %d sent; two resumes at once: exit %d and %d; the refused one said: %s", killedAt, n, got[0].code, got[1].code, got[1].out)
+	at := drainRabbit(t, queue)
+	for _, id := range ids("a", 1, n) {
+		if at[id] != 1 {
+			t.Errorf("%s reached the broker %d times, want 1", id, at[id])
+		}
+	}
+	if left := drainRabbit(t, dlqName); len(left) != 0 {
+		t.Errorf("the DLQ still holds %v", left)
+	}
+}
+
+// Abandon: refused while the job's process runs; after its kill and the
+// stale time the job is ABANDONED, the action recorded, the events it
+// reopened but did not mark sent listed (exit 1: to be checked), --jobs
+// shows it, it is not resumed, and a new bulk replay of the queue is no
+// longer refused. PostgreSQL, RabbitMQ.
+func TestReplayJobAbandon(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	url := dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+	queue := fmt.Sprintf("inboxctl.replayabandon.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
 	rabbittest.Declare(t, queue)
 	rabbittest.Declare(t, dlqName)
 	const n = 20
-	wantCode(t, inboxctl(t, poisonLines("st", n), "publish", "--broker", rabbitBroker, "--queue", queue, "--file", "-"), 0, fmt.Sprintf("published %d", n))
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
-	run, logs := startRun(ctx, t, "--db", url, "--broker", rabbitBroker, "--queue", queue, "--log-format", "json")
-	waitFor(t, "the dead letters", func() bool { return strings.Count(logs.String(), `"action":"dead-letter"`) == n }, logs)
-
-	r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s", "--stop-after-failures", "3")
-	wantCode(t, r, 1, "replay job 1 STOPPED", "failed again (--stop-after-failures 3)", "replay job 1 stopped:", "--resume 1")
-	t.Logf("dlq replay --stop-after-failures 3:\n%s%s", r.stdout, r.stderr)
-	stopRun(t, run, logs)
-	r = inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs", "-o", "json")
-	var jobs []inbox.ReplayJob
-	if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil || len(jobs) != 1 {
-		t.Fatalf("jobs: %v\n%s", err, r)
-	}
-	j := jobs[0]
-	if j.State != inbox.JobStopped || j.FailedAgain < 3 || j.Replayed >= n || !strings.Contains(j.StopReason, "failed again") {
-		t.Errorf("job after the stop: %+v", j)
-	}
-	// What was not replayed is still dead-lettered, with its dead letter.
-	var dead int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = 'DEAD_LETTERED' AND REPLAY_COUNT = 0`).Scan(&dead); err != nil {
+	run, logs := startCommandEnv(ctx, t, staleEnv, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s", "--operator", "erin")
+	waitFor(t, "3 events sent", func() bool {
+		var k int
+		return db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'SENT'`).Scan(&k) == nil && k >= 3
+	}, logs)
+	wantCode(t, inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--db", url, "--abandon", "1", "--operator", "gus"), 2, "replay job 1 is being run (heartbeat ")
+	if err := run.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if dead != n-int(j.Replayed) {
-		t.Errorf("%d rows never replayed, want %d", dead, n-int(j.Replayed))
+	_ = run.Wait()
+	killed := time.Now()
+	// The state a kill between the broker's confirm and the mark leaves.
+	execSQL(t, db, `UPDATE INBOXKIT_REPLAY_ITEM SET STATE = 'REOPENED', SENT_AT = NULL WHERE EVENT_ID = 'a-1'`)
+	var reopened []string
+	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'REOPENED' ORDER BY EVENT_ID`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		reopened = append(reopened, id)
+	}
+	rows.Close()
+	time.Sleep(time.Until(killed.Add(staleTime)))
+
+	r := inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--db", url, "--abandon", "1", "--operator", "gus")
+	want := []string{"replay job 1 ABANDONED (abandoned by gus)", fmt.Sprintf("%d event(s) reopened", len(reopened)), "a new bulk replay of " + dlqName + " may start"}
+	for _, id := range reopened {
+		want = append(want, "reopened, not sent: "+id+" (consumer c)")
+	}
+	wantCode(t, r, 1, want...)
+	t.Logf("dlq replay --abandon 1:\n%s", r.stdout)
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--db", url, "--abandon", "1"), 2, "replay job 1 is ABANDONED")
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1"), 2, "replay job 1 is ABANDONED (abandoned by gus)")
+	wantCode(t, inboxctl(t, "", "dlq", "replay", "--db", url, "--jobs"), 0, "ABANDONED", "abandoned by gus")
+	wantCode(t, inboxctl(t, "", "audit", "--db", url, "--operator", "gus"), 0, "dlq-replay-abandon", "a-1", "job 1: --all")
+	// A new bulk replay of the queue: not refused, it takes what is left.
+	r = inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all")
+	wantCode(t, r, 0, "replay job 2 DONE")
+	if left := drainRabbit(t, dlqName); len(left) != 0 {
+		t.Errorf("the DLQ still holds %v", left)
 	}
 }
 
@@ -337,7 +529,8 @@ func TestReplayJobCrashWindows(t *testing.T) {
 			if err == nil || !strings.Contains(string(out), "inboxkit failpoint: "+tc.point) {
 				t.Fatalf("the failpoint did not kill the replay: %v\n%s", err, out)
 			}
-			r := inboxctl(t, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+			time.Sleep(staleTime) // the killed run's heartbeat goes stale
+			r := inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
 			wantCode(t, r, 0, "replay job 1 DONE: 5 replayed in all its runs", tc.want)
 			t.Logf("killed at %s, then dlq replay --resume 1:\n%s", tc.point, r.stdout)
 			got := drainRabbit(t, queue)
