@@ -404,6 +404,9 @@ func TestReplayJobAbandon(t *testing.T) {
 		}
 		reopened = append(reopened, id)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	rows.Close()
 	time.Sleep(time.Until(killed.Add(staleTime)))
 
