@@ -32,10 +32,10 @@ func newUICmd() *cobra.Command {
 	var f dbFlags
 	var of outboxFlags
 	var op operatorFlag
-	var listen, tokenFile, brokerURL, dlqName string
+	var listen, tokenFile, brokerURL, dlqName, tlsCert, tlsKey, basicFile string
 	var readyz []string
 	c := &cobra.Command{
-		Use:   "ui --db URL [--listen 127.0.0.1:9470] [--auth-token-file F] [--broker URL --dlq NAME] [--readyz NAME=URL ...]",
+		Use:   "ui --db URL [--listen 127.0.0.1:9470] [--auth-token-file F | --tls-cert F --tls-key F --basic-auth-file F] [--broker URL --dlq NAME] [--readyz NAME=URL ...]",
 		Short: "Serve the web console: overview, failure groups, messages, search, paced replay",
 		Long: `ui serves the operator's web console: an overview (rows per consumer and status, the
 dead-letter queue's depth, the outbox backlog, the consumers' readiness), the failure
@@ -47,11 +47,15 @@ renders what the matching command prints with -o json, and /api/... returns that
 
 It listens on loopback (--listen 127.0.0.1:9470) unless told otherwise; any other
 address needs --auth-token-file: a file whose content (16 characters or more) every
-request must carry, as 'Authorization: Bearer TOKEN' or through the login page. Every
+request must carry, as 'Authorization: Bearer TOKEN' or through the login page; or
+basic auth over TLS: --tls-cert and --tls-key (PEM files; the console serves HTTPS)
+with --basic-auth-file, lines USER:PASSWORD or USER:sha256:HEX (the SHA-256 of the
+password in hex), the user being the operator recorded. Every
 POST also needs the console's CSRF token (the forms carry it; GET /api/session gives it
 to API clients as X-CSRF-Token) and is refused when a browser says it comes from
 another site. Replays are recorded in ` + inbox.ActionTable + ` with the operator: the
-login name (with a token), else the X-Operator header, else --operator or $USER.
+login name (with a token, or the basic-auth user), else the X-Operator header, else
+--operator or $USER.
 
 Replay needs --broker and --dlq (the dead-letter queue); without them the console
 only reads. --readyz NAME=URL (repeatable) adds a consumer's /readyz to the overview
@@ -63,7 +67,11 @@ only reads. --readyz NAME=URL (repeatable) adds a consumer's /readyz to the over
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			token, err := consoleToken(listen, tokenFile)
+			tlsConf, users, err := consoleTLS(tlsCert, tlsKey, basicFile)
+			if err != nil {
+				return err
+			}
+			token, err := consoleToken(listen, tokenFile, users != nil)
 			if err != nil {
 				return err
 			}
@@ -90,16 +98,27 @@ only reads. --readyz NAME=URL (repeatable) adds a consumer's /readyz to the over
 			if err != nil {
 				return err
 			}
+			con.users = users
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return usageErr("--listen %s: %v\n\tuse a free host:port, e.g. %s", listen, err, defaultConsoleAddr)
 			}
-			srv := &http.Server{Handler: con.handler(), ReadHeaderTimeout: 10 * time.Second,
+			srv := &http.Server{Handler: con.handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConf,
 				BaseContext: func(net.Listener) context.Context { return ctx }}
-			fmt.Fprintf(cmd.ErrOrStderr(), "inboxctl ui: serving the console at http://%s/ (database %s, operator %s); Ctrl-C ends\n",
-				ln.Addr(), t.Display, con.operator)
+			scheme := "http"
+			if tlsConf != nil {
+				scheme = "https"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "inboxctl ui: serving the console at %s://%s/ (database %s, operator %s); Ctrl-C ends\n",
+				scheme, ln.Addr(), t.Display, con.operator)
 			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ln) }()
+			go func() {
+				if tlsConf != nil {
+					served <- srv.ServeTLS(ln, "", "")
+					return
+				}
+				served <- srv.Serve(ln)
+			}()
 			select {
 			case err := <-served:
 				return err
@@ -117,7 +136,10 @@ only reads. --readyz NAME=URL (repeatable) adds a consumer's /readyz to the over
 	of.register(c)
 	op.register(c)
 	c.Flags().StringVar(&listen, "listen", defaultConsoleAddr, "address to serve on; other than loopback it needs --auth-token-file")
-	c.Flags().StringVar(&tokenFile, "auth-token-file", "", "file holding the token every request must carry (required off loopback)")
+	c.Flags().StringVar(&tokenFile, "auth-token-file", "", "file holding the token every request must carry (required off loopback, unless --basic-auth-file)")
+	c.Flags().StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
+	c.Flags().StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	c.Flags().StringVar(&basicFile, "basic-auth-file", "", "file of USER:PASSWORD or USER:sha256:HEX lines: basic auth (needs --tls-cert and --tls-key)")
 	c.Flags().StringVar(&brokerURL, "broker", "", "broker URL of the dead-letter queue (default $"+envBroker+")")
 	c.Flags().StringVar(&dlqName, "dlq", "", "dead-letter queue to show and replay from (needs --broker)")
 	c.Flags().StringArrayVar(&readyz, "readyz", nil, "a consumer's readiness URL, NAME=URL (repeatable)")
@@ -125,16 +147,17 @@ only reads. --readyz NAME=URL (repeatable) adds a consumer's /readyz to the over
 }
 
 // consoleToken reads the token of --auth-token-file, and refuses an
-// address other than loopback without one.
-func consoleToken(listen, file string) (string, error) {
+// address other than loopback without one (or basic auth over TLS).
+func consoleToken(listen, file string, basic bool) (string, error) {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return "", usageErr("--listen %q: %v\n\tgive host:port, e.g. %s", listen, err, defaultConsoleAddr)
 	}
 	if file == "" {
-		if !loopbackHost(host) {
+		if !loopbackHost(host) && !basic {
 			return "", usageErr("--listen %s is not a loopback address: the console refuses to serve it without --auth-token-file FILE\n\t"+
-				"(a file holding a token of 16 characters or more, e.g. 'head -c 32 /dev/urandom | base64 > FILE'), or listen on %s", listen, defaultConsoleAddr)
+				"(a file holding a token of 16 characters or more, e.g. 'head -c 32 /dev/urandom | base64 > FILE'),\n\t"+
+				"or basic auth over TLS (--tls-cert F --tls-key F --basic-auth-file F), or listen on %s", listen, defaultConsoleAddr)
 		}
 		return "", nil
 	}
@@ -193,9 +216,10 @@ type console struct {
 	dlq      string
 	of       outboxFlags
 	readyz   []readyzTarget
-	token    string // "" on loopback without --auth-token-file
-	csrf     string // per process: the forms' hidden field, X-CSRF-Token
-	operator string // who a request is recorded as without a login or X-Operator
+	token    string     // "" on loopback without --auth-token-file
+	users    basicUsers // nil without --basic-auth-file
+	csrf     string     // per process: the forms' hidden field, X-CSRF-Token
+	operator string     // who a request is recorded as without a login or X-Operator
 	ctx      context.Context
 	pages    map[string]*template.Template
 	client   *http.Client
@@ -233,7 +257,8 @@ func (c *console) session(name string) string {
 }
 
 // login returns who made the request, and whether it may proceed: without
-// a token everyone may (the process operator, or X-Operator); with one,
+// a token or basic-auth users everyone may (the process operator, or
+// X-Operator); with users, basic auth (the user); with a token,
 // 'Authorization: Bearer TOKEN' (X-Operator, else the process operator)
 // or a session cookie (its login name).
 func (c *console) login(r *http.Request) (string, bool) {
@@ -241,8 +266,14 @@ func (c *console) login(r *http.Request) (string, bool) {
 	if h := strings.TrimSpace(r.Header.Get("X-Operator")); h != "" {
 		who = h
 	}
-	if c.token == "" {
+	if c.token == "" && c.users == nil {
 		return who, true
+	}
+	if user, pass, ok := r.BasicAuth(); ok && c.users != nil {
+		return user, c.users.check(user, pass)
+	}
+	if c.token == "" {
+		return "", false // basic auth only: no bearer, no session (its MAC is keyed by the token)
 	}
 	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return who, hmacEqual(bearer, c.token)
@@ -299,8 +330,19 @@ func (c *console) guard(rt route) http.Handler {
 		open := rt.path == "/login" || strings.HasPrefix(rt.path, "/static/")
 		who, ok := c.login(r)
 		if !ok && !open {
+			if c.users != nil { // the browser asks for the user and password
+				w.Header().Set("WWW-Authenticate", `Basic realm="inboxctl ui", charset="UTF-8"`)
+				if !rt.api() {
+					http.Error(w, "unauthorized: log in with a user of the console's --basic-auth-file", http.StatusUnauthorized)
+					return
+				}
+			}
 			if rt.api() {
-				writeAPIError(w, http.StatusUnauthorized, errors.New("unauthorized: send 'Authorization: Bearer TOKEN' (the content of --auth-token-file)"))
+				msg := "unauthorized: send 'Authorization: Bearer TOKEN' (the content of --auth-token-file)"
+				if c.token == "" {
+					msg = "unauthorized: send basic auth, a user of the console's --basic-auth-file"
+				}
+				writeAPIError(w, http.StatusUnauthorized, errors.New(msg))
 				return
 			}
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
