@@ -25,10 +25,7 @@ func TestReopenForJob(t *testing.T) {
 		s, _ := setup(t, db, inbox.Config{})
 		ctx := context.Background()
 		d, _ := inbox.DialectByName(db.Backend)
-		for id, status := range map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED", "p-1": "PROCESSED", "r-1": "REJECTED"} {
-			_, err := db.ExecContext(ctx, d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, LAST_ERROR, ATTEMPTS) VALUES (?, ?, ?, 'boom', 5)`), id, consumerName, status)
-			dbtest.Must(t, err, "plant %s", id)
-		}
+		plantRows(t, db, map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED", "p-1": "PROCESSED", "r-1": "REJECTED"})
 		j, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: `{"all":true}`, Operator: "ann"})
 		dbtest.Must(t, err, "create job")
 		j2, err := s.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: `{"all":true}`, Operator: "ann"})
@@ -345,10 +342,7 @@ func TestReplayJobClaim(t *testing.T) {
 		dbtest.Must(t, a.ClaimReplayJob(ctx, &je, stale), "claim a stopped job")
 
 		// Abandon: refused while held; then the items reopened, not sent.
-		for id, status := range map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED"} {
-			_, err := db.ExecContext(ctx, d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS) VALUES (?, ?, ?, 5)`), id, consumerName, status)
-			dbtest.Must(t, err, "plant %s", id)
-		}
+		plantRows(t, db, map[string]string{"d-1": "DEAD_LETTERED", "d-2": "DEAD_LETTERED"})
 		for _, id := range []string{"d-1", "d-2"} {
 			_, err := a.ReopenForJob(ctx, job.ID, id, consumerName, false)
 			dbtest.Must(t, err, "reopen %s", id)
@@ -387,4 +381,15 @@ func TestReplayJobClaim(t *testing.T) {
 			t.Fatalf("claim of a DONE job: %v", err)
 		}
 	})
+}
+
+// plantRows inserts a row of consumerName per event id in its status, with
+// LAST_ERROR 'boom' and 5 attempts.
+func plantRows(t *testing.T, db *dbtest.DB, rows map[string]string) {
+	t.Helper()
+	d, _ := inbox.DialectByName(db.Backend)
+	for id, status := range rows {
+		_, err := db.ExecContext(context.Background(), d.Rebind(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, LAST_ERROR, ATTEMPTS) VALUES (?, ?, ?, 'boom', 5)`), id, consumerName, status)
+		dbtest.Must(t, err, "plant %s", id)
+	}
 }

@@ -275,6 +275,22 @@ func TestParseStopAfter(t *testing.T) {
 	}
 }
 
+// plantedQueue makes a migrated PostgreSQL database, a RabbitMQ queue
+// named after name and its dead-letter queue DLQ.<queue>, and n DEAD_LETTERED
+// rows a-1 ... a-n of cause A with their dead letters.
+func plantedQueue(t *testing.T, name string, n int) (db *dbtest.DB, url, queue, dlqName string) {
+	t.Helper()
+	db = dbtest.New(t, dbtest.Postgres)
+	url = dbURL(t, db)
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
+	queue = fmt.Sprintf("inboxctl.%s.%d", name, time.Now().UnixNano())
+	dlqName = "DLQ." + queue
+	rabbittest.Declare(t, queue)
+	rabbittest.Declare(t, dlqName)
+	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	return db, url, queue, dlqName
+}
+
 // Two runners of one job: a resume (and an abandon) while the job's
 // process runs is refused with its heartbeat's age and the time to wait;
 // killed with SIGKILL, the job is still refused until its heartbeat is
@@ -283,15 +299,8 @@ func TestParseStopAfter(t *testing.T) {
 // every event reaches the broker once. PostgreSQL, RabbitMQ.
 func TestReplayJobOneRunner(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dbtest.Postgres)
-	url := dbURL(t, db)
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
-	queue := fmt.Sprintf("inboxctl.replayone.%d", time.Now().UnixNano())
-	dlqName := "DLQ." + queue
-	rabbittest.Declare(t, queue)
-	rabbittest.Declare(t, dlqName)
 	const n = 40
-	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	db, url, queue, dlqName := plantedQueue(t, "replayone", n)
 	const stale = 6 * time.Second
 	env := []string{"INBOXKIT_REPLAY_STALE=" + stale.String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
@@ -368,15 +377,7 @@ func TestReplayJobOneRunner(t *testing.T) {
 // longer refused. PostgreSQL, RabbitMQ.
 func TestReplayJobAbandon(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dbtest.Postgres)
-	url := dbURL(t, db)
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0)
-	queue := fmt.Sprintf("inboxctl.replayabandon.%d", time.Now().UnixNano())
-	dlqName := "DLQ." + queue
-	rabbittest.Declare(t, queue)
-	rabbittest.Declare(t, dlqName)
-	const n = 20
-	plantDeadLetters(t, db, dlqName, queue, "cause A", time.Now().Add(-time.Hour), ids("a", 1, n)...)
+	db, url, _, dlqName := plantedQueue(t, "replayabandon", 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	run, logs := startCommandEnv(ctx, t, staleEnv, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s", "--operator", "erin")
