@@ -247,6 +247,9 @@ func prepareBulkReplay(ctx context.Context, st *inbox.Store, queue string, sel r
 		if err != nil {
 			return nil, "", err
 		}
+		if err := yieldToEarlierJob(ctx, st, &jb); err != nil {
+			return nil, "", err
+		}
 		job = &jb
 	} else if err := st.ClaimReplayJob(ctx, job, rc.JobStale); err != nil {
 		if refused(err) {
@@ -343,6 +346,32 @@ func unfinishedJob(ctx context.Context, st *inbox.Store, queue string) (*inbox.R
 		}
 	}
 	return nil, nil
+}
+
+// yieldToEarlierJob closes j, just created, when the table has another
+// RUNNING job of j's queue with a lower id: two new bulk replays of one
+// queue started at the same moment both pass unfinishedJob's check, and
+// the lower id goes on. It is race-free because ids are the highest
+// committed id plus one (CreateReplayJob): a job with a lower id committed
+// before j was inserted, so j's check sees it. j is left ABANDONED with the
+// reason, having sent nothing.
+func yieldToEarlierJob(ctx context.Context, st *inbox.Store, j *inbox.ReplayJob) error {
+	jobs, err := st.ReplayJobs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range jobs {
+		if o.Queue != j.Queue || o.State != inbox.JobRunning || o.ID >= j.ID {
+			continue
+		}
+		j.State, j.StopReason = inbox.JobAbandoned, fmt.Sprintf("withdrawn before it sent anything: job %d of the queue started at the same moment", o.ID)
+		if err := st.UpdateReplayJob(ctx, j); err != nil {
+			return err
+		}
+		return usageErr("replay job %d of %s started at the same moment as this one (job %d, withdrawn): wait until job %d ends, then start a new one",
+			o.ID, j.Queue, j.ID, o.ID)
+	}
+	return nil
 }
 
 // printJob prints a job's line after a run.

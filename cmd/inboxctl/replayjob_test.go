@@ -638,3 +638,39 @@ func measureReplayRate(t *testing.T, rate string) {
 		rate, len(at), took.Seconds(), span.Seconds(), float64(len(at)-1)/span.Seconds(), len(gaps), gaps[len(gaps)/2].Round(time.Microsecond),
 		gaps[len(gaps)*99/100].Round(time.Microsecond), gaps[len(gaps)-1].Round(time.Microsecond), gaps[0].Round(time.Microsecond), strings.Join(buckets, " "))
 }
+
+// Two new bulk replays of one queue started at the same moment both pass
+// unfinishedJob's check; the later one (the higher id) withdraws once it
+// is recorded, and the earlier one goes on.
+func TestReplayJobYieldsToAnEarlierJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.New(t, "sqlite")
+	st, err := inbox.New(db.DB, inbox.SQLite, inbox.Config{})
+	dbtest.Must(t, err, "store")
+	dbtest.Must(t, st.Migrate(ctx), "migrate")
+	first, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: "{}", Operator: "ann"})
+	dbtest.Must(t, err, "first job")
+	second, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.q", Selection: "{}", Operator: "bob"})
+	dbtest.Must(t, err, "second job")
+	other, err := st.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "DLQ.other", Selection: "{}", Operator: "cy"})
+	dbtest.Must(t, err, "a job of another queue")
+
+	if err := yieldToEarlierJob(ctx, st, &first); err != nil {
+		t.Fatalf("the earlier job was withdrawn: %v", err)
+	}
+	if err := yieldToEarlierJob(ctx, st, &other); err != nil {
+		t.Fatalf("a job of another queue was withdrawn: %v", err)
+	}
+	err = yieldToEarlierJob(ctx, st, &second)
+	if err == nil || !strings.Contains(err.Error(), "replay job 1 of DLQ.q started at the same moment as this one (job 2, withdrawn)") {
+		t.Fatalf("the later job was not withdrawn naming the earlier: %v", err)
+	}
+	for id, want := range map[int64]string{1: inbox.JobRunning, 2: inbox.JobAbandoned, 3: inbox.JobRunning} {
+		j, err := st.ReplayJob(ctx, id)
+		dbtest.Must(t, err, "job %d", id)
+		if j.State != want {
+			t.Errorf("job %d is %s, want %s (%s)", id, j.State, want, j.StopReason)
+		}
+	}
+}
