@@ -112,6 +112,12 @@ const (
 	// is not the message's fault) and the row is left as it is: map the
 	// status (inboxctl migrate --map-status) and replay the dead letter.
 	ReasonUnknownStatus = "UNKNOWN_STATUS"
+	// ReasonKeyParked: the message's order key is parked (a consumer with
+	// consumer.OnPoisonParkKey): an earlier message of the key is in the
+	// dead-letter queue, so this one follows it there, in arrival order,
+	// unprocessed (class TECHNICAL, no attempt counted). Replaying the
+	// key's dead letters, head first, releases the key (docs/order.md).
+	ReasonKeyParked = "KEY_PARKED"
 
 	// ReasonCircuitOpen: a circuit breaker refused the call; technical,
 	// NoAttempt (see classify/breaker).

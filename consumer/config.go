@@ -99,6 +99,13 @@ type Config struct {
 	// Only in ModeTransactional: New refuses it in ModeStoreThenProcess.
 	// Nil: no order.
 	OrderKeyFunc OrderKeyFunc
+	// OnPoison is what becomes of a key whose head is dead-lettered (its
+	// attempts exhausted, classified poison, or malformed) when
+	// OrderKeyFunc is set: OnPoisonDeadLetter (the default) lets the key go
+	// on with its next message; OnPoisonParkKey parks the key until an
+	// operator replays or drops the head (see OnPoisonParkKey). New refuses
+	// OnPoisonParkKey without OrderKeyFunc.
+	OnPoison OnPoison
 	// CorrelationIDHeader is the header holding the correlation id. Defaults
 	// to "correlationId"; when it is absent the broker's own correlation id
 	// ("correlation-id", as JMS producers set JMSCorrelationID) is used (see
@@ -184,6 +191,29 @@ type Config struct {
 	SummaryInterval time.Duration
 }
 
+// OnPoison is Config.OnPoison: what a dead-lettered head does to its key.
+type OnPoison string
+
+// What a dead-lettered head does to its key.
+const (
+	// OnPoisonDeadLetter: the head goes to the dead-letter queue and the
+	// key goes on with its next message.
+	OnPoisonDeadLetter OnPoison = "dead-letter"
+	// OnPoisonParkKey: the key is parked while a message of it is in the
+	// dead-letter queue (a DEAD_LETTERED row of the consumer and key that
+	// is not archived: inbox.Store.KeyParked). Its later messages are not
+	// processed: each, when its turn comes, is dead-lettered behind the
+	// head with reason KEY_PARKED, in arrival order, so that none waits on
+	// the broker (where it would fill the prefetch). The other keys flow.
+	// The state is the inbox's, so it holds across processes and
+	// restarts. Replaying the key's dead letters (inboxctl dlq replay
+	// --key K), head first, releases it; so does dropping the head with
+	// its row archived (inboxctl dlq drop --event-id ID --archive) and
+	// replaying the rest. Costs one indexed query per keyed delivery
+	// before it runs. See docs/order.md, "Parking a key".
+	OnPoisonParkKey OnPoison = "park-key"
+)
+
 // maxBatchSize bounds Config.BatchSize.
 const maxBatchSize = 1000
 
@@ -203,6 +233,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Mode == "" {
 		c.Mode = ModeTransactional
+	}
+	if c.OnPoison == "" {
+		c.OnPoison = OnPoisonDeadLetter
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 1
@@ -276,6 +309,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: Config.BatchSize is %d: it must be between 1 and %d", c.BatchSize, maxBatchSize)
 	case c.BatchWait < 0:
 		return fmt.Errorf("consumer: Config.BatchWait is negative (%s)", c.BatchWait)
+	case c.OnPoison != OnPoisonDeadLetter && c.OnPoison != OnPoisonParkKey:
+		return fmt.Errorf("consumer: Config.OnPoison %q is unknown: use %q or %q", c.OnPoison, OnPoisonDeadLetter, OnPoisonParkKey)
+	case c.OnPoison == OnPoisonParkKey && c.OrderKeyFunc == nil:
+		return fmt.Errorf("consumer: Config.OnPoison is %q, but OrderKeyFunc is not set: only a key can be parked; set OrderKeyFunc (inboxctl run --order-key) or leave OnPoison out", c.OnPoison)
 	}
 	return c.validateMode()
 }

@@ -165,15 +165,25 @@ func (o *orderer) work(ctx, work context.Context) {
 		if len(hs) == 0 {
 			return
 		}
-		ds := make([]Delivery, len(hs))
+		ss := make([]Settled, len(hs))
+		var run []int // the heads that run: hs[run[k]]
+		var ds []Delivery
 		for i, h := range hs {
-			ds[i] = o.delivery(h)
+			d := o.delivery(h)
+			if s, ok := o.parked(work, d); ok {
+				ss[i] = s
+				continue
+			}
+			run, ds = append(run, i), append(ds, d)
 		}
-		var ss []Settled
-		if c.eng.batches() {
-			ss = c.HandleBatch(work, ds)
-		} else {
-			ss = []Settled{c.Handle(work, ds[0])}
+		switch {
+		case len(ds) == 0:
+		case c.eng.batches():
+			for k, s := range c.HandleBatch(work, ds) {
+				ss[run[k]] = s
+			}
+		default:
+			ss[run[0]] = c.Handle(work, ds[0])
 		}
 		o.settled(hs, ss)
 	}
@@ -349,6 +359,24 @@ func (o *orderer) delivery(h *held) Delivery {
 		return h.d
 	}
 	return heldDelivery{h}
+}
+
+// parked settles d when its key is parked (Config.OnPoison is
+// OnPoisonParkKey): ok reports that it did, and s is its settlement. Only a
+// keyed delivery is asked about (a heldDelivery: not an oversize one, which
+// the broker dead-letters). It is called for a head in a worker's hands, so
+// every earlier delivery of its key in this process is settled: one that
+// was dead-lettered has its row committed (rule 3: the commit before the
+// acknowledgement), and the check sees it. K's line therefore goes to the
+// dead-letter queue one head at a time, in arrival order.
+func (o *orderer) parked(ctx context.Context, d Delivery) (Settled, bool) {
+	if o.c.cfg.OnPoison != OnPoisonParkKey {
+		return Settled{}, false
+	}
+	if _, ok := d.(heldDelivery); !ok {
+		return Settled{}, false
+	}
+	return o.c.park(ctx, d)
 }
 
 // heldDelivery is a keyed delivery as the orderer hands it to the runtime:

@@ -151,6 +151,7 @@ func Run(t *testing.T, b Broker) {
 		{"Order", testOrder},
 		{"OrderWithoutKey", testOrderWithoutKey},
 		{"OrderPoisonHoldsItsKey", testOrderPoisonHoldsItsKey},
+		{"OrderParkKey", testOrderParkKey},
 		{"OrderShutdownHandsBack", testOrderShutdownHandsBack},
 		{"OrderDatabaseOutage", testOrderDatabaseOutage},
 	}
@@ -412,6 +413,8 @@ type runOpts struct {
 	store *inbox.Store
 	// orderKey is consumer.Config.OrderKeyFunc.
 	orderKey consumer.OrderKeyFunc
+	// onPoison is consumer.Config.OnPoison.
+	onPoison consumer.OnPoison
 }
 
 // run is one running consumer.
@@ -454,6 +457,7 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Observer:     consumer.ObserveSettled(r.rec.add),
 		OrderKeyFunc: o.orderKey,
+		OnPoison:     o.onPoison,
 	}
 	if o.mode == consumer.ModeStoreThenProcess {
 		cfg.WorkerPollInterval = 20 * time.Millisecond // refused in the transactional mode

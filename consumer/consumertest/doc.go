@@ -70,6 +70,12 @@
 //   - OrderPoisonHoldsItsKey: the head of one key always fails; it is
 //     retried in process up to MaxAttempts and dead-lettered, its key's
 //     later events run after it in order, other keys run meanwhile.
+//   - OrderParkKey: the same with consumer.OnPoisonParkKey: the head
+//     dead-lettered, its key's later events follow it to the dead-letter
+//     queue in order with reason KEY_PARKED, unprocessed, other keys run;
+//     a second consumer (another process) parks a later event of the key
+//     by the inbox's state; a replay of the key's dead letters runs all of
+//     them in order and the key is no longer parked.
 //   - OrderShutdownHandsBack: Run stopped while a key's head waits for its
 //     retry returns at once; a restarted consumer processes the held
 //     events.
