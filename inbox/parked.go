@@ -160,3 +160,25 @@ func (s *Store) KeyEvents(ctx context.Context, consumer, key string) ([]EventKey
 	}
 	return out, rows.Err()
 }
+
+// ArchiveEvents archives the DEAD_LETTERED rows of the events keys names
+// (ARCHIVED_AT set, as ArchiveGroup sets it for a group's rows): the dead
+// letters an operator gave up (inboxctl dlq drop --archive). An archived
+// row no longer parks its key (KeyParked), and bulk replays leave it out.
+// A row in another status, or archived already, is left as it is. It
+// returns the keys of the rows it archived.
+func (s *Store) ArchiveEvents(ctx context.Context, keys []EventKey) ([]EventKey, error) {
+	var out []EventKey
+	q := s.d.Rebind(`UPDATE ` + s.cfg.Table + ` SET ARCHIVED_AT = ? WHERE CONSUMER_NAME = ? AND EVENT_ID = ? AND ARCHIVED_AT IS NULL AND ` +
+		s.d.exactStatus() + ` = 'DEAD_LETTERED'`)
+	for _, k := range keys {
+		res, err := s.db.ExecContext(ctx, q, s.t(s.now()), k.ConsumerName, k.EventID)
+		if err != nil {
+			return out, fmt.Errorf("inbox: archive event %s of %s: %w", k.EventID, k.ConsumerName, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}

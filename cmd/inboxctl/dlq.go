@@ -191,14 +191,14 @@ type replayReport struct {
 func newDLQReplayCmd() *cobra.Command {
 	var f dbFlags
 	var op operatorFlag
-	var brokerURL, queue, eventID, dest, group, reason, groupConsumer, rate, since, until string
+	var brokerURL, queue, eventID, dest, group, reason, key, groupConsumer, rate, since, until string
 	var all, dryRun, jobs bool
 	var limit int
 	var stopAfterFlag string
 	var resume, abandon int64
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --all | --since T --until T) --db URL [--consumer C] [--rate N/s] [--limit N] [--stop-after-failures N|P%] [--dry-run] [-o json] | --resume JOB | --abandon JOB | --jobs",
+		Use:   "replay --broker URL --queue NAME (--event-id ID | --group G | --reason R | --key K | --all | --since T --until T) --db URL [--consumer C] [--rate N/s] [--limit N] [--stop-after-failures N|P%] [--dry-run] [-o json] | --resume JOB | --abandon JOB | --jobs",
 		Short: "Send dead letters back to their original queue, to be processed once more",
 		Long: `replay moves dead letters back to their original destination (or --to) with the
 same event id, and resets their inbox rows (DEAD_LETTERED -> TECHNICAL_FAILURE,
@@ -218,7 +218,11 @@ their count.
 --group G replays exactly the dead letters of a failure group ('inboxctl failures
 groups' shows the ids; --max-attempts as there): the event ids of its rows now, so
 a row that changed group since is not replayed. --reason R replays the dead letters
-whose envelope has that reason (MAX_ATTEMPTS, POISON, ...). --since T and --until T
+whose envelope has that reason (MAX_ATTEMPTS, POISON, ...). --key K replays the
+dead letters of order key K (its DEAD_LETTERED rows, --consumer C one consumer's) in
+the queue's order: the head first, then the messages parked behind it (KEY_PARKED,
+run --on-poison park-key), which releases the key; not with --since/--until.
+--since T and --until T
 keep the failures whose row last changed in [T, T) (2026-01-31, RFC 3339, or a
 duration ago: 24h), --consumer C one consumer's; they combine with --group,
 --reason and --all, or select alone. Archived failures ('inboxctl failures
@@ -280,7 +284,7 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 				return nil
 			}
 			if abandon != 0 {
-				if resume != 0 || countSet(eventID != "", all, group != "", reason != "", since != "", until != "", dryRun, stopAfterFlag != "") > 0 {
+				if resume != 0 || countSet(eventID != "", all, group != "", reason != "", key != "", since != "", until != "", dryRun, stopAfterFlag != "") > 0 {
 					return usageErr("--abandon JOB takes only --db and --operator: give no --resume, selection, --dry-run or --stop-after-failures")
 				}
 				return abandonJob(cmd, f, op.who(), abandon, j)
@@ -289,7 +293,7 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 			if err != nil {
 				return err
 			}
-			sel := replaySelection{Group: group, Reason: reason, All: all, Consumer: groupConsumer, To: dest, Limit: limit, StopAfterFailures: stopAfter, StopAfterPercent: stopPct}
+			sel := replaySelection{Group: group, Reason: reason, Key: key, All: all, Consumer: groupConsumer, To: dest, Limit: limit, StopAfterFailures: stopAfter, StopAfterPercent: stopPct}
 			now := time.Now().UTC()
 			if since != "" {
 				if sel.Since, err = sinceTime(since, now); err != nil {
@@ -307,13 +311,13 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 			timed := since != "" || until != ""
 			switch {
 			case resume != 0:
-				if countSet(eventID != "", all, group != "", reason != "", timed, dryRun) > 0 {
-					return usageErr("--resume JOB takes the job's own selection: give no --event-id, --group, --reason, --all, --since, --until or --dry-run")
+				if countSet(eventID != "", all, group != "", reason != "", key != "", timed, dryRun) > 0 {
+					return usageErr("--resume JOB takes the job's own selection: give no --event-id, --group, --reason, --key, --all, --since, --until or --dry-run")
 				}
 			case queue == "":
 				return usageErr("dlq replay needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
-			case countSet(eventID != "", all, group != "", reason != "") > 1 || (eventID != "" && timed) || (!sel.bulk() && eventID == ""):
-				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R or --all (every dead letter), or --since/--until (failures in a time window; they combine with --group, --reason and --all)")
+			case countSet(eventID != "", all, group != "", reason != "", key != "") > 1 || ((eventID != "" || key != "") && timed) || (!sel.bulk() && eventID == ""):
+				return usageErr("dlq replay needs one of --event-id ID (one event), --group G (a failure group), --reason R, --key K (an order key's dead letters, head first) or --all (every dead letter), or --since/--until (failures in a time window; they combine with --group, --reason and --all)")
 			case limit < 0:
 				return usageErr("--limit must not be negative (got %d); 0 means no limit", limit)
 			case !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until):
@@ -417,6 +421,7 @@ INBOXKIT_OPERATOR_ACTION: 'inboxctl audit --operator'.`,
 	c.Flags().StringVar(&group, "group", "", "replay the dead letters of this failure group (an id 'inboxctl failures groups' shows)")
 	c.Flags().StringVar(&groupConsumer, "consumer", "", "only this consumer's failures (with --group: the consumer the groups were listed for)")
 	c.Flags().StringVar(&reason, "reason", "", "replay the dead letters of this reason code")
+	c.Flags().StringVar(&key, "key", "", "replay the dead letters of this order key, head first (releases a key parked by run --on-poison park-key)")
 	c.Flags().StringVar(&since, "since", "", "only failures whose row last changed at or after a time (2026-01-31, RFC 3339) or a duration ago (24h)")
 	c.Flags().StringVar(&until, "until", "", "only failures whose row last changed before a time (2026-01-31, RFC 3339) or a duration ago (1h)")
 	c.Flags().IntVar(&limit, "limit", 0, "replay at most this many (0: no limit)")
@@ -487,20 +492,25 @@ func newDLQDropCmd() *cobra.Command {
 	var f dbFlags
 	var op operatorFlag
 	var brokerURL, queue, eventID, messageID string
-	var notEnvelope, all, dryRun bool
+	var notEnvelope, all, dryRun, archive bool
 	var o outputFlags
 	c := &cobra.Command{
-		Use:   "drop --broker URL --queue NAME (--event-id ID | --message-id ID | --not-envelope | --all) [--dry-run] [-o json]",
+		Use:   "drop --broker URL --queue NAME (--event-id ID | --message-id ID | --not-envelope | --all) [--archive --db URL] [--dry-run] [-o json]",
 		Short: "Remove dead letters that cannot or need not be replayed",
 		Long: `drop removes messages from a dead-letter queue for good: what cannot be replayed,
 such as a message the broker moved there itself (not an inboxkit envelope: a body over
 the consumer's limit goes to the broker's dead-letter queue, reason MESSAGE_TOO_LARGE),
-or a dead letter that is given up. It changes no inbox row: the event stays
+or a dead letter that is given up. Without --archive it changes no inbox row: the event stays
 DEAD_LETTERED (replay it instead to have it processed). Select by --event-id (the
 envelope's, or the eventId header of a message without one), --message-id (the broker
 message id 'dlq list' shows), --not-envelope (every message that is not an inboxkit
 dead letter) or --all. --dry-run removes nothing and lists what would go. Every message
-not selected stays on the queue. Exit 1 when nothing matched.`,
+not selected stays on the queue. Exit 1 when nothing matched.
+
+--archive (with --db) also archives the DEAD_LETTERED rows of the dropped dead
+letters, as 'failures archive' does for a group: they leave 'failures groups' and
+bulk replays, and the head of a key parked by 'run --on-poison park-key' no longer
+parks it (replay the messages parked behind it with 'dlq replay --key K').`,
 		Example: `  inboxctl dlq drop --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --not-envelope --dry-run
   inboxctl dlq drop --broker stomp://127.0.0.1:61613 --queue DLQ.invoices --message-id 'ID:host-1:1:1:1:7'`,
 		Args: cobra.NoArgs,
@@ -516,6 +526,8 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 				return usageErr("dlq drop needs --queue NAME, the dead-letter queue (e.g. DLQ.invoices)")
 			case n != 1:
 				return usageErr("dlq drop takes one of --event-id ID, --message-id ID, --not-envelope or --all")
+			case archive && orEnv(orEnv(f.url, envDB), envDatabaseURL) == "":
+				return usageErr("dlq drop --archive archives the dropped dead letters' inbox rows: give --db URL")
 			}
 			j, err := o.json()
 			if err != nil {
@@ -559,23 +571,40 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 			src.Close()
 			es := make([]dlqEntry, 0, len(rep.Dropped))
 			ids := make([]string, 0, len(rep.Dropped))
+			var rows []inbox.EventKey // the dropped dead letters' rows, for --archive
 			for _, m := range rep.Dropped {
 				e := dlqEntryOf(m)
 				es = append(es, e)
 				ids = append(ids, orDefault(e.EventID, orDash(e.BrokerMessageID)))
+				if !e.NotEnvelope && e.EventID != "" && e.Consumer != "" {
+					rows = append(rows, inbox.EventKey{EventID: e.EventID, ConsumerName: e.Consumer})
+				}
+			}
+			var archived []inbox.EventKey
+			if archive && !dryRun && st != nil && err == nil {
+				if archived, err = st.ArchiveEvents(ctx, rows); err != nil {
+					err = fmt.Errorf("%w (the dead letters were dropped; archive their rows with 'inboxctl failures archive')", err)
+				}
 			}
 			var recErr error
 			switch {
 			case dryRun || len(es) == 0:
 			case st != nil:
+				detail := "queue " + queue
+				if archive {
+					detail += fmt.Sprintf(", %d row(s) archived", len(archived))
+				}
 				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: "dlq-drop", EventIDs: ids,
-					Rows: int64(len(es)), Detail: "queue " + queue}, st.RecordAction)
+					Rows: int64(len(es)), Detail: detail}, st.RecordAction)
 			default:
 				fmt.Fprintf(cmd.ErrOrStderr(), "note: the drop is not recorded in %s: give --db to record who dropped what\n", inbox.ActionTable)
 			}
 			out := cmd.OutOrStdout()
 			if j {
 				jr := map[string]any{"queue": queue, "dryRun": dryRun, "dropped": es, "left": rep.Kept}
+				if archive {
+					jr["archived"] = append([]inbox.EventKey{}, archived...)
+				}
 				if err != nil {
 					jr["error"] = err.Error()
 				}
@@ -594,6 +623,9 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 					fmt.Fprintf(out, "dry run, nothing changed: %d would be dropped; %d left in %s\n", len(es), len(es)+rep.Kept, queue)
 				} else {
 					fmt.Fprintf(out, "%d dropped; %d left in %s\n", len(es), rep.Kept, queue)
+				}
+				if archive && !dryRun {
+					fmt.Fprintf(out, "%d inbox row(s) archived (DEAD_LETTERED rows of the dropped dead letters)\n", len(archived))
 				}
 			}
 			if err != nil {
@@ -618,6 +650,7 @@ not selected stays on the queue. Exit 1 when nothing matched.`,
 	c.Flags().BoolVar(&notEnvelope, "not-envelope", false, "drop every message that is not an inboxkit dead letter")
 	c.Flags().BoolVar(&all, "all", false, "drop every message")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "remove nothing: list what would be dropped")
+	c.Flags().BoolVar(&archive, "archive", false, "also archive the dropped dead letters' DEAD_LETTERED rows (needs --db; releases a parked key's head)")
 	o.register(c)
 	return c
 }

@@ -47,7 +47,17 @@ messages run one at a time in arrival order, different keys run concurrently up 
 --concurrency, and the key is stored in ORDER_KEY. A technical failure is retried
 in this process while the key's later messages wait unacknowledged; a message
 without a key runs without an order. Only in transactional mode, and only within
-one process: see docs/order.md.`
+one process: see docs/order.md.
+
+A poison head (dead-lettered after its attempts, or at once as poison): with
+--on-poison dead-letter (the default) its key goes on with the next message. With
+--on-poison park-key the key is parked while a dead letter of it is in the DLQ (a
+DEAD_LETTERED row of the consumer and key, not archived; in every process, across
+restarts): its later messages are not processed but dead-lettered behind the head,
+in arrival order, with reason KEY_PARKED; the other keys flow. 'inboxctl stats' and
+the console list the parked keys. Release a key with 'inboxctl dlq replay --key K'
+(its dead letters, head first), or give its head up with 'inboxctl dlq drop
+--event-id ID --archive' and replay the rest.`
 
 // parseOrderKey turns --order-key into the consumer's OrderKeyFunc (nil
 // when empty: no order).

@@ -22,8 +22,10 @@ import (
 // replaySelection is what a bulk dlq replay selects, as its job records it
 // (inbox.ReplayJob.Selection, JSON) and --resume reads it back.
 type replaySelection struct {
-	Group    string    `json:"group,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
+	Group  string `json:"group,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Key is --key: the dead letters of an order key (a parked key).
+	Key      string    `json:"key,omitempty"`
 	All      bool      `json:"all,omitempty"`
 	Consumer string    `json:"consumer,omitempty"`
 	Since    time.Time `json:"since,omitzero"`
@@ -77,7 +79,7 @@ func parseStopAfter(v string) (n int, pct float64, err error) {
 
 // bulk tells whether the selection is a bulk one (a job), not --event-id.
 func (s replaySelection) bulk() bool {
-	return s.Group != "" || s.Reason != "" || s.All || !s.Since.IsZero() || !s.Until.IsZero()
+	return s.Group != "" || s.Reason != "" || s.Key != "" || s.All || !s.Since.IsZero() || !s.Until.IsZero()
 }
 
 // String is the selection as flags, for the operator action and --jobs.
@@ -94,6 +96,8 @@ func (s replaySelection) String() string {
 		add("--group %s", s.Group)
 	case s.Reason != "":
 		add("--reason %s", s.Reason)
+	case s.Key != "":
+		add("--key %s", s.Key)
 	case s.All:
 		add("--all")
 	}
@@ -158,6 +162,19 @@ func (s replaySelection) selectFunc(ctx context.Context, st *inbox.Store, job *i
 		rows = keySet{}
 		for _, id := range ids {
 			rows.add(id, g.ConsumerName)
+		}
+	case s.Key != "":
+		// The key's dead letters as its rows tell (inboxctl dlq replay
+		// --key): the DLQ's order is their arrival order, the head first,
+		// and the job replays in the DLQ's order.
+		keys, err := st.KeyEvents(ctx, s.Consumer, s.Key)
+		if err != nil {
+			return nil, "", err
+		}
+		desc += fmt.Sprintf(" (%d dead-lettered row(s))", len(keys))
+		rows = keySet{}
+		for _, k := range keys {
+			rows.add(k.EventID, k.ConsumerName)
 		}
 	case s.Consumer != "" || !s.Since.IsZero() || !s.Until.IsZero():
 		keys, err := st.FailedEvents(ctx, f)

@@ -59,6 +59,7 @@ type runFlags struct {
 	process      time.Duration
 	eventIDFrom  string
 	orderKey     string
+	onPoison     string
 	logLevel     string
 	metricsAddr  string
 	noRelay      bool
@@ -162,6 +163,13 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 			if err != nil {
 				return err
 			}
+			onPoison := consumer.OnPoison(f.onPoison)
+			switch {
+			case onPoison != consumer.OnPoisonDeadLetter && onPoison != consumer.OnPoisonParkKey:
+				return usageErr("--on-poison %q is unknown: use dead-letter (the key goes on after its head is dead-lettered) or park-key (the key waits until an operator replays its dead letters)", f.onPoison)
+			case onPoison == consumer.OnPoisonParkKey && orderKey == nil:
+				return usageErr("--on-poison park-key parks a key: give --order-key too (e.g. --order-key header:JMSXGroupID)")
+			}
 
 			level, err := parseLevel(f.logLevel)
 			if err != nil {
@@ -249,6 +257,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 				ProcessTimeout:  f.process,
 				EventIDFunc:     eventID,
 				OrderKeyFunc:    orderKey,
+				OnPoison:        onPoison,
 				Observer:        o.obs,
 			})
 			if err != nil {
@@ -300,6 +309,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
 	c.Flags().StringVar(&f.orderKey, "order-key", "", "run each key's messages one at a time in arrival order; the key's sources as --event-id-from's, e.g. header:JMSXGroupID,json:customerNo (default: no order)")
+	c.Flags().StringVar(&f.onPoison, "on-poison", string(consumer.OnPoisonDeadLetter), "with --order-key, what a dead-lettered head does to its key: dead-letter (the key goes on) or park-key (its later messages follow it to the DLQ, reason KEY_PARKED, until 'inboxctl dlq replay --key K')")
 	c.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug (a line per message), info (a summary per minute, outages), warn, error")
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this host:port (e.g. 127.0.0.1:9464; default: off)")
 	c.Flags().BoolVar(&f.noRelay, "no-relay", false, "run no outbox relay in this process (run 'inboxctl relay' on its own instead)")

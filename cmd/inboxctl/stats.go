@@ -30,6 +30,10 @@ type statsReport struct {
 	AtThreshold                 int64      `json:"atThreshold"`
 	NearThreshold               int64      `json:"nearThreshold"`
 	DLQ                         *dlqDepth  `json:"dlq,omitempty"`
+	// ParkedKeys are the order keys with dead letters not archived: parked
+	// for a consumer run with --on-poison park-key (at most
+	// maxParkedKeys of them).
+	ParkedKeys []inbox.ParkedKey `json:"parkedKeys"`
 	// Outbox is the outbox's rows, where its table exists.
 	Outbox *outboxStats `json:"outbox,omitempty"`
 }
@@ -59,7 +63,9 @@ it also shows the dead-letter queue's depth: ActiveMQ browsed (up to 10000), Rab
 a passive declare's message count, JetStream the subject's messages in its stream;
 AMQP 1.0 cannot tell (the protocol has no request for it). Where the outbox table
 exists it also counts its rows per destination and status, with the oldest PENDING
-row's age and the PARKED rows that wait for an operator.
+row's age and the PARKED rows that wait for an operator. It lists the parked keys
+(at most 100): order keys with DEAD_LETTERED rows not archived, which a consumer run
+with --on-poison park-key holds until 'inboxctl dlq replay --key K'.
 
 It reads a table inboxctl migrate has not upgraded yet as it is (attempts as 0).
 --watch refreshes every --interval until interrupted (in place on a terminal).
@@ -148,6 +154,9 @@ func collectStats(ctx context.Context, st *inbox.Store, b *broker, dlqName strin
 		r.OldestNonTerminal = &oldest
 		r.OldestNonTerminalAgeSeconds = max(s.At.Sub(oldest).Seconds(), 0)
 	}
+	if r.ParkedKeys, err = st.ParkedKeys(ctx, "", maxParkedKeys); err != nil {
+		return r, err
+	}
 	for _, c := range s.Counts {
 		if !c.Status.Terminal() {
 			r.AtThreshold += c.AtThreshold
@@ -176,6 +185,28 @@ func collectStats(ctx context.Context, st *inbox.Store, b *broker, dlqName strin
 		r.DLQ = d
 	}
 	return r, nil
+}
+
+// maxParkedKeys bounds the parked keys stats and the console list.
+const maxParkedKeys = 100
+
+// printParkedKeys prints the parked keys of r, if any.
+func printParkedKeys(w io.Writer, r statsReport) {
+	if len(r.ParkedKeys) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nparked keys (dead letters of an order key; 'run --on-poison park-key' holds their later messages): %d", len(r.ParkedKeys))
+	if len(r.ParkedKeys) == maxParkedKeys {
+		fmt.Fprintf(w, " (the first %d)", maxParkedKeys)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "consumer\tkey\tdead letters\tparked behind\thead\tsince\t")
+	for _, k := range r.ParkedKeys {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t\n", k.ConsumerName, k.OrderKey, k.DeadLetters, k.Parked, orDash(k.Head), k.Since.UTC().Format(time.RFC3339))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "release a key: inboxctl dlq replay --queue DLQ --key KEY (head first)")
 }
 
 func printStats(w io.Writer, r statsReport) {
@@ -209,6 +240,7 @@ func printStats(w io.Writer, r statsReport) {
 		}
 		fmt.Fprintln(w)
 	}
+	printParkedKeys(w, r)
 }
 
 // writeJSON writes v as indented JSON without HTML escaping.
