@@ -93,6 +93,7 @@ type config struct {
 	// The order scenario (--scenario order).
 	failPct      int
 	orderKey     string
+	onPoison     string
 	singleActive bool
 }
 
@@ -184,6 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.jsAckWait, "jetstream-ack-wait", 0, "outbox scenario on JetStream: the receivers' durables get MaxAckPending 1 and this AckWait, which keeps a key's order through a receiver's kill (0: brokerurl's durable, MaxAckPending 1000, AckWait 30s)")
 	fs.IntVar(&c.failPct, "fail-pct", 1, "order scenario: events (in percent) whose handler fails technically on the first attempt and succeeds on the next")
 	fs.StringVar(&c.orderKey, "order-key", "header:JMSXGroupID", "order scenario: inboxctl run --order-key of the consumers ('' for none: the unordered control run)")
+	fs.StringVar(&c.onPoison, "on-poison", "dead-letter", "order scenario: inboxctl run --on-poison: dead-letter (the poison key's later events wait for its dead letter, then run) or park-key (they follow it to the DLQ, KEY_PARKED)")
 	fs.BoolVar(&c.singleActive, "single-active", true, "order scenario on RabbitMQ: declare the queue single-active-consumer (?single-active-consumer=true); false: competing consumers")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
@@ -256,6 +258,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--kills must not be negative")
 	case c.scenario != "invoice" && c.scenario != "outbox" && c.scenario != "order":
 		return c, fmt.Errorf("--scenario %q: use invoice, outbox or order", c.scenario)
+	case c.scenario == "order" && c.onPoison != "dead-letter" && c.onPoison != "park-key":
+		return c, fmt.Errorf("--on-poison %q: use dead-letter or park-key", c.onPoison)
+	case c.scenario == "order" && c.onPoison == "park-key" && c.orderKey == "":
+		return c, errors.New("--on-poison park-key needs an --order-key: only a key can be parked")
 	case c.scenario == "order" && (c.keys < 1 || c.failPct < 0 || c.failPct > 100 || c.poison > c.keys):
 		return c, errors.New("--scenario order: --keys must be at least 1, --fail-pct 0 to 100, --poison at most --keys (one poison event per key)")
 	case c.scenario == "outbox" && (c.keys < 1 || c.senders < 1 || c.relays < 1 || c.receivers < 1 || c.producers < 1):

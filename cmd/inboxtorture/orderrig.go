@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 )
 
@@ -31,7 +32,10 @@ import (
 // ATTEMPTS: below 2 it raises) and the --poison events fail on every attempt
 // (dead-lettered after --max-attempts). For the events of a poison event's
 // key that come after it, the trigger records whether the poison's row was
-// DEAD_LETTERED when they ran: they must have waited for it.
+// DEAD_LETTERED when they ran: they must have waited for it. With
+// --on-poison park-key they must not run at all: each must end
+// DEAD_LETTERED with reason KEY_PARKED, parked in sequence (their rows'
+// UPDATED_AT rising with the sequence), while the other keys finish.
 
 // orderEvent is one event of the order scenario's plan.
 type orderEvent struct {
@@ -192,7 +196,7 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 		"--concurrency", fmt.Sprint(cfg.concurrency), "--max-attempts", fmt.Sprint(cfg.maxAttempts),
 		"--requeue-delay", "100ms", "--no-relay", "--log-format", "json"}
 	if cfg.orderKey != "" {
-		args = append(args, "--order-key", cfg.orderKey)
+		args = append(args, "--order-key", cfg.orderKey, "--on-poison", cfg.onPoison)
 	}
 	r.sup = newSupervisor(r.inboxctl, args, []string{failpoint.EnvVar + "=" + cfg.failpoints}, cfg.logDir, r.log)
 	for i := range cfg.consumers {
@@ -222,11 +226,11 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	<-pubDone
 	r.sup.stop(30 * time.Second)
 
-	res, err := r.orderLedger(ctx, events)
+	res, err := r.orderLedger(ctx, events, cfg.onPoison == "park-key")
 	if err != nil {
 		return nil, err
 	}
-	res.broker, res.seed, res.runID, res.orderKey = cfg.broker, cfg.seed, runID, cfg.orderKey
+	res.broker, res.seed, res.runID, res.orderKey, res.onPoison = cfg.broker, cfg.seed, runID, cfg.orderKey, cfg.onPoison
 	res.consumers, res.concurrency, res.singleActive = cfg.consumers, cfg.concurrency, cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp")
 	res.messages, res.keys = cfg.messages, cfg.keys
 	res.kills = kills
@@ -268,6 +272,7 @@ func (r *rig) tortureOrder(ctx context.Context, rnd *rand.Rand) (kills int, time
 // orderResult is the ledger of the order scenario.
 type orderResult struct {
 	broker, runID, orderKey string
+	onPoison                string
 	seed                    uint64
 	consumers, concurrency  int
 	singleActive            bool
@@ -281,20 +286,28 @@ type orderResult struct {
 	logged, failOnce, retried, poison, deadLettered int
 	throughput                                      float64 // logged events per second, first to last log row
 	lost, doubled, stuck, inversions, overtook      []string
-	keptDB                                          string
+	// With --on-poison park-key: behind counts the poison keys' later
+	// events, parked those of them DEAD_LETTERED with KEY_PARKED and never
+	// run, parkedOutOfOrder the parked ones whose row was dead-lettered
+	// before a lower sequence of their key.
+	behind, parked   int
+	parkedOutOfOrder []string
+	keptDB           string
 }
 
 func (r *orderResult) ok() bool {
 	return len(r.lost) == 0 && len(r.doubled) == 0 && len(r.stuck) == 0 && len(r.inversions) == 0 &&
-		len(r.overtook) == 0 && r.deadLettered == r.poison && !r.timedOut
+		len(r.overtook) == 0 && r.deadLettered == r.poison && !r.timedOut &&
+		len(r.parkedOutOfOrder) == 0 && (r.onPoison != "park-key" || r.parked == r.behind)
 }
 
 // orderLedger checks every event against the handler's log and the inbox:
 // each non-poison event logged once and PROCESSED, each poison event
 // DEAD_LETTERED and never logged; per key, the sequence strictly rising in
 // the log's order; the events after a poison event logged only once it was
-// dead-lettered.
-func (r *rig) orderLedger(ctx context.Context, events []*orderEvent) (*orderResult, error) {
+// dead-lettered; with park (--on-poison park-key), those events never
+// logged but DEAD_LETTERED with reason KEY_PARKED, parked in sequence.
+func (r *rig) orderLedger(ctx context.Context, events []*orderEvent, park bool) (*orderResult, error) {
 	res := &orderResult{}
 	logged, err := r.countBy(ctx, `SELECT event_id, COUNT(*) FROM torture_order_log GROUP BY event_id`)
 	if err != nil {
@@ -302,26 +315,49 @@ func (r *rig) orderLedger(ctx context.Context, events []*orderEvent) (*orderResu
 	}
 	status := map[string]string{}
 	attempts := map[string]int{}
-	rows, err := r.db.QueryContext(ctx, `SELECT EVENT_ID, STATUS, ATTEMPTS FROM INBOX_EVENT_PROCESSING`)
+	reason := map[string]string{}
+	updated := map[string]time.Time{}
+	rows, err := r.db.QueryContext(ctx, `SELECT EVENT_ID, STATUS, ATTEMPTS, COALESCE(REASON_CODE, ''), COALESCE(UPDATED_AT, CREATED_AT) FROM INBOX_EVENT_PROCESSING`)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: inbox: %v", err)
 	}
 	for rows.Next() {
-		var id, st string
+		var id, st, rc string
 		var n int
-		if err := rows.Scan(&id, &st, &n); err != nil {
+		var at time.Time
+		if err := rows.Scan(&id, &st, &n, &rc, &at); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("ledger: inbox: %v", err)
 		}
-		status[id], attempts[id] = st, n
+		status[id], attempts[id], reason[id], updated[id] = st, n, rc, at
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: inbox: %w", err)
 	}
+	lastParked := map[string]*orderEvent{} // per key, the parked event of the highest sequence so far
 	for _, e := range events {
 		where := fmt.Sprintf("%s (%s #%d): %d log row(s), inbox %s, %d attempt(s)", e.id, e.key, e.seq, logged[e.id], orNone(status[e.id]), attempts[e.id])
 		res.logged += logged[e.id]
+		if park && e.afterPoison != "" && e.fail != "always" {
+			// events are in sequence per key: each parked one must have
+			// been dead-lettered after the one before it.
+			res.behind++
+			switch {
+			case logged[e.id] > 0:
+				res.overtook = append(res.overtook, where+": ran although its key was parked")
+			case status[e.id] != "DEAD_LETTERED" || reason[e.id] != inboxkit.ReasonKeyParked:
+				res.stuck = append(res.stuck, where+", reason "+orNone(reason[e.id])+": not parked")
+			default:
+				res.parked++
+				if p := lastParked[e.key]; p != nil && updated[e.id].Before(updated[p.id]) {
+					res.parkedOutOfOrder = append(res.parkedOutOfOrder, fmt.Sprintf("%s #%d parked at %s, before #%d at %s",
+						e.key, e.seq, updated[e.id].Format(time.RFC3339Nano), p.seq, updated[p.id].Format(time.RFC3339Nano)))
+				}
+				lastParked[e.key] = e
+			}
+			continue
+		}
 		switch e.fail {
 		case "always":
 			res.poison++
@@ -411,6 +447,10 @@ func (r *orderResult) print(w io.Writer) {
 	fmt.Fprintf(w, "kill -9: %d; other deaths: %s; %d restarts\n", r.kills, strings.Join(other, ", "), r.restarts)
 	fmt.Fprintf(w, "failures: %d events failing once (%d retried and processed), %d poison (%d dead-lettered after their attempts)\n",
 		r.failOnce, r.retried, r.poison, r.deadLettered)
+	if r.onPoison == "park-key" {
+		fmt.Fprintf(w, "--on-poison park-key: %d of the poison keys' %d later events parked (DEAD_LETTERED, KEY_PARKED, never run), %d parked out of sequence\n",
+			r.parked, r.behind, len(r.parkedOutOfOrder))
+	}
 	fmt.Fprintf(w, "handler log: %d rows, %.0f events/s from the first to the last\n", r.logged, r.throughput)
 	fmt.Fprintf(w, "ledger: lost %d, doubled %d, stuck %d, per-key inversions %d, ran before their key's poison was settled %d\n",
 		len(r.lost), len(r.doubled), len(r.stuck), len(r.inversions), len(r.overtook))
@@ -422,6 +462,7 @@ func (r *orderResult) print(w io.Writer) {
 	printIDs(w, "STUCK", r.stuck)
 	printIDs(w, "INVERSION", r.inversions)
 	printIDs(w, "OVERTOOK THE POISON", r.overtook)
+	printIDs(w, "PARKED OUT OF SEQUENCE", r.parkedOutOfOrder)
 	if r.keptDB != "" {
 		fmt.Fprintf(w, "database %s kept for inspection\n", r.keptDB)
 	}

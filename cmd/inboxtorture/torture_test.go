@@ -113,6 +113,33 @@ func TestTortureOrderSmall(t *testing.T) {
 	}
 }
 
+// TestTortureOrderParkSmall is TestTortureOrderSmall with --on-poison
+// park-key, smaller (1,000 events over 20 keys): the poison key's events
+// after the poison must never run and must end DEAD_LETTERED with reason
+// KEY_PARKED, parked in sequence, through the kills; every other event of
+// every key is processed once, in sequence.
+func TestTortureOrderParkSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips the torture run (a failpoints build, 1,000 events, kill -9 every second); ./scripts/test runs it")
+	}
+	bin := filepath.Join(t.TempDir(), "inboxctl")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
+	}
+	broker := envOr("INBOXKIT_TORTURE_BROKER", "rabbitmq")
+	args := []string{"--scenario", "order", "--on-poison", "park-key", "--inboxctl", bin, "--broker", broker, "--messages", "1000", "--keys", "20",
+		"--kill-every", "1s", "--timeout", "2m", "--seed", "17"}
+	res := balanced(t, args, 3*time.Minute, runOrder)
+	if res.kills == 0 {
+		t.Errorf("no kill -9 in the run: it proves nothing about crashes")
+	}
+	if res.poison != 1 || res.behind == 0 || res.parked != res.behind {
+		t.Errorf("%d poison, %d of its key's later events parked of %d; want 1 poison and all of them parked", res.poison, res.parked, res.behind)
+	}
+}
+
 // ledger is what a scenario's run returns: its table and whether it
 // balances.
 type ledger interface {
