@@ -63,8 +63,11 @@
 // is held instead, unacknowledged, and run again in process after the
 // requeue's delay, while K's later deliveries wait unacknowledged: so none
 // of them overtakes it. Its attempts are counted as for a redelivery; at
-// the backout threshold it is dead-lettered and K goes on; the other keys
-// flow meanwhile. When Run stops, what is held is handed back, each key's
+// the backout threshold it is dead-lettered and K goes on (with
+// Config.OnPoison OnPoisonParkKey, K is parked instead: its later
+// deliveries follow the head to the dead-letter queue with reason
+// KEY_PARKED until an operator replays the key); the other keys flow
+// meanwhile. When Run stops, what is held is handed back, each key's
 // in the order received (a PlaceKeeper left unacknowledged for the
 // Source's Close, which returns it at its place). The order holds within
 // one process, across processes where the broker gives a key to one
