@@ -145,20 +145,7 @@ func (s *Store) KeyEvents(ctx context.Context, consumer, key string) ([]EventKey
 		q += ` AND CONSUMER_NAME = ?`
 		a = append(a, consumer)
 	}
-	rows, err := s.db.QueryContext(ctx, s.d.Rebind(q), a...)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: events of key %q: %w", key, err)
-	}
-	defer rows.Close()
-	var out []EventKey
-	for rows.Next() {
-		var k EventKey
-		if err := rows.Scan(&k.EventID, &k.ConsumerName); err != nil {
-			return nil, fmt.Errorf("inbox: events of key %q: %w", key, err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return s.eventKeys(ctx, fmt.Sprintf("events of key %q", key), q, a...)
 }
 
 // ArchiveEvents archives the DEAD_LETTERED rows of the events keys names

@@ -525,16 +525,22 @@ type EventKey struct {
 // FailureGroups), oldest change first: a replay's selection by time.
 func (s *Store) FailedEvents(ctx context.Context, f FailureFilter) ([]EventKey, error) {
 	where, args := s.filterWhere(f)
-	rows, err := s.db.QueryContext(ctx, s.d.Rebind(`SELECT EVENT_ID, CONSUMER_NAME FROM `+s.cfg.Table+` WHERE `+where+` ORDER BY `+s.lastChanged()+`, EVENT_ID`), args...)
+	return s.eventKeys(ctx, "failed events", `SELECT EVENT_ID, CONSUMER_NAME FROM `+s.cfg.Table+` WHERE `+where+` ORDER BY `+s.lastChanged()+`, EVENT_ID`, args...)
+}
+
+// eventKeys runs q (rebound for the dialect), which selects EVENT_ID and
+// CONSUMER_NAME, and returns the keys; what names it in errors.
+func (s *Store) eventKeys(ctx context.Context, what, q string, args ...any) ([]EventKey, error) {
+	rows, err := s.db.QueryContext(ctx, s.d.Rebind(q), args...)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: failed events: %w", err)
+		return nil, fmt.Errorf("inbox: %s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []EventKey
 	for rows.Next() {
 		var k EventKey
 		if err := rows.Scan(&k.EventID, &k.ConsumerName); err != nil {
-			return nil, fmt.Errorf("inbox: failed events: %w", err)
+			return nil, fmt.Errorf("inbox: %s: %w", what, err)
 		}
 		out = append(out, k)
 	}
@@ -605,18 +611,5 @@ func (s *Store) jobItems(ctx context.Context, jobID int64, state string) ([]Even
 	if state != "" {
 		q, args = q+` AND STATE = ?`, append(args, state)
 	}
-	rows, err := s.db.QueryContext(ctx, s.d.Rebind(q+` ORDER BY EVENT_ID, CONSUMER_NAME`), args...)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: events of replay job %d: %w", jobID, err)
-	}
-	defer rows.Close()
-	var out []EventKey
-	for rows.Next() {
-		var k EventKey
-		if err := rows.Scan(&k.EventID, &k.ConsumerName); err != nil {
-			return nil, fmt.Errorf("inbox: events of replay job %d: %w", jobID, err)
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return s.eventKeys(ctx, fmt.Sprintf("events of replay job %d", jobID), q+` ORDER BY EVENT_ID, CONSUMER_NAME`, args...)
 }

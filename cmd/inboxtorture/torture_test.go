@@ -25,12 +25,7 @@ func TestTortureSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short skips the torture run (a failpoints build, 1,000 messages, 3 kill -9); ./scripts/test runs it")
 	}
-	bin := filepath.Join(t.TempDir(), "inboxctl")
-	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
-	}
+	bin := failpointsInboxctl(t)
 	args := []string{"--inboxctl", bin, "--messages", "1000", "--kills", "3", "--timeout", "3m", "--seed", "17",
 		"--broker", envOr("INBOXKIT_TORTURE_BROKER", "stomp"), "--mode", envOr("INBOXKIT_TORTURE_MODE", "transactional"),
 		"--batch", envOr("INBOXKIT_TORTURE_BATCH", "1")}
@@ -92,12 +87,7 @@ func TestTortureOrderSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short skips the torture run (a failpoints build, 2,000 events, kill -9 every second); ./scripts/test runs it")
 	}
-	bin := filepath.Join(t.TempDir(), "inboxctl")
-	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
-	}
+	bin := failpointsInboxctl(t)
 	for _, broker := range []string{envOr("INBOXKIT_TORTURE_BROKER", "rabbitmq")} {
 		t.Run(broker, func(t *testing.T) {
 			args := []string{"--scenario", "order", "--inboxctl", bin, "--broker", broker, "--messages", "2000", "--keys", "40",
@@ -122,12 +112,7 @@ func TestTortureOrderParkSmall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short skips the torture run (a failpoints build, 1,000 events, kill -9 every second); ./scripts/test runs it")
 	}
-	bin := filepath.Join(t.TempDir(), "inboxctl")
-	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
-	build.Dir = filepath.Join("..", "..")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
-	}
+	bin := failpointsInboxctl(t)
 	broker := envOr("INBOXKIT_TORTURE_BROKER", "rabbitmq")
 	args := []string{"--scenario", "order", "--on-poison", "park-key", "--inboxctl", bin, "--broker", broker, "--messages", "1000", "--keys", "20",
 		"--kill-every", "1s", "--timeout", "2m", "--seed", "17"}
@@ -138,6 +123,19 @@ func TestTortureOrderParkSmall(t *testing.T) {
 	if res.poison != 1 || res.behind == 0 || res.parked != res.behind {
 		t.Errorf("%d poison, %d of its key's later events parked of %d; want 1 poison and all of them parked", res.poison, res.parked, res.behind)
 	}
+}
+
+// failpointsInboxctl builds inboxctl with -tags failpoints into the test's
+// temporary directory and returns its path.
+func failpointsInboxctl(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "inboxctl")
+	build := exec.Command("go", "build", "-tags", "failpoints", "-o", bin, "./cmd/inboxctl")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags failpoints ./cmd/inboxctl: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // ledger is what a scenario's run returns: its table and whether it
