@@ -17,7 +17,8 @@ import (
 // malformed (poison): it is dead-lettered, K-1's two later messages follow
 // it to the DLQ with reason KEY_PARKED, in order, while K-2's run. A second
 // process, started after the first stopped, receives a fourth message of
-// K-1 and parks it too. stats shows the parked key. The operator gives the
+// K-1 and parks it too. stats, the console's overview and /api/stats show
+// the parked key. The operator gives the
 // head up (dlq drop --archive) and replays the key (dlq replay --key K-1):
 // the three run in order and the key is no longer parked.
 func TestRunParkKey(t *testing.T) {
@@ -89,6 +90,18 @@ func TestRunParkKey(t *testing.T) {
 		t.Errorf("stats parked keys %+v, want K-1 with 4 dead letters, 3 parked, head P-1", st.ParkedKeys)
 	}
 	wantCode(t, inboxctl(t, "", "stats", "--db", dbURL), 0, "parked keys", "K-1", "P-1", "dlq replay --queue DLQ --key KEY")
+	console := startConsole(t, "--db", dbURL)
+	code, page, _ := call(t, "GET", console+"/", nil, "")
+	wantStatus(t, "GET /", code, 200, page)
+	if !strings.Contains(page, `<table id="parked-keys">`) || !strings.Contains(page, "<td>K-1</td>") || !strings.Contains(page, `href="/messages/P-1"`) {
+		t.Errorf("the console's overview does not list K-1 as parked:\n%s", page)
+	}
+	var api statsReport
+	code, body, _ := call(t, "GET", console+"/api/stats", nil, "")
+	wantStatus(t, "GET /api/stats", code, 200, body)
+	if err := json.Unmarshal([]byte(body), &api); err != nil || !slices.Equal(api.ParkedKeys, st.ParkedKeys) {
+		t.Errorf("/api/stats parked keys %+v (%v), want those of inboxctl stats %+v", api.ParkedKeys, err, st.ParkedKeys)
+	}
 	r = inboxctl(t, "", "dlq", "list", "--broker", rabbitURL, "--queue", dlqName, "-o", "json")
 	var es []dlqEntry
 	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
