@@ -26,6 +26,12 @@ import (
 //     while the key's later deliveries wait in their line, unacknowledged.
 //     Its attempts are counted by the inbox as for a broker redelivery, so
 //     the backout threshold dead-letters it and the key goes on.
+//   - With Config.OnPoison OnPoisonParkKey, a keyed head is run only when
+//     its key is not parked (inbox.Store.KeyParked, asked with the head in
+//     a worker's hands, every earlier delivery of the key in this process
+//     settled); otherwise it is dead-lettered with reason KEY_PARKED, so a
+//     parked key's line goes to the dead-letter queue in arrival order
+//     (see parked).
 //   - Deliveries without a key run as soon as a worker is free.
 //   - At most limit deliveries are held; the receiver waits for room.
 //   - When Run's ctx is done, the workers finish the deliveries in their
