@@ -315,7 +315,7 @@ func (s *Store) ForReading(ctx context.Context) (*Store, error) {
 	if len(missing) == 0 {
 		return s, nil
 	}
-	r := &Store{db: s.db, d: s.d, cfg: s.cfg, q: s.q, qq: s.qq, missing: missing}
+	r := &Store{db: s.db, d: s.d, cfg: s.cfg, q: s.q, qq: s.qq, attempts: s.attempts, missing: missing}
 	const key = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer`
 	r.q.selectOne = compile(s.d, `SELECT `+r.recordColumns()+` FROM `+s.cfg.Table+key)
 	r.q.selectByCorr = s.d.Rebind(`SELECT ` + r.recordColumns() + ` FROM ` + s.cfg.Table + ` WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`)

@@ -37,19 +37,28 @@ func (s *Store) MarkDeadLettered(ctx context.Context, dl DeadLetter) (inboxkit.S
 	}
 	dl.Entry = e
 	dead := s.deadArgs(dl, false)
-	res, err := s.q.deadFromFailure.exec(ctx, s.db, dead)
-	if err != nil {
-		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return inboxkit.StatusDeadLettered, nil
-	}
-	_, err = s.q.insertDead.exec(ctx, s.db, dead)
+	var dup error // the INSERT's, when the row exists
+	err = s.inTx(ctx, "mark dead-lettered", func(tx *txn) error {
+		res, err := s.verdict(ctx, tx, s.q.deadFromFailure, dead)
+		if err != nil {
+			return fmt.Errorf("inbox: mark dead-lettered: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+		if _, err := s.verdict(ctx, tx, s.q.insertDead, dead); err != nil {
+			if s.d.IsDuplicate(err) {
+				dup = err
+			}
+			return fmt.Errorf("inbox: mark dead-lettered: %w", err)
+		}
+		return nil
+	})
 	if err == nil {
 		return inboxkit.StatusDeadLettered, nil
 	}
-	if !s.d.IsDuplicate(err) {
-		return "", fmt.Errorf("inbox: mark dead-lettered: %w", err)
+	if dup == nil {
+		return "", err
 	}
 	st, _, ok, err := s.status(ctx, s.db, e)
 	if err != nil {

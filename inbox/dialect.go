@@ -30,6 +30,13 @@ type Dialect struct {
 	// cutoff): %[1]s is the table, %[2]s the fixed IN list of terminal
 	// statuses, %[3]s the due condition (purgeDue).
 	purgeBatch string
+	// Where AttemptTable exists, a purge batch deletes the attempt rows of
+	// the rows it deletes, in its transaction: purgeTried is one statement
+	// that does both (%[4]s the inbox table's name as a literal) and
+	// returns the rows deleted from the inbox table; where it is "",
+	// purgeKeys selects the keys of the batch (like purgeBatch's
+	// placeholders), locking them, and the batch deletes by key.
+	purgeTried, purgeKeys string
 	// limitClause formats "at most n rows" for a SELECT.
 	limit func(n string) (prefix, suffix string)
 	// timeArg converts a time for binding.
@@ -76,8 +83,12 @@ type Dialect struct {
 // schemaSQL is a dialect's DDL and migration behaviour. Column specs
 // follow the column's name.
 type schemaSQL struct {
-	varchar  string // a sized string type; %d is the size
-	integer  string // a plain integer type
+	varchar string // a sized string type; %d is the size
+	integer string // a plain integer type
+	// serial is the type of a key the database numbers by itself on
+	// INSERT, ascending (an identity, AUTO_INCREMENT, SQLite's rowid),
+	// declared the primary key.
+	serial   string
 	count    string // a counter column: type, DEFAULT 0, NOT NULL
 	time     string // a timestamp type
 	nullTime string // a nullable timestamp column's whole spec, where the type alone is not enough ("" otherwise)

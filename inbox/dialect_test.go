@@ -57,9 +57,10 @@ func TestOracleStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Version table, table, 3 indexes, the history, action, replay job and
-	// replay item tables, one version row per step.
-	if want := 9 + SchemaVersion; len(stmts) != want {
+	// Version table, table, 4 indexes, the history, action, replay job,
+	// replay item and attempt tables, the attempt table's index, one
+	// version row per step.
+	if want := 12 + SchemaVersion; len(stmts) != want {
 		t.Fatalf("oracle DDL: %d statements, want %d", len(stmts), want)
 	}
 	for _, s := range stmts {

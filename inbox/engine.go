@@ -373,9 +373,9 @@ func (s *Store) recordRow(ctx context.Context, q execer, j *job, set args) error
 		if j.v.Row == inboxkit.StatusRejected {
 			st = s.qq.rejected
 		}
-		return j.claim.lease().record(ctx, q, st, set)
+		return j.claim.lease().record(ctx, s, q, st, set)
 	}
-	res, err := s.q.rejectFromFail.exec(ctx, q, set)
+	res, err := s.verdict(ctx, q, s.q.rejectFromFail, set)
 	if err != nil {
 		return err
 	}

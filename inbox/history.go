@@ -27,9 +27,16 @@ const (
 
 const maxHistoryDetail = 200
 
+// sideIndexes are the indexes of the side tables that have some; an
+// index's name is the table's + "_" + its suffix.
+var sideIndexes = map[string][]index{
+	AttemptTable: {{"EVENT", "TABLE_NAME, EVENT_ID, CONSUMER_NAME"}},
+}
+
 // sideTableDDL is the CREATE TABLE of a table a step keeps beside the
-// inbox table.
-func sideTableDDL(d Dialect, name string) string {
+// inbox table, followed by the CREATE INDEX of its indexes (declared in
+// the CREATE TABLE where the dialect does so).
+func sideTableDDL(d Dialect, name string) []string {
 	var cols []string
 	switch name {
 	case HistoryTable:
@@ -81,10 +88,21 @@ func sideTableDDL(d Dialect, name string) string {
 			d.columnDDL(column{"SENT_AT", kTime, 0, false}),
 			"CONSTRAINT " + ReplayItemTable + "_PK PRIMARY KEY (JOB_ID, EVENT_ID, CONSUMER_NAME)",
 		}
+	case AttemptTable:
+		cols = attemptColumns(d)
 	default:
 		panic("inbox: no DDL for side table " + name)
 	}
-	return "CREATE TABLE" + d.schema.ifNotExists + " " + name + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"
+	var out []string
+	for _, ix := range sideIndexes[name] {
+		ixName := name + "_" + ix.suffix
+		if d.schema.inlineIndexes {
+			cols = append(cols, "INDEX "+ixName+" ("+ix.cols+")")
+		} else {
+			out = append(out, "CREATE INDEX"+d.schema.ifNotExists+" "+ixName+" ON "+name+" ("+ix.cols+")")
+		}
+	}
+	return append([]string{"CREATE TABLE" + d.schema.ifNotExists + " " + name + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"}, out...)
 }
 
 func shortDetail(s string) string { return cut(s, maxHistoryDetail) }

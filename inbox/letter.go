@@ -45,13 +45,13 @@ func (s *Store) reject(ctx context.Context, j *job, alone bool) {
 	record := func(q execer) error { return s.recordRow(ctx, q, j, s.rejectArgs(j)) }
 	if j.rowless(alone) {
 		record = func(q execer) error {
-			_, err := s.q.insertRejected.exec(ctx, q, s.rejectArgs(j))
+			_, err := s.verdict(ctx, q, s.q.insertRejected, s.rejectArgs(j))
 			return err
 		}
 	}
 	var err error
 	if !s.publishes(rejection) {
-		err = record(s.db)
+		err = s.inTx(ctx, "record rejection", func(tx *txn) error { return record(tx) })
 	} else {
 		var sent bool
 		if sent, err = s.inLetterTx(ctx, j, rejection, func(tx *txn) (Record, error) { return Record{}, record(tx) }); sent {
@@ -188,7 +188,7 @@ func (s *Store) deadRow(ctx context.Context, tx *txn, j *job, bare bool) (Record
 	}
 	dead := s.deadArgs(DeadLetter{Entry: j.e, Class: j.res.Class, Reason: reason, Err: j.res.Err}, bare)
 	if found {
-		res, err := s.q.deadFromFailure.exec(ctx, tx, dead)
+		res, err := s.verdict(ctx, tx, s.q.deadFromFailure, dead)
 		if err != nil {
 			return Record{}, "", fmt.Errorf("inbox: dead-letter: %w", err)
 		}
@@ -197,7 +197,7 @@ func (s *Store) deadRow(ctx context.Context, tx *txn, j *job, bare bool) (Record
 		}
 		return r, inboxkit.StatusDeadLettered, nil
 	}
-	if _, err := s.q.insertDead.exec(ctx, tx, dead); err != nil {
+	if _, err := s.verdict(ctx, tx, s.q.insertDead, dead); err != nil {
 		if s.d.IsDuplicate(err) {
 			return Record{}, "", errAgain
 		}
@@ -224,7 +224,7 @@ func (s *Store) letterClaim(ctx context.Context, j *job, k letterKind) {
 				err = fmt.Errorf("inbox: process: publish rejection: %w", err)
 			}
 		} else {
-			err = s.recordRow(ctx, s.db, j, s.rejectArgs(j))
+			err = s.inTx(ctx, "record rejection", func(tx *txn) error { return s.recordRow(ctx, tx, j, s.rejectArgs(j)) })
 		}
 		switch {
 		case err == nil:
@@ -249,7 +249,7 @@ func (s *Store) letterClaim(ctx context.Context, j *job, k letterKind) {
 			return Record{}, fmt.Errorf("inbox: dead-letter: %w", err)
 		}
 		set := args{"reason": nullString(j.v.Reason), "class": string(j.v.Class), "error": msg, "now": s.t(s.now())}
-		if err := c.lease().record(ctx, tx, s.qq.deadLettered, set); err != nil {
+		if err := c.lease().record(ctx, s, tx, s.qq.deadLettered, set); err != nil {
 			return Record{}, err
 		}
 		return r, nil

@@ -110,6 +110,13 @@ var steps = []step{
 	{version: 9, description: "ARCHIVED_AT (failures archive); " + ReplayJobTable + " and " + ReplayItemTable + ": resumable replay jobs",
 		add:    []column{{"ARCHIVED_AT", kTime, 0, false}},
 		tables: []string{ReplayJobTable, ReplayItemTable}},
+	{version: 10, description: AttemptTable + ": the failed attempts of each event; index on ORDER_KEY, CONSUMER_NAME, STATUS (search by business key)",
+		// ORDER_KEY first: the console's search by business key gives it
+		// alone; with CONSUMER_NAME it serves a consumer's key, and STATUS
+		// keeps a key's rows of one status (a parked key's failures) in
+		// the index.
+		indexes: []index{{"OKEY", "ORDER_KEY, CONSUMER_NAME, STATUS"}},
+		tables:  []string{AttemptTable}},
 }
 
 // SchemaVersion is the schema version this build needs: the number of the
@@ -150,6 +157,8 @@ type schemaState struct {
 	versionExists bool
 	version       int
 	tables        map[string]bool // the steps' side tables that exist
+	// indexes also holds the indexes of the side tables that exist
+	// (sideIndexes), by their names, which start with the side table's.
 }
 
 // PlannedStep is one pending migration step with the exact statements it
@@ -289,7 +298,15 @@ func plan(d Dialect, table string, st schemaState) Plan {
 		}
 		for _, name := range s.tables {
 			if !st.tables[name] {
-				ps.Statements = append(ps.Statements, sideTableDDL(d, name))
+				ps.Statements = append(ps.Statements, sideTableDDL(d, name)...)
+				continue
+			}
+			// A step cut short (DDL that commits statement by statement)
+			// may have left the table without its index: the next run adds it.
+			for _, ix := range sideIndexes[name] {
+				if ixName := name + "_" + ix.suffix; !st.indexes[ixName] {
+					ps.Statements = append(ps.Statements, "CREATE INDEX "+ixName+" ON "+name+" ("+ix.cols+")")
+				}
 			}
 		}
 		if s.version > st.version {
@@ -352,7 +369,7 @@ type querier interface {
 func introspect(ctx context.Context, q querier, d Dialect, table string) (schemaState, error) {
 	st := schemaState{columns: map[string]bool{}, indexes: map[string]bool{}, tables: map[string]bool{}}
 	colQ, ixQ, existsQ := d.schema.columnsQuery, d.schema.indexesQuery, d.schema.existsQuery
-	set := func(query string, into map[string]bool) error {
+	set := func(query, table string, into map[string]bool) error {
 		rows, err := q.QueryContext(ctx, query, table)
 		if err != nil {
 			return err
@@ -367,11 +384,11 @@ func introspect(ctx context.Context, q querier, d Dialect, table string) (schema
 		}
 		return rows.Err()
 	}
-	if err := set(colQ, st.columns); err != nil {
+	if err := set(colQ, table, st.columns); err != nil {
 		return st, fmt.Errorf("inbox: read the columns of %s: %w", table, err)
 	}
 	st.tableExists = len(st.columns) > 0
-	if err := set(ixQ, st.indexes); err != nil {
+	if err := set(ixQ, table, st.indexes); err != nil {
 		return st, fmt.Errorf("inbox: read the indexes of %s: %w", table, err)
 	}
 	exists := func(name string) (bool, error) {
@@ -389,6 +406,11 @@ func introspect(ctx context.Context, q querier, d Dialect, table string) (schema
 		for _, name := range s.tables {
 			if st.tables[name], err = exists(name); err != nil {
 				return st, err
+			}
+			if st.tables[name] && len(sideIndexes[name]) > 0 {
+				if err := set(ixQ, name, st.indexes); err != nil {
+					return st, fmt.Errorf("inbox: read the indexes of %s: %w", name, err)
+				}
 			}
 		}
 	}

@@ -24,6 +24,7 @@ var MySQL = Dialect{
 	}),
 	placeholder: questionMark,
 	purgeBatch:  `DELETE FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s ORDER BY PROCESSED_AT LIMIT ?`,
+	purgeKeys:   `SELECT EVENT_ID, CONSUMER_NAME FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s ORDER BY PROCESSED_AT LIMIT ? FOR UPDATE`,
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     utcTime,
 
@@ -38,6 +39,7 @@ var MySQL = Dialect{
 
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		serial:   "BIGINT NOT NULL AUTO_INCREMENT",
 		nullTime: "TIMESTAMP(6) NULL DEFAULT NULL", created: "TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6) NOT NULL",
 		blob: "LONGBLOB", text: "TEXT",
 		ifNotExists:   " IF NOT EXISTS",

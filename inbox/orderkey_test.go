@@ -53,6 +53,7 @@ func TestOrderKeyMigrationFromVersion6(t *testing.T) {
 		ctx := context.Background()
 		ok := func(context.Context, *sql.Tx) error { return nil }
 		mustProcess(t, s, entry("before"), ok)
+		undoStep10(t, db)
 		_, err := db.ExecContext(ctx, `ALTER TABLE `+inbox.DefaultTable+` DROP COLUMN ORDER_KEY`)
 		dbtest.Must(t, err, "drop ORDER_KEY")
 		_, err = db.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE VERSION >= 7`, inbox.VersionTable))

@@ -10,6 +10,7 @@ import (
 // queries are the store's statements, built once per table and dialect.
 type queries struct {
 	insertFailure stmt
+	insertAttempt stmt // the history of a failure verdict (attempt.go)
 	insertDead    stmt
 	updateFailure stmt
 	insertStarted stmt
@@ -39,6 +40,8 @@ type queries struct {
 	selectOne         stmt
 	selectByCorr      string
 	purgeBatch        string
+	purgeTried        string // see Dialect.purgeTried
+	purgeKeys         string
 	countPurgeable    string
 	stuckFailures     string
 	hashCollisions    string
@@ -81,6 +84,14 @@ func rowN(row, k string) string {
 	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k, "@okey", "@okey"+k).Replace(row)
 }
 
+// orEmpty is "" for the format "", else the format rendered by f.
+func orEmpty(format string, f func(string) string) string {
+	if format == "" {
+		return ""
+	}
+	return f(format)
+}
+
 func buildQueries(d Dialect, table string) queries {
 	r := func(format string, args ...any) string {
 		return d.Rebind(fmt.Sprintf(strings.ReplaceAll(format, "{t}", table), args...))
@@ -98,15 +109,16 @@ func buildQueries(d Dialect, table string) queries {
 	}
 	return queries{
 		markUpsert:      markUpsert,
+		insertAttempt:   n(fmt.Sprintf(insertAttempt, sqlString(table))),
 		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
 		insertFirstRows: firstRows,
 		// A first delivery's PROCESSED row (ProcessBatch) made the marker
 		// it skipped, after its handler did not succeed.
 		unprocess:      n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', PROCESSED_AT = NULL` + key + ` AND STATUS = 'PROCESSED'`),
-		insertRejected: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source, @okey)`),
-		insertFailure:  n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source, @okey)`),
-		insertDead:     n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source, @okey)`),
-		updateFailure:  n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		insertRejected: failing(n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'REJECTED', @corr, @reason, 'BUSINESS', @error, @now, @now, @now, 1, @hash, @source, @okey)`)),
+		insertFailure:  failing(n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'TECHNICAL_FAILURE', @corr, @reason, @class, @error, @now, @now, @now, @attempts, @hash, @source, @okey)`)),
+		insertDead:     failing(n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, PROCESSED_AT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'DEAD_LETTERED', @corr, @reason, @class, @error, @now, @now, @now, @now, @attempts, @hash, @source, @okey)`)),
+		updateFailure:  failing(n(`UPDATE {t} SET ATTEMPTS = ATTEMPTS + @delta, REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`)),
 		// The attempt marker (see Store.Process). An ERROR_CLASS of NULL on a
 		// TECHNICAL_FAILURE row with attempts means "the handler of the last
 		// attempt started and recorded no outcome"; the next marker then writes
@@ -127,8 +139,8 @@ func buildQueries(d Dialect, table string) queries {
 		// A business rejection of a marked row whose business transaction
 		// rolled back (Process), or was rolled back to the item's savepoint
 		// (ProcessBatch): claim and reject in one statement.
-		rejectFromFail:  n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
-		deadFromFailure: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`),
+		rejectFromFail:  failing(n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey)` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`)),
+		deadFromFailure: failing(n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now` + key + ` AND STATUS = 'TECHNICAL_FAILURE'`)),
 		resetForReplay:  n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', ATTEMPTS = 0, REPLAY_COUNT = REPLAY_COUNT + 1, PROCESSED_AT = NULL, ARCHIVED_AT = NULL, UPDATED_AT = @now` + key + ` AND STATUS = 'DEAD_LETTERED'`),
 		// A rejection replayed after clarification keeps its story: the
 		// rejection's reason and error move to LAST_ERROR. A stored entry
@@ -144,6 +156,8 @@ func buildQueries(d Dialect, table string) queries {
 		selectOne:         n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:      r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
 		purgeBatch:        d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList(), purgeDue)),
+		purgeTried:        orEmpty(d.purgeTried, func(f string) string { return d.Rebind(fmt.Sprintf(f, table, terminalList(), purgeDue, sqlString(table))) }),
+		purgeKeys:         orEmpty(d.purgeKeys, func(f string) string { return d.Rebind(fmt.Sprintf(f, table, terminalList(), purgeDue)) }),
 		countPurgeable:    r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND ` + purgeDue),
 		stuckFailures:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
 		hashCollisions:    r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),

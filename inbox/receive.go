@@ -116,12 +116,12 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 		claimUpdates: d.claimUpdates,
 		claimUpdate:  fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
 		processed:    n(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
-		rejected:     n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine),
-		failed:       n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
+		rejected:     failing(n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine)),
+		failed:       failing(n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine)),
 		// NEXT_ATTEMPT_AT is set, not cleared: should ResetForReplay make the
 		// row TECHNICAL_FAILURE again, the worker replays it from the stored
 		// payload at once (a redelivery from the DLQ is only a duplicate).
-		deadLettered: n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now, NEXT_ATTEMPT_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine),
+		deadLettered: failing(n(`UPDATE {t} SET STATUS = 'DEAD_LETTERED', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = COALESCE(@error, LAST_ERROR), PROCESSED_AT = @now, UPDATED_AT = @now, NEXT_ATTEMPT_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine)),
 		// Release hands an unstarted claim back: the lease ends now. The
 		// attempt stays counted: (owner, ATTEMPTS) is the claim's fencing
 		// token and must never repeat. LEASE_OWNER changes, so MySQL

@@ -58,7 +58,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	defer tx.rollback()
 
 	failure := e.row(args{"delta": delta, "reason": reason, "class": string(dec.Class), "error": msg, "now": s.t(now)})
-	res, err := s.q.updateFailure.exec(ctx, tx, failure)
+	res, err := s.verdict(ctx, tx, s.q.updateFailure, failure)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: %w (handler error: %v)", err, herr)
 	}
@@ -72,6 +72,9 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 			return Result{}, fmt.Errorf("inbox: record failure: %w (handler error: %v)", err, herr)
 		case ok && st == inboxkit.StatusTechnicalFailure:
 			n = 1
+			if err := s.logAttempt(ctx, tx, failure); err != nil {
+				return Result{}, fmt.Errorf("%w (handler error: %v)", err, herr)
+			}
 		case ok:
 			tx.rollback()
 			return s.duplicateResult(ctx, e)
@@ -80,7 +83,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	if n == 0 {
 		first := 1 + delta // the row vanished (a purge?): this attempt ran
 		failure["attempts"] = first
-		_, err := s.q.insertFailure.exec(ctx, tx, failure)
+		_, err := s.verdict(ctx, tx, s.q.insertFailure, failure)
 		if err != nil {
 			tx.rollback()
 			if s.d.IsDuplicate(err) {

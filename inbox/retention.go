@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -88,6 +89,11 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (total int64, err e
 			err = errors.Join(err, fmt.Errorf("%w (the %d deleted rows are gone)", rerr, total))
 		}
 	}()
+	var tables int // AttemptTable exists: its rows go with the batch's
+	if err := s.db.QueryRowContext(ctx, s.d.schema.existsQuery, AttemptTable).Scan(&tables); err != nil {
+		return 0, fmt.Errorf("inbox: purge: look for %s: %w", AttemptTable, err)
+	}
+	tried := tables > 0
 	var took time.Duration // the last batch's
 	var n int64            // the last batch's rows
 	for batch := 0; opt.MaxBatches == 0 || batch < opt.MaxBatches; batch++ {
@@ -100,12 +106,8 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (total int64, err e
 			}
 		}
 		began := time.Now()
-		res, err := s.db.ExecContext(ctx, s.q.purgeBatch, cutoff, cutoff, opt.BatchSize)
+		n, err = s.purgeBatch(ctx, cutoff, opt.BatchSize, tried)
 		took = time.Since(began)
-		if err != nil {
-			return total, fmt.Errorf("inbox: purge batch %d: %w", batch+1, err)
-		}
-		n, err = res.RowsAffected()
 		if err != nil {
 			return total, fmt.Errorf("inbox: purge batch %d: %w", batch+1, err)
 		}
@@ -167,3 +169,86 @@ func (s *Store) pause(ctx context.Context, d time.Duration) error {
 // the next purge deletes them; nothing that is still needed can be lost.
 const pgPurgeBatch = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)) ` +
 	`DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s, sync WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?))`
+
+// pgPurgeTried is pgPurgeBatch that also deletes the attempt rows
+// (AttemptTable) of the rows it deletes, by their keys, and returns how
+// many inbox rows it deleted: a data-modifying WITH runs whether or not
+// the query reads it.
+const pgPurgeTried = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)), ` +
+	`gone AS (DELETE FROM %[1]s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %[1]s, sync WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?)) RETURNING EVENT_ID, CONSUMER_NAME), ` +
+	`tried AS (DELETE FROM ` + AttemptTable + ` a USING gone g WHERE a.TABLE_NAME = %[4]s AND a.EVENT_ID = g.EVENT_ID AND a.CONSUMER_NAME = g.CONSUMER_NAME) ` +
+	`SELECT count(*) FROM gone`
+
+// purgeBatch deletes one batch of at most n due rows, and where
+// AttemptTable exists (tried) their attempt rows with them, in one
+// transaction; it returns the inbox rows deleted.
+func (s *Store) purgeBatch(ctx context.Context, cutoff any, n int, tried bool) (int64, error) {
+	switch {
+	case !tried:
+		res, err := s.db.ExecContext(ctx, s.q.purgeBatch, cutoff, cutoff, n)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	case s.q.purgeTried != "":
+		var k int64
+		err := s.db.QueryRowContext(ctx, s.q.purgeTried, cutoff, cutoff, n).Scan(&k)
+		return k, err
+	}
+	var total int64
+	err := func() error {
+		tx, err := s.begin(ctx, "purge", s.d.lockingTx)
+		if err != nil {
+			return err
+		}
+		defer tx.rollback()
+		keys, err := s.purgeKeys(ctx, tx, cutoff, n)
+		if err != nil {
+			return err
+		}
+		for consumer, ids := range keys {
+			for len(ids) > 0 {
+				chunk := ids[:min(len(ids), 500)]
+				ids = ids[len(chunk):]
+				in := strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")
+				params := []any{consumer}
+				for _, id := range chunk {
+					params = append(params, id)
+				}
+				if _, err := tx.ExecContext(ctx, s.d.Rebind(`DELETE FROM `+AttemptTable+` WHERE TABLE_NAME = `+sqlString(s.cfg.Table)+` AND CONSUMER_NAME = ? AND EVENT_ID IN (`+in+`)`), params...); err != nil {
+					return err
+				}
+				res, err := tx.ExecContext(ctx, s.d.Rebind(`DELETE FROM `+s.cfg.Table+` WHERE CONSUMER_NAME = ? AND EVENT_ID IN (`+in+`)`), params...)
+				if err != nil {
+					return err
+				}
+				k, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				total += k
+			}
+		}
+		return tx.commit()
+	}()
+	return total, err
+}
+
+// purgeKeys returns the event ids of at most n due rows, by consumer,
+// locked in tx (purgeKeys).
+func (s *Store) purgeKeys(ctx context.Context, tx *txn, cutoff any, n int) (map[string][]string, error) {
+	rows, err := tx.QueryContext(ctx, s.q.purgeKeys, cutoff, cutoff, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	keys := map[string][]string{}
+	for rows.Next() {
+		var id, consumer string
+		if err := rows.Scan(&id, &consumer); err != nil {
+			return nil, err
+		}
+		keys[consumer] = append(keys[consumer], id)
+	}
+	return keys, rows.Err()
+}

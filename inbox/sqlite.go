@@ -31,6 +31,7 @@ var SQLite = Dialect{
 	}),
 	placeholder: questionMark,
 	purgeBatch:  `DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?)`,
+	purgeKeys:   `SELECT EVENT_ID, CONSUMER_NAME FROM %[1]s WHERE STATUS IN (%[2]s) AND %[3]s LIMIT ?`, // BEGIN IMMEDIATE holds the write lock
 	limit:       func(n string) (string, string) { return "", " LIMIT " + n },
 	timeArg:     func(t time.Time) any { return t.UTC().Format(sqliteTimeLayout) },
 
@@ -42,6 +43,7 @@ var SQLite = Dialect{
 
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
+		serial:  "INTEGER", // with the primary key, an alias of the rowid
 		created: "TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL", blob: "BLOB", text: "TEXT",
 		ifNotExists:  " IF NOT EXISTS",
 		columnsQuery: `SELECT upper(name) FROM pragma_table_info(?)`,

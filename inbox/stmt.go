@@ -14,6 +14,16 @@ import (
 type stmt struct {
 	text  string
 	names []string
+	// fails: the statement records a failure verdict on one row
+	// (TECHNICAL_FAILURE, REJECTED, DEAD_LETTERED); run through
+	// Store.verdict, it writes the attempt's history too.
+	fails bool
+}
+
+// failing marks st as a failure verdict's statement (see stmt.fails).
+func failing(st stmt) stmt {
+	st.fails = true
+	return st
 }
 
 // args are the values of a statement's named parameters.

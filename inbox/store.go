@@ -92,8 +92,9 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	forgot *forgotten // attempt markers to take back (see ForgetAttempt)
-	ports  *Ports     // nil: the caller publishes (see WithPorts)
+	forgot   *forgotten  // attempt markers to take back (see ForgetAttempt)
+	attempts *attemptLog // whether AttemptTable exists
+	ports    *Ports      // nil: the caller publishes (see WithPorts)
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 
@@ -115,7 +116,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}}, nil
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}}, nil
 }
 
 // DB returns the store's database.

@@ -25,6 +25,23 @@ func (s *Store) begin(ctx context.Context, what string, opts *sql.TxOptions) (*t
 	return &txn{Tx: tx}, nil
 }
 
+// inTx runs fn in a transaction of its own and commits it when fn
+// returns nil; what names the step in a begin's or commit's error.
+func (s *Store) inTx(ctx context.Context, what string, fn func(tx *txn) error) error {
+	tx, err := s.begin(ctx, what, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("inbox: %s: commit: %w", what, err)
+	}
+	return nil
+}
+
 // commit commits; the transaction has ended whatever it returns.
 func (t *txn) commit() error {
 	t.ended = true

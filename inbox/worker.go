@@ -343,9 +343,9 @@ func (l lease) lost() error {
 }
 
 // record runs the conditional UPDATE q (values set, with the lease's)
-// through e; zero rows matched means the lease is lost.
-func (l lease) record(ctx context.Context, e execer, q stmt, set args) error {
-	res, err := q.exec(ctx, e, l.args(set))
+// through e, by s.verdict; zero rows matched means the lease is lost.
+func (l lease) record(ctx context.Context, s *Store, e execer, q stmt, set args) error {
+	res, err := s.verdict(ctx, e, q, l.args(set))
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
@@ -376,7 +376,7 @@ func (s *Store) retryLater(ctx context.Context, c *Claimed, class inboxkit.Class
 		return Result{}, fmt.Errorf("%w (handler error: %v)", err, cause)
 	}
 	defer tx.rollback()
-	err = c.lease().record(ctx, tx, s.qq.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
+	err = c.lease().record(ctx, s, tx, s.qq.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
 		"next": s.t(now.Add(delay)), "now": s.t(now), "uncount": uncount})
 	if err != nil {
 		return Result{}, err
