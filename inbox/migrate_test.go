@@ -60,7 +60,8 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 		p, err := s.PlanMigration(ctx)
 		dbtest.Must(t, err, "plan")
 		text := p.Text()
-		for _, want := range []string{"ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1", "ADD EVENT_ID_SOURCE", "CREATE INDEX INBOX_EVENT_PROCESSING_CORR"} {
+		for _, want := range []string{"ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1", "ADD EVENT_ID_SOURCE", "CREATE INDEX INBOX_EVENT_PROCESSING_CORR",
+			"CREATE INDEX INBOX_EVENT_PROCESSING_OKEY ON INBOX_EVENT_PROCESSING (ORDER_KEY, CONSUMER_NAME, STATUS)", inbox.AttemptTable + "_EVENT"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("dry-run text lacks %q:\n%s", want, text)
 			}
@@ -105,7 +106,10 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 		// A new event is processed.
 		res = mustProcess(t, s, entry("ev-new-1"), h)
 		wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-		// The old failure is retried and can now finish.
+		// The old failure fails again (its history starts), then finishes.
+		res = mustProcess(t, s, redelivered("ev-old-3"), func(context.Context, *sql.Tx) error { return errors.New("still down") })
+		wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+		wantHistory(t, s, "ev-old-3", "2/0/TECHNICAL_FAILURE/TECHNICAL//still down")
 		res = mustProcess(t, s, redelivered("ev-old-3"), h)
 		wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
 		if ran != 2 {
