@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/outbox"
@@ -39,6 +40,11 @@ type auditRow struct {
 	Legacy bool `json:"legacy,omitempty"`
 	// Outbox are the outbox messages written while the event was handled.
 	Outbox []outbox.Row `json:"outbox,omitempty"`
+	// AttemptHistory (audit --event-id) are the row's failures recorded
+	// in inbox.AttemptTable, in order, and, for a PROCESSED row, its
+	// success as the last line (the row's attempt, replay count and
+	// finish time: a success is not recorded apart).
+	AttemptHistory []inbox.Attempt `json:"attemptHistory,omitempty"`
 }
 
 // idSource is where the row's event id came from: its EVENT_ID_SOURCE,
@@ -150,7 +156,11 @@ is consumed. RabbitMQ and JetStream cannot browse through inboxctl: their messag
 received and handed back unacknowledged (nothing is lost, but each counts as
 redelivered there); audit says so.
 
-With --event-id it also lists the operator actions recorded on the event (dlq replay,
+With --event-id it also lists the history of attempts of each row: every failure
+recorded (technical failure, rejection, dead letter: attempt, replay count, when, the
+status it led to, class, reason, error; a table before migration step 10 has none),
+and for a PROCESSED row its success as the last line. With --event-id it also lists
+the operator actions recorded on the event (dlq replay,
 dlq drop, ...; see --operator). --operator NAME lists instead what that operator did,
 oldest first: when, which action on which table, how many rows, which events, and the
 selection (with --event-id: only the actions on that event).
@@ -198,6 +208,7 @@ Exit 1 when nothing is found.`,
 				}
 			} else {
 				printAudit(out, title, rows)
+				printAttempts(out, rows)
 				printAuditOutbox(out, rows)
 				if len(rep.Actions) > 0 {
 					fmt.Fprintf(out, "operator actions on %s: %d\n", title, len(rep.Actions))
@@ -284,6 +295,9 @@ func auditCase(ctx context.Context, st *inbox.Store, t target.DB, of outboxFlags
 	}
 	rep := auditReport{Rows: rows, Queues: []queueEntry{}}
 	if q.EventID != "" {
+		if err := attachAttempts(ctx, st, q.EventID, rows); err != nil {
+			return auditReport{}, err
+		}
 		if rep.Actions, err = st.Actions(ctx, inbox.ActionFilter{EventID: q.EventID}); err != nil {
 			// A table before step 8 has no actions to show.
 			fmt.Fprintf(notes, "note: no operator actions shown: %v\n", err)
@@ -324,6 +338,44 @@ func auditCase(ctx context.Context, st *inbox.Store, t target.DB, of outboxFlags
 		}
 	}
 	return rep, nil
+}
+
+// attachAttempts sets the attempt history of the rows of event id (one
+// query for all its consumers).
+func attachAttempts(ctx context.Context, st *inbox.Store, id string, rows []auditRow) error {
+	as, err := st.Attempts(ctx, id, "")
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		r := &rows[i]
+		for _, a := range as {
+			if a.ConsumerName == r.Consumer {
+				r.AttemptHistory = append(r.AttemptHistory, a)
+			}
+		}
+		if r.Status == string(inboxkit.StatusProcessed) && r.ProcessedAt != nil {
+			r.AttemptHistory = append(r.AttemptHistory, inbox.Attempt{EventID: r.EventID, ConsumerName: r.Consumer, Attempt: r.Attempts,
+				ReplayCount: r.ReplayCount, Status: inboxkit.StatusProcessed, At: *r.ProcessedAt})
+		}
+	}
+	return nil
+}
+
+// printAttempts prints the attempt history of the rows that have one.
+func printAttempts(w io.Writer, rows []auditRow) {
+	for _, r := range rows {
+		if len(r.AttemptHistory) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "attempts of %s (%s): %d\n", r.EventID, r.Consumer, len(r.AttemptHistory))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ATTEMPT\tREPLAY\tAT\tOUTCOME\tCLASS\tREASON\tERROR")
+		for _, a := range r.AttemptHistory {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.ReplayCount, fmtTime(&a.At), a.Status, orDash(string(a.Class)), orDash(a.Reason), orDash(shorten(a.Error, 80)))
+		}
+		tw.Flush()
+	}
 }
 
 // printed is what audit -o json prints: the report with a broker, else

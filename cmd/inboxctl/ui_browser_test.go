@@ -43,6 +43,7 @@ func TestConsoleBrowser(t *testing.T) {
 	bin := chromium(t)
 	db := dbtest.New(t, dbtest.SQLite)
 	c := newConsoleCase(t, db, "ui", 3)
+	failedTwiceThenProcessed(t, db, "hist-ui")
 	base := startConsole(t, "--db", c.url, "--broker", rabbitURL, "--dlq", c.dlqName, "--operator", "browser-tester")
 	dir := t.ArtifactDir()
 
@@ -188,6 +189,18 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("the search by business key does not find the 4 rows:\n%s", text("main"))
 	}
 	shot("9-search")
+
+	run("open a message that failed twice", chromedp.Navigate(base+"/messages/hist-ui"), chromedp.WaitVisible("table.attempts"))
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("table.attempts tbody tr")).map(function(r){` +
+		`return Array.from(r.cells).map(function(c){return c.textContent.trim()}).join(" | ")})`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "1 | 0 | ") || !strings.Contains(lines[0], "| TECHNICAL_FAILURE | TECHNICAL | - | letter service: HTTP 503") ||
+		!strings.Contains(lines[1], "| TECHNICAL_FAILURE | TECHNICAL | - | letter service: timeout") || !strings.HasPrefix(lines[2], "3 | 0 | ") || !strings.Contains(lines[2], "| PROCESSED | - | - | -") {
+		t.Errorf("the history of attempts shows:\n%s\nwant two failures, then the success", strings.Join(lines, "\n"))
+	}
+	shot("10-message-history")
 	t.Logf("%d screenshots in %s (browser part %s):\n\t%s", len(shots), dir, time.Since(start).Round(time.Millisecond), strings.Join(shots, "\n\t"))
 }
 

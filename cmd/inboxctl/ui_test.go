@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -274,6 +277,44 @@ func newConsoleCase(t *testing.T, db *dbtest.DB, prefix string, n int) consoleCa
 	return c
 }
 
+// failedTwiceThenProcessed runs event id through the inbox of db: two
+// technical failures, then a success; its history of attempts has two
+// rows, its audit the success as a third line.
+func failedTwiceThenProcessed(t *testing.T, db *dbtest.DB, id string) {
+	t.Helper()
+	d, err := inbox.DialectByName(db.Backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := inbox.New(db.DB, d, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := inbox.Entry{EventID: id, ConsumerName: "invoice-consumer", CorrelationID: "corr-" + id}
+	for i, herr := range []error{errors.New("letter service: HTTP 503"), errors.New("letter service: timeout"), nil} {
+		res, err := s.Process(context.Background(), e, func(context.Context, *sql.Tx) error { return herr })
+		if err != nil || (herr == nil) != (res.Status == inboxkit.StatusProcessed) {
+			t.Fatalf("process %s, attempt %d: %+v %v", id, i+1, res, err)
+		}
+	}
+}
+
+// wantHistoryOf checks the attempt history of the event's one row: two
+// technical failures, then the success.
+func wantHistoryOf(t *testing.T, what string, rows []auditRow) {
+	t.Helper()
+	var got []string
+	for _, r := range rows {
+		for _, a := range r.AttemptHistory {
+			got = append(got, fmt.Sprintf("%d %s %s %s", a.Attempt, a.Status, a.Class, a.Error))
+		}
+	}
+	want := []string{"1 TECHNICAL_FAILURE TECHNICAL letter service: HTTP 503", "2 TECHNICAL_FAILURE TECHNICAL letter service: timeout", "3 PROCESSED  "}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: attempt history\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // countOf is the rows of status in a stats report.
 func countOf(r statsReport, status string) int64 {
 	var n int64
@@ -293,6 +334,8 @@ func TestConsoleAPI(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t, backend)
 			c := newConsoleCase(t, db, "api"+backend[:2], 3)
+			hist := "hist-" + backend
+			failedTwiceThenProcessed(t, db, hist)
 			ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }))
 			defer ready.Close()
 			down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "draining", http.StatusServiceUnavailable) }))
@@ -346,6 +389,19 @@ func TestConsoleAPI(t *testing.T) {
 			if len(apiAudit.Rows) != 1 || len(apiAudit.Queues) != 4 || apiAudit.Rows[0].EventID != cliAudit.Rows[0].EventID ||
 				len(cliAudit.Queues) != 4 || apiAudit.Queues[0].Headers["eventId"] == "" {
 				t.Errorf("/api/audit and inboxctl audit differ:\n%+v\n%+v", apiAudit, cliAudit)
+			}
+			// An event that failed twice, then succeeded: the same history
+			// from the API and the command, shown on its page.
+			var apiHist, cliHist auditReport
+			get("/api/audit?eventId="+hist, &apiHist)
+			cli(&cliHist, "audit", "--db", c.url, "--event-id", hist, "--broker", rabbitURL, "--dlq", c.dlqName)
+			wantHistoryOf(t, "/api/audit", apiHist.Rows)
+			if a, b := mustJSON(t, apiHist.Rows), mustJSON(t, cliHist.Rows); a != b {
+				t.Errorf("/api/audit and inboxctl audit differ:\n%s\n%s", a, b)
+			}
+			if code, body, _ := call(t, "GET", base+"/messages/"+hist, nil, ""); code != 200 || !strings.Contains(body, "History of attempts") ||
+				strings.Count(body, "<tr><td class=\"n\">") != 3 || !strings.Contains(body, "letter service: timeout") {
+				t.Errorf("GET /messages/%s: want the three lines of its history:\n%s", hist, body)
 			}
 			var byKey, cliByKey auditReport
 			get("/api/audit?orderKey=K-api"+backend[:2], &byKey)
@@ -443,3 +499,12 @@ func TestConsoleAPI(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
