@@ -80,8 +80,8 @@ func TestMigrateAdoptedTable(t *testing.T) {
 			wantCode(t, inboxctl(t, "", "stats", "--db", url), 0, "FAILED", "processed", "read as it is")
 
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--map-status", mapping), 0,
-				"mapped status FAILED -> TECHNICAL_FAILURE (1 row(s); recorded in INBOXKIT_HISTORY)", "mapped status processed -> PROCESSED (1 row(s)", "schema version 0 -> 9")
-			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 0, "schema version 9")
+				"mapped status FAILED -> TECHNICAL_FAILURE (1 row(s); recorded in INBOXKIT_HISTORY)", "mapped status processed -> PROCESSED (1 row(s)", "schema version 0 -> 10")
+			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 0, "schema version 10")
 
 			// Adopted: legacy rows have no id source; the legacy PROCESSED
 			// rows' letters are not inboxkit's to check.
@@ -169,7 +169,7 @@ func TestAdoptedInvoiceEndToEnd(t *testing.T) {
 	queue := fmt.Sprintf("inboxctl.adopt.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
 	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers"), 1, "FAILED")
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers", "--map-status", "FAILED=TECHNICAL_FAILURE,IN_PROGRESS=TECHNICAL_FAILURE,processed=PROCESSED"), 0, "schema version 0 -> 9")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--seed-customers", "--map-status", "FAILED=TECHNICAL_FAILURE,IN_PROGRESS=TECHNICAL_FAILURE,processed=PROCESSED"), 0, "schema version 0 -> 10")
 
 	line := func(inv string) string {
 		return `{"headers":{"correlationId":"order-` + inv[4:] + `"},"body":{"invoiceNo":"` + inv + `","customerNo":"K-100","amount":"10.00","currency":"EUR","issuedAt":"2026-01-05"}}` + "\n"

@@ -41,11 +41,12 @@ func TestMigrateSeedTable(t *testing.T) {
 				t.Errorf("audit of a legacy row shows an id source:\n%s", r)
 			}
 			wantCode(t, inboxctl(t, "", "stats", "--db", url), 0, "PROCESSED", "read as it is")
-			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0, this build needs 9", "pending  2")
+			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0, this build needs 10", "pending  2")
 			wantCode(t, inboxctl(t, "", "migrate", "--db", url, "--dry-run"), 0,
-				"-- step 2: attempt counting", "ALTER TABLE INBOX_EVENT_PROCESSING ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1")
+				"-- step 2: attempt counting", "ALTER TABLE INBOX_EVENT_PROCESSING ADD ATTEMPTS", "UPDATE INBOX_EVENT_PROCESSING SET ATTEMPTS = 1",
+				"-- step 10: INBOXKIT_ATTEMPT", "CREATE INDEX INBOX_EVENT_PROCESSING_OKEY ON INBOX_EVENT_PROCESSING (ORDER_KEY, CONSUMER_NAME, STATUS)")
 			wantCode(t, inboxctl(t, "", "migrate", "status", "--db", url), 1, "schema version 0") // the dry run changed nothing
-			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "applied step 9", "schema version 0 -> 9")
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "applied step 10", "schema version 0 -> 10")
 			r := inboxctl(t, "", "migrate", "status", "--db", url, "--json")
 			wantCode(t, r, 0)
 			var st struct {
@@ -57,7 +58,7 @@ func TestMigrateSeedTable(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 				t.Fatalf("status --json: %v\n%s", err, r)
 			}
-			if st.Current != 9 || st.Latest != 9 || len(st.Applied) != 9 || len(st.Pending) != 0 {
+			if st.Current != 10 || st.Latest != 10 || len(st.Applied) != 10 || len(st.Pending) != 0 {
 				t.Errorf("status after migrate: %+v", st)
 			}
 			if st.Drift == nil || len(*st.Drift) != 0 || !strings.Contains(r.stdout, `"drift": []`) {

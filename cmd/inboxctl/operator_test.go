@@ -22,7 +22,7 @@ func TestOperatorActions(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t, backend)
 			url := dbURL(t, db)
-			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 9")
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 10")
 			exec := func(q string, args ...any) { t.Helper(); execSQL(t, db, q, args...) }
 			old := time.Now().UTC().Add(-40 * 24 * time.Hour).Format("2006-01-02 15:04:05.000000")
 			exec(`INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, PROCESSED_AT, CREATED_AT) VALUES ('old-1', 'c', 'PROCESSED', ?, ?)`, old, old)

@@ -109,7 +109,7 @@ func TestReplayJobKillAndResume(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	url := dbURL(t, db)
-	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 9")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 10")
 	queue := fmt.Sprintf("inboxctl.replayjob.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
 	rabbittest.Declare(t, queue)
@@ -440,7 +440,7 @@ func TestFailuresArchiveAndTimeWindow(t *testing.T) {
 			t.Parallel()
 			db := dbtest.New(t, backend)
 			url := dbURL(t, db)
-			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 9")
+			wantCode(t, inboxctl(t, "", "migrate", "--db", url), 0, "schema version 0 -> 10")
 			queue := fmt.Sprintf("inboxctl.archive.%s.%d", backend, time.Now().UnixNano())
 			dlqName := "DLQ." + queue
 			rabbittest.Declare(t, dlqName)

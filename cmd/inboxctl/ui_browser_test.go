@@ -191,7 +191,7 @@ func TestConsoleBrowser(t *testing.T) {
 	shot("9-search")
 
 	run("open a message that failed twice", chromedp.Navigate(base+"/messages/hist-ui"), chromedp.WaitVisible("table.attempts"))
-	lines, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("table.attempts tbody tr")).map(function(r){` +
+	lines, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("table.attempts tbody tr")).map(function(r){`+
 		`return Array.from(r.cells).map(function(c){return c.textContent.trim()}).join(" | ")})`))
 	if err != nil {
 		t.Fatal(err)

@@ -396,6 +396,7 @@ func TestConsoleAPI(t *testing.T) {
 			get("/api/audit?eventId="+hist, &apiHist)
 			cli(&cliHist, "audit", "--db", c.url, "--event-id", hist, "--broker", rabbitURL, "--dlq", c.dlqName)
 			wantHistoryOf(t, "/api/audit", apiHist.Rows)
+			wantCode(t, inboxctl(t, "", "audit", "--db", c.url, "--event-id", hist), 0, "attempts of "+hist+" (invoice-consumer): 3", "letter service: timeout", "PROCESSED")
 			if a, b := mustJSON(t, apiHist.Rows), mustJSON(t, cliHist.Rows); a != b {
 				t.Errorf("/api/audit and inboxctl audit differ:\n%s\n%s", a, b)
 			}
