@@ -7,7 +7,8 @@ import "context"
 // MaxOrderKeyLength is stored hashed, so pass it as stored), of all
 // consumers, oldest first (by CREATED_AT, then event id). A table read as
 // it is without the column (ForReading, before migration step 7) has no
-// such rows. ORDER_KEY has no index: the query reads the table.
+// such rows. Migration step 10's index (ORDER_KEY, CONSUMER_NAME, STATUS)
+// serves it; before it the query reads the table.
 func (s *Store) ByOrderKey(ctx context.Context, key string) ([]Record, error) {
 	if s.missing["ORDER_KEY"] {
 		return nil, nil

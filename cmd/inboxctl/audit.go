@@ -145,8 +145,9 @@ inboxctl migrate adopted the table), consumer, status, reason, attempts, times, 
 last error and the DLQ trace (dead-lettered, replays), and the outbox messages each
 event's handling wrote (where the outbox table exists): destination, key, status,
 attempts, last error. --order-key KEY lists the rows of a business key instead: those
-whose order key (run --order-key) is KEY, oldest first (a full read of the table: the
-column has no index). It reads a table inboxctl migrate has not upgraded yet as it is.
+whose order key (run --order-key) is KEY, oldest first (through the index of migration
+step 10; a full read of the table before it). It reads a table inboxctl migrate has not
+upgraded yet as it is.
 
 With --broker it also lists what the dead-letter queue (--dlq) and the reject queue
 (--reject-queue) hold for the case: messages with the event id, or with the
