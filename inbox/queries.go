@@ -84,14 +84,6 @@ func rowN(row, k string) string {
 	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k, "@okey", "@okey"+k).Replace(row)
 }
 
-// orEmpty is "" for the format "", else the format rendered by f.
-func orEmpty(format string, f func(string) string) string {
-	if format == "" {
-		return ""
-	}
-	return f(format)
-}
-
 func buildQueries(d Dialect, table string) queries {
 	r := func(format string, args ...any) string {
 		return d.Rebind(fmt.Sprintf(strings.ReplaceAll(format, "{t}", table), args...))
@@ -102,6 +94,13 @@ func buildQueries(d Dialect, table string) queries {
 	var markUpsert stmt
 	if d.markUpsert != "" {
 		markUpsert = compile(d, fmt.Sprintf(d.markUpsert, table))
+	}
+	// purge renders a purge statement of the dialect ("" where it has none).
+	purge := func(format string, more ...any) string {
+		if format == "" {
+			return ""
+		}
+		return d.Rebind(fmt.Sprintf(format, append([]any{table, terminalList(), purgeDue}, more...)...))
 	}
 	firstRows := ""
 	if d.multiRowInsert {
@@ -156,8 +155,8 @@ func buildQueries(d Dialect, table string) queries {
 		selectOne:         n(`SELECT ` + recordColumns + ` FROM {t}` + key),
 		selectByCorr:      r(`SELECT ` + recordColumns + ` FROM {t} WHERE CORRELATION_ID = ? ORDER BY CREATED_AT, EVENT_ID, CONSUMER_NAME`),
 		purgeBatch:        d.Rebind(fmt.Sprintf(d.purgeBatch, table, terminalList(), purgeDue)),
-		purgeTried:        orEmpty(d.purgeTried, func(f string) string { return d.Rebind(fmt.Sprintf(f, table, terminalList(), purgeDue, sqlString(table))) }),
-		purgeKeys:         orEmpty(d.purgeKeys, func(f string) string { return d.Rebind(fmt.Sprintf(f, table, terminalList(), purgeDue)) }),
+		purgeTried:        purge(d.purgeTried, sqlString(table)),
+		purgeKeys:         purge(d.purgeKeys),
 		countPurgeable:    r(`SELECT COUNT(*) FROM {t} WHERE STATUS IN (` + terminalList() + `) AND ` + purgeDue),
 		stuckFailures:     r(`SELECT ` + recordColumns + ` FROM {t} WHERE STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS >= ? ORDER BY CREATED_AT, EVENT_ID` + lim),
 		hashCollisions:    r(`SELECT PAYLOAD_HASH, CONSUMER_NAME, COUNT(*) FROM {t} WHERE PAYLOAD_HASH IS NOT NULL GROUP BY PAYLOAD_HASH, CONSUMER_NAME HAVING COUNT(*) > 1 ORDER BY PAYLOAD_HASH, CONSUMER_NAME`),
