@@ -109,15 +109,15 @@ func (l *attemptLog) exists(ctx context.Context, q execer, d Dialect, now time.T
 	if l.found {
 		return true, nil
 	}
-	if !l.missing.IsZero() && now.Sub(l.missing) < time.Minute && now.After(l.missing) {
+	if !l.missing.IsZero() && !now.Before(l.missing) && now.Sub(l.missing) < time.Minute {
 		return false, nil
 	}
-	var n int
-	if err := q.QueryRowContext(ctx, d.schema.existsQuery, AttemptTable).Scan(&n); err != nil {
-		return false, fmt.Errorf("inbox: look for %s: %w", AttemptTable, err)
+	found, err := d.TableExists(ctx, q, AttemptTable)
+	if err != nil {
+		return false, err
 	}
-	l.found, l.missing = n > 0, now
-	return l.found, nil
+	l.found, l.missing = found, now
+	return found, nil
 }
 
 // Attempt is one row of AttemptTable: a failure recorded for an event.
@@ -145,12 +145,8 @@ type Attempt struct {
 // never nil, when there are none or the table is below migration step 10.
 func (s *Store) Attempts(ctx context.Context, eventID, consumerName string) ([]Attempt, error) {
 	out := []Attempt{}
-	var n int
-	if err := s.db.QueryRowContext(ctx, s.d.schema.existsQuery, AttemptTable).Scan(&n); err != nil {
-		return nil, fmt.Errorf("inbox: look for %s: %w", AttemptTable, err)
-	}
-	if n == 0 {
-		return out, nil
+	if found, err := s.d.TableExists(ctx, s.db, AttemptTable); err != nil || !found {
+		return out, err
 	}
 	q := `SELECT EVENT_ID, CONSUMER_NAME, ATTEMPT, REPLAY_COUNT, STATUS, ERROR_CLASS, REASON_CODE, ERROR_TEXT, RECORDED_AT FROM ` + AttemptTable +
 		` WHERE TABLE_NAME = ? AND EVENT_ID = ?`

@@ -89,11 +89,10 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (total int64, err e
 			err = errors.Join(err, fmt.Errorf("%w (the %d deleted rows are gone)", rerr, total))
 		}
 	}()
-	var tables int // AttemptTable exists: its rows go with the batch's
-	if err := s.db.QueryRowContext(ctx, s.d.schema.existsQuery, AttemptTable).Scan(&tables); err != nil {
-		return 0, fmt.Errorf("inbox: purge: look for %s: %w", AttemptTable, err)
+	tried, err := s.d.TableExists(ctx, s.db, AttemptTable) // its rows go with the batch's
+	if err != nil {
+		return 0, fmt.Errorf("inbox: purge: %w", err)
 	}
-	tried := tables > 0
 	var took time.Duration // the last batch's
 	var n int64            // the last batch's rows
 	for batch := 0; opt.MaxBatches == 0 || batch < opt.MaxBatches; batch++ {
