@@ -144,13 +144,18 @@
 // 150,000), pausing between batches, so that the write-ahead log it writes
 // leaves them their throughput. Every run that deleted rows is recorded in
 // INBOXKIT_HISTORY ([Store.PurgeRuns]: its time, cutoff, window and
-// horizon), so that a duplicate it let through can be tied to it.
+// horizon), so that a duplicate it let through can be tied to it. It
+// deletes the rows of [AttemptTable] of the events it deletes with them.
 //
 // # Audit and replay
 //
 // [Store.ByCorrelation] lists every row of a correlation id, oldest first;
 // [Store.Get] reads one. [Store.ResetForReplay] prepares a dead-lettered row
 // for a replay from the DLQ (REPLAY_COUNT keeps the trace).
+// [Store.Attempts] is an event's history: each failure verdict recorded
+// (technical failure, rejection, dead letter) is a row of [AttemptTable],
+// written in the transaction that records it; a success writes none, a
+// replay keeps them.
 //
 // # Databases
 //
