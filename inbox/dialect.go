@@ -102,6 +102,8 @@ type schemaSQL struct {
 	tableOptions string
 	// inlineIndexes: the indexes are declared inside CREATE TABLE.
 	inlineIndexes bool
+	// partialIndexes: CREATE INDEX takes a WHERE clause (index.where).
+	partialIndexes bool
 	// namedPrimaryKey: the primary key is a CONSTRAINT named after the table.
 	namedPrimaryKey bool
 	// columnsQuery, indexesQuery and existsQuery read a table's columns,

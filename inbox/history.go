@@ -30,7 +30,7 @@ const maxHistoryDetail = 200
 // sideIndexes are the indexes of the side tables that have some; an
 // index's name is the table's + "_" + its suffix.
 var sideIndexes = map[string][]index{
-	AttemptTable: {{"EVENT", "TABLE_NAME, EVENT_ID, CONSUMER_NAME"}},
+	AttemptTable: {{"EVENT", "TABLE_NAME, EVENT_ID, CONSUMER_NAME", ""}},
 }
 
 // sideTableDDL is the CREATE TABLE of a table a step keeps beside the
@@ -99,7 +99,7 @@ func sideTableDDL(d Dialect, name string) []string {
 		if d.schema.inlineIndexes {
 			cols = append(cols, "INDEX "+ixName+" ("+ix.cols+")")
 		} else {
-			out = append(out, "CREATE INDEX"+d.schema.ifNotExists+" "+ixName+" ON "+name+" ("+ix.cols+")")
+			out = append(out, ix.ddl(d, d.schema.ifNotExists, ixName, name))
 		}
 	}
 	return append([]string{"CREATE TABLE" + d.schema.ifNotExists + " " + name + " (\n    " + strings.Join(cols, ",\n    ") + "\n)"}, out...)

@@ -37,6 +37,20 @@ type column struct {
 type index struct {
 	suffix string // index name is table + "_" + suffix
 	cols   string
+	// where, if set, makes it a partial index of the rows it holds true
+	// for, on the databases that have them (schemaSQL.partialIndexes);
+	// elsewhere the index holds every row.
+	where string
+}
+
+// ddl is the CREATE INDEX of ix named name on table, with the given
+// clause after CREATE INDEX (schemaSQL.ifNotExists or "").
+func (ix index) ddl(d Dialect, clause, name, table string) string {
+	s := "CREATE INDEX" + clause + " " + name + " ON " + table + " (" + ix.cols + ")"
+	if ix.where != "" && d.schema.partialIndexes {
+		s += " WHERE " + ix.where
+	}
+	return s
 }
 
 // step is one numbered schema change. Every column it adds is nullable or
@@ -87,9 +101,9 @@ var steps = []step{
 	{version: 3, description: "payload hash; indexes for audit (CORRELATION_ID), retention (STATUS, PROCESSED_AT) and the hash check",
 		add: []column{{"PAYLOAD_HASH", kVarchar, 64, false}},
 		indexes: []index{
-			{"CORR", "CORRELATION_ID"},
-			{"RET", "STATUS, PROCESSED_AT"},
-			{"HASH", "PAYLOAD_HASH"},
+			{"CORR", "CORRELATION_ID", ""},
+			{"RET", "STATUS, PROCESSED_AT", ""},
+			{"HASH", "PAYLOAD_HASH", ""},
 		}},
 	{version: 4, description: "store-then-process columns: payload, headers, lease, next attempt",
 		add: []column{
@@ -114,8 +128,9 @@ var steps = []step{
 		// ORDER_KEY first: the console's search by business key gives it
 		// alone; with CONSUMER_NAME it serves a consumer's key, and STATUS
 		// keeps a key's rows of one status (a parked key's failures) in
-		// the index.
-		indexes: []index{{"OKEY", "ORDER_KEY, CONSUMER_NAME, STATUS"}},
+		// the index. Partial where the database allows: a consumer
+		// without order keys writes no entry of it.
+		indexes: []index{{"OKEY", "ORDER_KEY, CONSUMER_NAME, STATUS", "ORDER_KEY IS NOT NULL"}},
 		tables:  []string{AttemptTable}},
 }
 
@@ -293,7 +308,7 @@ func plan(d Dialect, table string, st schemaState) Plan {
 				if st.indexes[strings.ToUpper(name)] {
 					continue
 				}
-				ps.Statements = append(ps.Statements, t("CREATE INDEX "+name+" ON {t} ("+ix.cols+")"))
+				ps.Statements = append(ps.Statements, t(ix.ddl(d, "", name, "{t}")))
 			}
 		}
 		for _, name := range s.tables {
@@ -305,7 +320,7 @@ func plan(d Dialect, table string, st schemaState) Plan {
 			// may have left the table without its index: the next run adds it.
 			for _, ix := range sideIndexes[name] {
 				if ixName := name + "_" + ix.suffix; !st.indexes[ixName] {
-					ps.Statements = append(ps.Statements, "CREATE INDEX "+ixName+" ON "+name+" ("+ix.cols+")")
+					ps.Statements = append(ps.Statements, ix.ddl(d, "", ixName, name))
 				}
 			}
 		}
@@ -343,7 +358,7 @@ func createTable(d Dialect, table string) []string {
 	}
 	out := []string{"CREATE TABLE" + sq.ifNotExists + " " + table + " (\n    " + strings.Join(cols, ",\n    ") + "\n)" + sq.tableOptions}
 	for _, ix := range ixs {
-		out = append(out, "CREATE INDEX"+sq.ifNotExists+" "+table+"_"+ix.suffix+" ON "+table+" ("+ix.cols+")")
+		out = append(out, ix.ddl(d, sq.ifNotExists, table+"_"+ix.suffix, table))
 	}
 	return out
 }

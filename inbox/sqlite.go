@@ -45,10 +45,11 @@ var SQLite = Dialect{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
 		serial:  "INTEGER", // with the primary key, an alias of the rowid
 		created: "TIMESTAMP DEFAULT CURRENT_TIMESTAMP NOT NULL", blob: "BLOB", text: "TEXT",
-		ifNotExists:  " IF NOT EXISTS",
-		columnsQuery: `SELECT upper(name) FROM pragma_table_info(?)`,
-		indexesQuery: `SELECT upper(name) FROM pragma_index_list(?)`,
-		existsQuery:  `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND upper(name) = upper(?)`,
+		ifNotExists:    " IF NOT EXISTS",
+		partialIndexes: true,
+		columnsQuery:   `SELECT upper(name) FROM pragma_table_info(?)`,
+		indexesQuery:   `SELECT upper(name) FROM pragma_index_list(?)`,
+		existsQuery:    `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND upper(name) = upper(?)`,
 		// The database's write lock, held by the migration's transaction.
 		lock:     `BEGIN IMMEDIATE`,
 		lockIsTx: true,
