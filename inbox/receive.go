@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/inboxkit/inboxkit"
@@ -71,6 +72,8 @@ func (e *ReceiveError) InboxDecision() inboxkit.Decision {
 type queueQueries struct {
 	insertReceived stmt
 	adoptReceived  stmt
+	// lastOpen reads the CREATED_AT of the newest open entry of a key.
+	lastOpen stmt
 	// claim selects claimable rows FOR UPDATE; claimUpdate (with the IN
 	// list appended per call) then claims them. When claimUpdates is set,
 	// claim is one UPDATE ... RETURNING that claims by itself (SQLite).
@@ -90,9 +93,33 @@ const claimColumns = `EVENT_ID, CORRELATION_ID, HEADERS, PAYLOAD, ATTEMPTS, CREA
 // lease that has expired. TECHNICAL_FAILURE rows written by the
 // transactional variant (Process) have no NEXT_ATTEMPT_AT and are never
 // claimed: they wait for the broker's redelivery.
+//
+// An entry with an order key is claimable only while it is the oldest open
+// entry of its key (keyHead), so that no two workers ever hold entries of
+// one key and a key's entries run in arrival order, also after a lease
+// expires: the expired entry is still its key's oldest open one.
 const claimable = `CONSUMER_NAME = @consumer AND (STATUS = 'RECEIVED'` +
 	` OR (STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT <= @now)` +
-	` OR (STATUS = 'IN_PROGRESS' AND LEASE_UNTIL <= @now))`
+	` OR (STATUS = 'IN_PROGRESS' AND LEASE_UNTIL <= @now))` + keyHead
+
+// openEntry is an entry of the store-then-process variant that is not
+// finished: stored, leased (expired or not), or failed and due again at
+// NEXT_ATTEMPT_AT. A TECHNICAL_FAILURE without NEXT_ATTEMPT_AT waits for the
+// broker (the transactional variant's) and holds no key.
+const openEntry = `(STATUS IN ('RECEIVED', 'IN_PROGRESS') OR (STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT IS NOT NULL))`
+
+// keyHead admits an entry without an order key, or the oldest open entry
+// of its key: the first by (CREATED_AT, EVENT_ID). Receive makes a keyed
+// entry's CREATED_AT later than that of every open entry of its key
+// (arrival), so the event id only breaks ties a coarse CREATED_AT column
+// could leave: at most one entry of a key is ever its head. The heads are
+// one uncorrelated subquery (a window over the open keyed entries), which
+// the databases evaluate once per claim, and not at all when no candidate
+// has a key. It reads without locking: an entry locked by a concurrent
+// claim still counts as open, so its key's next entry is no head.
+const keyHead = ` AND (ORDER_KEY IS NULL OR EVENT_ID IN (SELECT EVENT_ID FROM (SELECT EVENT_ID, ROW_NUMBER() OVER ` +
+	`(PARTITION BY ORDER_KEY ORDER BY CREATED_AT, EVENT_ID) AS KEY_RANK FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY IS NOT NULL AND ` +
+	openEntry + `) heads WHERE KEY_RANK = 1))`
 
 // setLease is the SET list of a claim.
 const setLease = `STATUS = 'IN_PROGRESS', LEASE_OWNER = @owner, LEASE_UNTIL = @until, ATTEMPTS = ATTEMPTS + 1, UPDATED_AT = @now`
@@ -104,7 +131,8 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	// still cannot complete an older claim.
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
 	return queueQueries{
-		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @now, @now, 0, @source, @okey)`),
+		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)`),
+		lastOpen:       n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
 		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
 		// written by the transactional variant, or an adopted legacy row
 		// mapped by Migrate) takes the message in and becomes a RECEIVED
@@ -186,10 +214,14 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		hdr = string(b)
 	}
 	q := &s.qq
+	created, err := s.arrival(ctx, e)
+	if err != nil {
+		return false, "", err
+	}
 	// A few rounds: a duplicate row can vanish (retention purge) between
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {
-		a := e.row(args{"payload": payload, "headers": hdr, "now": s.t(s.now())})
+		a := e.row(args{"payload": payload, "headers": hdr, "now": s.t(s.now()), "created": s.t(created)})
 		_, err = q.insertReceived.exec(ctx, s.db, a)
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
@@ -210,6 +242,33 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 		return s.received(ctx, e, st, a)
 	}
 	return false, "", fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
+}
+
+// arrival is the CREATED_AT of entry e: now, to the microsecond; for an
+// entry with an order key, at least a microsecond after the CREATED_AT of
+// the newest open entry of its key. A key's deliveries are received one at
+// a time (the consumer's order per key, and the broker's across processes),
+// so a key's open entries are in arrival order by CREATED_AT even when
+// deliveries come within one tick of the clock, the clock steps back, or
+// the key moves to a process whose clock is behind (keyHead).
+//
+// The resolution is the inbox DDL's (PostgreSQL TIMESTAMP, MariaDB
+// TIMESTAMP(6), SQLite's text): an adopted table whose CREATED_AT keeps
+// less than microseconds orders a key's entries received within one of
+// its ticks by event id.
+func (s *Store) arrival(ctx context.Context, e Entry) (time.Time, error) {
+	now := s.now().Truncate(time.Microsecond)
+	if e.OrderKey == "" {
+		return now, nil
+	}
+	var last dbTime
+	if err := s.qq.lastOpen.queryRow(ctx, s.db, e.row(nil)).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("inbox: receive: the newest open entry of order key %q: %w", e.OrderKey, err)
+	}
+	if last.Valid && !now.After(last.Time) {
+		return last.Time.Truncate(time.Microsecond).Add(time.Microsecond), nil
+	}
+	return now, nil
 }
 
 // received is Receive's answer for a delivery whose event has a row in
