@@ -6,7 +6,8 @@
 //
 // # URLs
 //
-//	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too)
+//	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too; ?exclusive=true: an exclusive
+//	                                      consumer, one process consuming at a time)
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
 //	                                      ?single-active-consumer=true for the queues it creates)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ (?profile=ibmmq), Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)

@@ -18,7 +18,8 @@ import (
 type Config struct {
 	// URL is the broker URL, stomp://[login:passcode@]host:61613 (tcp://
 	// is accepted too); it sets Addr, Login and Passcode where those are
-	// empty. Defaults to "" (Addr).
+	// empty, its ?heartbeat= sets Heartbeat and ?exclusive=true sets
+	// Exclusive. Defaults to "" (Addr).
 	URL string
 	// Addr is the broker's STOMP address, host:port. Defaults to the host
 	// of URL, or "127.0.0.1:61613".
@@ -37,6 +38,19 @@ type Config struct {
 	// concurrency, or a little more: a higher value holds messages back from
 	// other consumers. Defaults to 10.
 	Prefetch int
+	// Exclusive subscribes to Queue as an ActiveMQ exclusive consumer
+	// (activemq.exclusive:true): the broker delivers the queue to one
+	// exclusive subscription at a time, whatever the number of processes
+	// consuming it; the others wait as standbys, and when the active one
+	// goes (closed, killed, its connection lost) the broker picks one of
+	// them, which gets the messages the previous one had not acknowledged
+	// first, in queue order. With an order key
+	// (consumer.Config.OrderKeyFunc) the one active process keeps each
+	// key's order, also when processes die in quick succession, where
+	// message groups reordered a group (docs/order.md). One process does
+	// the work: for more, partition the keys over several queues. Defaults
+	// to the URL's exclusive, else false.
+	Exclusive bool
 	// Heartbeat is the STOMP heart-beat interval, both ways. The connection
 	// is considered dead (and the Adapter reconnects) when the broker sends
 	// nothing for three times the negotiated interval. Defaults to the
@@ -100,6 +114,13 @@ func (c *Config) setDefaults() error {
 				return fmt.Errorf("stomp: Config.URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", u.Redacted(), hb)
 			}
 			c.Heartbeat = d
+		}
+		switch v := u.Query().Get("exclusive"); v {
+		case "", "false":
+		case "true":
+			c.Exclusive = true
+		default:
+			return fmt.Errorf("stomp: ?exclusive=%s in Config.URL %s: use true or false", v, u.Redacted())
 		}
 	}
 	if c.Addr == "" {

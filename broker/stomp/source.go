@@ -52,7 +52,11 @@ func QueueDestination(name string) string {
 // called from several goroutines; after a broken connection it reconnects
 // with backoff, and the deliveries of the broken connection can no longer
 // be acknowledged (their Ack returns an error wrapping ErrConnClosed) and
-// come again from the broker with Redelivered=true.
+// come again from the broker with Redelivered=true. A delivery of a
+// connection that broke before Receive handed it out is dropped: the broker
+// gives it to another consumer (or this one, after the reconnect), and a
+// handler running it here beside that one could overtake an earlier
+// message of its key (docs/order.md).
 type source struct {
 	cfg  Config
 	dest string
@@ -98,7 +102,11 @@ func (s *source) connect(ctx context.Context) (*Subscription, error) {
 	}
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
-	sub, err := c.Subscribe(sctx, s.dest, SubscribeOptions{Prefetch: s.cfg.Prefetch})
+	opts := SubscribeOptions{Prefetch: s.cfg.Prefetch}
+	if s.cfg.Exclusive {
+		opts.Headers = []Header{{"activemq.exclusive", "true"}}
+	}
+	sub, err := c.Subscribe(sctx, s.dest, opts)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("stomp: subscribe %s: %w", s.dest, err)
@@ -171,6 +179,9 @@ func (s *source) pump(ctx context.Context, sub *Subscription) error {
 		if err != nil {
 			return err
 		}
+		if dead(sub.Conn()) {
+			continue // buffered before the break: Next reports it after these
+		}
 		d := &Delivery{conn: sub.Conn(), ackID: f.Value("ack"), msg: messageFromFrame(f), oversize: f.Oversize, limit: s.limit}
 		select {
 		case s.deliveries <- d:
@@ -186,13 +197,28 @@ func (s *source) Receive(ctx context.Context) (consumer.Delivery, error) {
 		return nil, consumer.ErrClosed
 	default:
 	}
+	for {
+		select {
+		case d := <-s.deliveries:
+			if dead(d.conn) {
+				continue
+			}
+			return d, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.closed:
+			return nil, consumer.ErrClosed
+		}
+	}
+}
+
+// dead reports whether connection c has ended.
+func dead(c *Conn) bool {
 	select {
-	case d := <-s.deliveries:
-		return d, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-s.closed:
-		return nil, consumer.ErrClosed
+	case <-c.Done():
+		return true
+	default:
+		return false
 	}
 }
 
