@@ -96,7 +96,9 @@ type Config struct {
 	// runs without an order. A technical failure of a keyed delivery is
 	// retried in process, holding the key's later deliveries unacknowledged
 	// (see "Order per key" in the package documentation and docs/order.md).
-	// Only in ModeTransactional: New refuses it in ModeStoreThenProcess.
+	// In ModeStoreThenProcess the receivers store a key's deliveries one
+	// at a time in arrival order, and the workers claim an entry of a key
+	// only while it is the oldest open entry of its key (inbox.Worker).
 	// Nil: no order.
 	OrderKeyFunc OrderKeyFunc
 	// OnPoison is what becomes of a key whose head is dead-lettered (its
@@ -328,10 +330,6 @@ func (c *Config) validateMode() error {
 		return onlySTP("LeaseDuration", c.LeaseDuration)
 	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
 		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
-	case c.Mode == ModeStoreThenProcess && c.OrderKeyFunc != nil:
-		return fmt.Errorf("consumer: Config.OrderKeyFunc is set, but Mode %q does not keep an order per key: its workers claim "+
-			"stored entries in any order (claiming only the oldest open entry of a key is not built); use Mode %q for ordered keys",
-			c.Mode, ModeTransactional)
 	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
 		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
 			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",

@@ -70,9 +70,12 @@
 // meanwhile. When Run stops, what is held is handed back, each key's
 // in the order received (a PlaceKeeper left unacknowledged for the
 // Source's Close, which returns it at its place). The order holds within
-// one process, across processes where the broker gives a key to one
-// consumer at a time, and only in ModeTransactional (New refuses it in
-// ModeStoreThenProcess). See docs/order.md.
+// one process, and across processes where the broker gives a key to one
+// consumer at a time. In ModeStoreThenProcess the same receiver stores a
+// key's deliveries one at a time in arrival order, and the workers (of
+// every process) claim a keyed entry only while it is the oldest open
+// entry of its key (inbox.Worker.Claim), so no two workers hold one key,
+// also after a lease expires. See docs/order.md.
 //
 // While Config.PausedFunc returns true (for example a circuit breaker's
 // Open), no new delivery is taken.

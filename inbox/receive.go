@@ -165,6 +165,10 @@ func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", tabl
 // RECEIVED row in its own transaction, keyed by event id and consumer name.
 // When Receive returns a nil error the message is safe in the database and
 // the caller acknowledges it to the broker; a Worker processes it later.
+// An entry with an order key is stored with a CREATED_AT after that of
+// every open entry of its key, which is the order workers take a key's
+// entries in: receive a key's deliveries one at a time, in arrival order
+// (package consumer's order per key does).
 //
 // A delivery of an event that has a row is reported with inserted false
 // and the status found, and changes nothing: a terminal row (a duplicate),

@@ -184,6 +184,16 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 // IN_PROGRESS with an expired lease, and makes them IN_PROGRESS under this
 // worker's lease, raising ATTEMPTS, in one transaction.
 //
+// An entry with an order key (Entry.OrderKey, ORDER_KEY) is taken only
+// while it is the oldest open entry of its key: none of its key is older
+// and RECEIVED, IN_PROGRESS (leased, or its lease expired) or
+// TECHNICAL_FAILURE waiting for NEXT_ATTEMPT_AT. So no two workers, of any
+// process, hold entries of one key, a key's entries run in the order
+// Receive stored them, a failed entry holds its key until it is processed
+// or dead-lettered (then the key goes on), and an expired lease's entry is
+// claimed before its key's later ones. A replayed entry (ResetForReplay)
+// is open again and holds its key the same way.
+//
 // PostgreSQL and MariaDB select the entries with FOR UPDATE SKIP LOCKED, so
 // concurrent claims take different entries without waiting for each other.
 // SQLite claims with one UPDATE ... RETURNING; its writers are serialized.

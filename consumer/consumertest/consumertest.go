@@ -149,6 +149,7 @@ func Run(t *testing.T, b Broker) {
 		{"ReplayPoison", testReplayPoison},
 		{"PoisonResend", testPoisonResend},
 		{"Order", testOrder},
+		{"OrderStoreThenProcess", testOrderStoreThenProcess},
 		{"OrderWithoutKey", testOrderWithoutKey},
 		{"OrderPoisonHoldsItsKey", testOrderPoisonHoldsItsKey},
 		{"OrderParkKey", testOrderParkKey},

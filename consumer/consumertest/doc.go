@@ -64,6 +64,10 @@
 //     technically once, run with consumer.Config.OrderKeyFunc: the
 //     handler's log shows every key's events in sequence, each once, and
 //     ORDER_KEY holds the key.
+//   - OrderStoreThenProcess: Order's events in ModeStoreThenProcess (four
+//     receivers storing each key in arrival order, four workers claiming
+//     only the oldest open entry of a key): the same log; batch size 1
+//     only.
 //   - OrderWithoutKey: the same events without an order key: the log shows
 //     per-key inversions (what Order's zero is measured against); batch
 //     size 1 only.

@@ -88,8 +88,9 @@ func (e *env) publishOrdered(t *testing.T) map[string]bool {
 }
 
 // runOrdered publishes the events of testOrder and runs them at
-// concurrency 4 with order keys (keyed) or without, and returns the log.
-func (e *env) runOrdered(t *testing.T, keyed bool) *orderLog {
+// concurrency 4 in mode with order keys (keyed) or without, and returns
+// the log.
+func (e *env) runOrdered(t *testing.T, keyed bool, mode consumer.Mode) *orderLog {
 	failing := e.publishOrdered(t)
 	log := &orderLog{seqs: map[string][]int{}, failed: map[string]bool{}}
 	var keyFunc consumer.OrderKeyFunc
@@ -113,7 +114,7 @@ func (e *env) runOrdered(t *testing.T, keyed bool) *orderLog {
 		log.seqs[m.Header(orderHeader)] = append(log.seqs[m.Header(orderHeader)], seq)
 		return nil
 	}
-	r := e.start(t, runOpts{concurrency: 4, hook: hook, orderKey: keyFunc})
+	r := e.start(t, runOpts{concurrency: 4, hook: hook, orderKey: keyFunc, mode: mode})
 	e.waitFor(t, fmt.Sprintf("%d events processed", orderKeys*orderPerKey),
 		func() bool { return log.len() >= orderKeys*orderPerKey },
 		func() string { return summary(r.rec.list()) })
@@ -128,7 +129,26 @@ func (e *env) runOrdered(t *testing.T, keyed bool) *orderLog {
 // concurrency 4 (and in batches), although one event in a hundred fails
 // technically once and is retried while its key's later events wait.
 func testOrder(t *testing.T, e *env) {
-	log := e.runOrdered(t, true)
+	e.checkOrdered(t, consumer.ModeTransactional)
+}
+
+// testOrderStoreThenProcess is testOrder in ModeStoreThenProcess: the
+// receivers store each key's deliveries in arrival order, and the four
+// workers claim a key's entry only while it is the oldest open one of its
+// key, a failed one holding its key until its retry (issue 28, item 3).
+// It runs at batch size 1 only (the workers' batches are inbox's tests).
+func testOrderStoreThenProcess(t *testing.T, e *env) {
+	if e.batch > 1 {
+		t.Log("runs at batch size 1 only")
+		return
+	}
+	e.checkOrdered(t, consumer.ModeStoreThenProcess)
+}
+
+// checkOrdered runs testOrder's events with order keys in mode and checks
+// the log: every key in sequence, each event once.
+func (e *env) checkOrdered(t *testing.T, mode consumer.Mode) {
+	log := e.runOrdered(t, true, mode)
 	inv, missing := log.inversions()
 	if inv != 0 || missing != 0 {
 		log.mu.Lock()
@@ -141,8 +161,8 @@ func testOrder(t *testing.T, e *env) {
 		t.Errorf("ORDER_KEY of order-cust-03-07 is %q, want cust-03", row.OrderKey)
 	}
 	e.expectEmpty(t, e.queue)
-	t.Logf("%s/%s batch %d: %d events over %d keys, %d failed once: 0 per-key inversions",
-		e.b.Name, e.backend, e.batch, orderKeys*orderPerKey, orderKeys, len(log.failed))
+	t.Logf("%s/%s batch %d, %s: %d events over %d keys, %d failed once: 0 per-key inversions",
+		e.b.Name, e.backend, e.batch, mode, orderKeys*orderPerKey, orderKeys, len(log.failed))
 }
 
 // testOrderWithoutKey runs the events of testOrder without an order key:
@@ -157,7 +177,7 @@ func testOrderWithoutKey(t *testing.T, e *env) {
 		t.Log("runs at batch size 1 only")
 		return
 	}
-	log := e.runOrdered(t, false)
+	log := e.runOrdered(t, false, consumer.ModeTransactional)
 	inv, missing := log.inversions()
 	if missing != 0 {
 		t.Errorf("%d events not run", missing)
