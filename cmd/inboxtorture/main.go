@@ -95,6 +95,7 @@ type config struct {
 	orderKey     string
 	onPoison     string
 	singleActive bool
+	exclusive    bool
 }
 
 const defaultFailpoints = "after-commit-before-ack:0.01,mid-handler:0.01,after-dlq-publish-before-mark:0.05"
@@ -187,6 +188,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.orderKey, "order-key", "header:JMSXGroupID", "order scenario: inboxctl run --order-key of the consumers ('' for none: the unordered control run)")
 	fs.StringVar(&c.onPoison, "on-poison", "dead-letter", "order scenario: inboxctl run --on-poison: dead-letter (the poison key's later events wait for its dead letter, then run) or park-key (they follow it to the DLQ, KEY_PARKED)")
 	fs.BoolVar(&c.singleActive, "single-active", true, "order scenario on RabbitMQ: declare the queue single-active-consumer (?single-active-consumer=true); false: competing consumers")
+	fs.BoolVar(&c.exclusive, "exclusive", false, "order scenario on ActiveMQ: the consumers subscribe as exclusive consumers (?exclusive=true: one consumes, the others stand by); false: message groups share the keys out")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))

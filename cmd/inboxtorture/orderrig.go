@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -20,7 +21,8 @@ import (
 // The rig publishes --messages invoice events spread over --keys keys, each
 // key's events numbered 1, 2, 3, … and published in that order with
 // JMSXGroupID = the key (ActiveMQ message groups; on RabbitMQ the queue is
-// declared single-active-consumer unless --single-active=false). --consumers
+// declared single-active-consumer unless --single-active=false; on ActiveMQ
+// --exclusive subscribes as exclusive consumers instead). --consumers
 // `inboxctl run --order-key header:JMSXGroupID --concurrency 8` processes
 // consume the queue and are killed with kill -9 every --kill-every.
 //
@@ -144,6 +146,9 @@ func (e *orderEvent) line() []byte {
 	return b
 }
 
+// isSTOMP reports whether u is an ActiveMQ (STOMP) broker URL.
+func isSTOMP(u string) bool { return strings.HasPrefix(u, "stomp:") || strings.HasPrefix(u, "tcp:") }
+
 // withQuery adds a query parameter to a broker URL.
 func withQuery(u, param string) string {
 	if strings.Contains(u, "?") {
@@ -158,6 +163,13 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	if cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp") {
 		cfg.brokerURL = withQuery(cfg.brokerURL, "single-active-consumer=true")
 	}
+	if cfg.exclusive && !isSTOMP(cfg.brokerURL) {
+		return nil, errors.New("--exclusive is ActiveMQ's exclusive consumer: use it with --broker stomp (RabbitMQ's is --single-active)")
+	}
+	if cfg.exclusive && !strings.Contains(cfg.brokerURL, "exclusive=") {
+		cfg.brokerURL = withQuery(cfg.brokerURL, "exclusive=true")
+	}
+	exclusive := isSTOMP(cfg.brokerURL) && strings.Contains(cfg.brokerURL, "exclusive=true")
 	start := time.Now()
 	r, rnd, runID, cleanup, err := setup(ctx, cfg, stderr, nil, "--seed-customers")
 	if err != nil {
@@ -232,6 +244,7 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	}
 	res.broker, res.seed, res.runID, res.orderKey, res.onPoison = cfg.broker, cfg.seed, runID, cfg.orderKey, cfg.onPoison
 	res.consumers, res.concurrency, res.singleActive = cfg.consumers, cfg.concurrency, cfg.singleActive && strings.HasPrefix(cfg.brokerURL, "amqp")
+	res.exclusive = exclusive
 	res.messages, res.keys = cfg.messages, cfg.keys
 	res.kills = kills
 	res.deaths, res.restarts = r.sup.counts()
@@ -275,7 +288,7 @@ type orderResult struct {
 	onPoison                string
 	seed                    uint64
 	consumers, concurrency  int
-	singleActive            bool
+	singleActive, exclusive bool
 	messages, keys          int
 	kills                   int
 	deaths                  map[death]int
@@ -427,6 +440,9 @@ func (r *orderResult) print(w io.Writer) {
 		key = "(none)"
 	}
 	across := "message groups (JMSXGroupID)"
+	if r.exclusive {
+		across = "exclusive consumers"
+	}
 	if strings.HasPrefix(r.broker, "amqp") || r.broker == "rabbitmq" {
 		across = "competing consumers"
 		if r.singleActive {
