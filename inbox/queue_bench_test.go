@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -70,4 +71,89 @@ func BenchmarkWorker(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 		})
 	}
+}
+
+// BenchmarkClaim measures one worker's claim of 16 entries (Claim; the
+// entries are released untimed, so the backlog stays) with a backlog of
+// 5,000 stored entries: without order keys, and with the entries spread
+// over 100 keys (only the oldest open entry of a key is claimable: the
+// claim ranks the open keyed entries). The claims/s metric is the figure
+// to compare.
+//
+//	go test -run '^$' -bench Claim -benchtime 300x ./inbox/
+func BenchmarkClaim(b *testing.B) {
+	const backlog = 5000
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL, dbtest.SQLite} {
+		for _, keys := range []int{0, 100} {
+			b.Run(fmt.Sprintf("%s/keys=%d", backend, keys), func(b *testing.B) {
+				s, ctx := benchBacklog(b, backend, backlog, keys)
+				ports, err := s.WithPorts((&deadLetters{}).ports())
+				dbtest.Must(b, err, "ports")
+				w, err := ports.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }})
+				dbtest.Must(b, err, "worker")
+				b.ResetTimer()
+				for range b.N {
+					cs, err := w.Claim(ctx, 16)
+					if err != nil || len(cs) != 16 {
+						b.Fatalf("claimed %d (%v), want 16", len(cs), err)
+					}
+					b.StopTimer()
+					for _, c := range cs {
+						dbtest.Must(b, w.Release(ctx, c), "release")
+					}
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+			})
+		}
+	}
+}
+
+// BenchmarkReceiveKeyed measures Receive with a backlog of 5,000 open
+// entries: without an order key, and with one of 100 keys (the receive
+// reads the newest open entry of its key first).
+//
+//	go test -run '^$' -bench ReceiveKeyed -benchtime 500x ./inbox/
+func BenchmarkReceiveKeyed(b *testing.B) {
+	const backlog = 5000
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL, dbtest.SQLite} {
+		for _, keys := range []int{0, 100} {
+			b.Run(fmt.Sprintf("%s/keys=%d", backend, keys), func(b *testing.B) {
+				s, ctx := benchBacklog(b, backend, backlog, keys)
+				b.ResetTimer()
+				for i := range b.N {
+					e := inbox.Entry{EventID: fmt.Sprintf("N-%07d", i), ConsumerName: "bench"}
+					if keys > 0 {
+						e.OrderKey = fmt.Sprintf("key-%03d", i%keys)
+					}
+					if _, _, err := s.Receive(ctx, e, map[string]string{"id": e.EventID}, []byte(e.EventID)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "receives/s")
+			})
+		}
+	}
+}
+
+// benchBacklog is a store on a fresh database of backend holding n stored
+// entries of consumer "bench", spread over keys order keys (0: none).
+func benchBacklog(b *testing.B, backend string, n, keys int) (*inbox.Store, context.Context) {
+	db := dbtest.New(b, backend)
+	d, err := inbox.DialectByName(backend)
+	dbtest.Must(b, err, "dialect")
+	s, err := inbox.New(db.DB, d, inbox.Config{})
+	dbtest.Must(b, err, "store")
+	ctx := context.Background()
+	dbtest.Must(b, s.Migrate(ctx), "migrate")
+	for i := range n {
+		e := inbox.Entry{EventID: fmt.Sprintf("B-%07d", i), ConsumerName: "bench"}
+		if keys > 0 {
+			e.OrderKey = fmt.Sprintf("key-%03d", i%keys)
+		}
+		if _, _, err := s.Receive(ctx, e, map[string]string{"id": e.EventID}, []byte(e.EventID)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return s, ctx
 }
