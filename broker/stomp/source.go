@@ -53,10 +53,9 @@ func QueueDestination(name string) string {
 // with backoff, and the deliveries of the broken connection can no longer
 // be acknowledged (their Ack returns an error wrapping ErrConnClosed) and
 // come again from the broker with Redelivered=true. A delivery of a
-// connection that broke before Receive handed it out is dropped: the broker
-// gives it to another consumer (or this one, after the reconnect), and a
-// handler running it here beside that one could overtake an earlier
-// message of its key (docs/order.md).
+// connection that broke before Receive handed it out is dropped: its Ack
+// could only fail, and the broker gives it to another consumer (or to
+// this one, after the reconnect).
 type source struct {
 	cfg  Config
 	dest string
