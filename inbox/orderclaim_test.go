@@ -323,18 +323,9 @@ func TestWorkerKeyOrder(t *testing.T) {
 			})
 		}
 		recvWG.Wait()
-		deadline := time.Now().Add(5 * time.Minute)
-		for {
-			counts, err := first.CountByStatus(ctx)
-			dbtest.Must(t, err, "count")
-			if counts[inboxkit.StatusProcessed]+counts[inboxkit.StatusDeadLettered] == keys*perKey {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not finished after 5 minutes: %v", counts)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitCounts(t, first, 5*time.Minute, func(c map[inboxkit.Status]int) bool {
+			return c[inboxkit.StatusProcessed]+c[inboxkit.StatusDeadLettered] == keys*perKey
+		})
 		stop()
 		wg.Wait()
 

@@ -92,6 +92,24 @@ func receive(t testing.TB, s *inbox.Store, id string) (bool, inboxkit.Status) {
 	return inserted, st
 }
 
+// waitCounts polls the store's rows by status until done holds, and fails
+// the test after within.
+func waitCounts(t *testing.T, s *inbox.Store, within time.Duration, done func(map[inboxkit.Status]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		counts, err := s.CountByStatus(context.Background())
+		dbtest.Must(t, err, "count")
+		if done(counts) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rows by status after %s: %v", within, counts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func claimOne(t *testing.T, w *inbox.Worker) inbox.Claimed {
 	t.Helper()
 	cs, err := w.Claim(context.Background(), 1)
@@ -579,18 +597,7 @@ func TestWorkerRun(t *testing.T) {
 		for i := range entries {
 			receive(t, s, fmt.Sprintf("R-%03d", i))
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			counts, err := s.CountByStatus(context.Background())
-			dbtest.Must(t, err, "count")
-			if counts[inboxkit.StatusProcessed] == entries+1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not drained: %v", counts)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitCounts(t, s, 60*time.Second, func(c map[inboxkit.Status]int) bool { return c[inboxkit.StatusProcessed] == entries+1 })
 		cancel()
 		wg.Wait()
 		if n := b.allBusinessRows(t); n != entries+1 {
