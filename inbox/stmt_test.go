@@ -27,7 +27,7 @@ func TestStmtBindsByName(t *testing.T) {
 func TestStmtNames(t *testing.T) {
 	t.Parallel()
 	known := map[string]bool{}
-	for _, n := range strings.Fields(`event consumer corr hash source okey reason class error now attempts delta max marker owner until next uncount n payload headers`) {
+	for _, n := range strings.Fields(`event consumer corr hash source okey reason class error now attempts delta max marker owner until next uncount n payload headers created`) {
 		known[n] = true
 	}
 	for _, d := range []Dialect{Postgres, MySQL, SQLite, Oracle} {
