@@ -46,8 +46,11 @@ that holds a value is the key; e.g. header:JMSXGroupID,json:customerNo). A key's
 messages run one at a time in arrival order, different keys run concurrently up to
 --concurrency, and the key is stored in ORDER_KEY. A technical failure is retried
 in this process while the key's later messages wait unacknowledged; a message
-without a key runs without an order. Only in transactional mode, and only within
-one process: see docs/order.md.
+without a key runs without an order. With --mode store-then-process a key's
+messages are stored in arrival order and the workers of every process take only
+a key's oldest open entry. Across processes the broker must give a key to one
+consumer at a time (?single-active-consumer=true on RabbitMQ, ?exclusive=true on
+ActiveMQ): see docs/order.md.
 
 A poison head (dead-lettered after its attempts, or at once as poison): with
 --on-poison dead-letter (the default) its key goes on with the next message. With
