@@ -315,6 +315,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("consumer: Config.OnPoison %q is unknown: use %q or %q", c.OnPoison, OnPoisonDeadLetter, OnPoisonParkKey)
 	case c.OnPoison == OnPoisonParkKey && c.OrderKeyFunc == nil:
 		return fmt.Errorf("consumer: Config.OnPoison is %q, but OrderKeyFunc is not set: only a key can be parked; set OrderKeyFunc (inboxctl run --order-key) or leave OnPoison out", c.OnPoison)
+	case c.OnPoison == OnPoisonParkKey && c.Mode == ModeStoreThenProcess:
+		// The workers let a key go on past a dead-lettered head (the
+		// claim takes the key's next stored entry); parking is built
+		// for the transactional scheduler only.
+		return fmt.Errorf("consumer: Config.OnPoison %q is not built for Mode %q (its workers let a key go on past a dead-lettered head): use Mode %q, or leave OnPoison out", c.OnPoison, c.Mode, ModeTransactional)
 	}
 	return c.validateMode()
 }

@@ -241,6 +241,14 @@ func TestNewRefusesFieldsTheModeIgnores(t *testing.T) {
 			func(c *consumer.Config) { c.OrderKeyFunc = func(inboxkit.Message) string { return "k" } }},
 		{"order key in transactional", cfg, consumer.ModeTransactional, nil,
 			func(c *consumer.Config) { c.OrderKeyFunc = func(inboxkit.Message) string { return "k" } }},
+		{"park-key in store-then-process", cfg, consumer.ModeStoreThenProcess, []string{"Config.OnPoison \"park-key\"", "not built for Mode \"store-then-process\"", "transactional"},
+			func(c *consumer.Config) {
+				c.OrderKeyFunc, c.OnPoison = func(inboxkit.Message) string { return "k" }, consumer.OnPoisonParkKey
+			}},
+		{"park-key in transactional", cfg, consumer.ModeTransactional, nil,
+			func(c *consumer.Config) {
+				c.OrderKeyFunc, c.OnPoison = func(inboxkit.Message) string { return "k" }, consumer.OnPoisonParkKey
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.cfg
