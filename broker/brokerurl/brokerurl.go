@@ -11,7 +11,8 @@
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
 //	                                      ?single-active-consumer=true for the queues it creates)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ (?profile=ibmmq), Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
-//	nats://[user:pass@]host:4222          NATS JetStream (tls:// too)
+//	nats://[user:pass@]host:4222          NATS JetStream (tls:// too; a cluster: nats://h1:4222,h2:4222,h3:4222,
+//	                                      ?replicas=3 for the streams it creates, ?heartbeat=5s)
 //	embedded[:DIR]                        a NATS JetStream server inside this process
 //
 // Every adapter opened here is a consumer.Source (when opened with a queue)
@@ -30,6 +31,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +81,49 @@ type URL struct {
 	// STOMP and RabbitMQ adapters read their ?heartbeat= from URL
 	// themselves.
 	Heartbeat time.Duration
+	// Replicas is the URL's ?replicas= on NATS (jetstream.Config.Replicas:
+	// the copies of every stream the adapters create); 0 when not given.
+	Replicas int
+}
+
+// natsServers returns the NATS URL u (parsed from raw) as the list
+// nats.go reads: one URL per server, each with the credentials, none with
+// the query. The servers of a cluster are given as a comma-separated list,
+// after the scheme and the credentials once
+// (nats://user:pass@h1:4222,h2:4222,h3:4222?replicas=3) or as whole URLs
+// (nats://h1:4222,nats://h2:4222).
+func natsServers(raw string, u *url.URL) (string, error) {
+	rest, _, _ := strings.Cut(raw, "?")
+	if !strings.Contains(rest, ",") {
+		if u.RawQuery == "" {
+			return raw, nil
+		}
+		v := *u
+		v.RawQuery = ""
+		return v.String(), nil
+	}
+	scheme := u.Scheme + "://"
+	rest = rest[len(scheme):]
+	if at := strings.LastIndex(rest, "@"); at >= 0 && !strings.Contains(rest[:at], "://") {
+		rest = rest[at+1:] // the credentials, kept in u.User
+	}
+	var out []string
+	for _, part := range strings.Split(rest, ",") {
+		part = strings.TrimSpace(part)
+		if !strings.Contains(part, "://") {
+			part = scheme + part
+		}
+		v, err := url.Parse(part)
+		if err != nil || v.Host == "" || (v.Path != "" && v.Path != "/") {
+			return "", fmt.Errorf("server %d of the list is not host:port: list the servers as nats://h1:4222,h2:4222,h3:4222", len(out)+1)
+		}
+		if v.User == nil {
+			v.User = u.User
+		}
+		v.Path, v.RawPath = "", ""
+		out = append(out, v.String())
+	}
+	return strings.Join(out, ","), nil
 }
 
 // Parse parses a broker URL. Its errors say what to write instead, and
@@ -133,16 +178,26 @@ func Parse(raw string) (URL, error) {
 			return URL{}, noHost("nats://127.0.0.1:4222")
 		}
 		b.Kind = NATS
-		if q := u.Query(); q.Has("heartbeat") {
+		q := u.Query()
+		if q.Has("heartbeat") {
 			d, err := time.ParseDuration(q.Get("heartbeat"))
 			if err != nil || d <= 0 {
 				return URL{}, fmt.Errorf("broker URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", b.Display, q.Get("heartbeat"))
 			}
 			b.Heartbeat = d
-			q.Del("heartbeat")
-			u.RawQuery = q.Encode()
-			b.URL = u.String() // nats.go reads no query
 		}
+		if q.Has("replicas") {
+			n, err := strconv.Atoi(q.Get("replicas"))
+			if err != nil || n < 1 || n > 5 {
+				return URL{}, fmt.Errorf("broker URL %s: replicas=%q: JetStream keeps 1 to 5 replicas of a stream: e.g. ?replicas=3 on a cluster of three", b.Display, q.Get("replicas"))
+			}
+			b.Replicas = n
+		}
+		servers, err := natsServers(raw, u)
+		if err != nil {
+			return URL{}, fmt.Errorf("broker URL %s: %v", b.Display, err)
+		}
+		b.URL = servers // nats.go reads no query
 		return b, nil
 	case "":
 		return URL{}, fmt.Errorf("broker %q has no scheme: %s", u.Redacted(), Examples)
@@ -269,7 +324,7 @@ func (b *Broker) open(ctx context.Context, queue, name string, prefetch int, ack
 	case AMQP10:
 		a, err = amqp10.Open(ctx, amqp10.Config{URL: b.URL.URL, Queue: queue, Prefetch: prefetch, Logger: log})
 	default:
-		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, PingInterval: b.URL.Heartbeat, Logger: log}
+		cfg := jetstream.Config{URL: b.natsURL, Subject: queue, PollWait: time.Second, PingInterval: b.URL.Heartbeat, Replicas: b.URL.Replicas, Logger: log}
 		if queue != "" {
 			// Every process of one consumer name shares the durable, so its
 			// MaxAckPending (Prefetch) is the group's, not one process's:

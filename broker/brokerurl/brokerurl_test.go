@@ -364,3 +364,38 @@ func TestHeartbeatFromURL(t *testing.T) {
 		}
 	}
 }
+
+// TestNATSClusterURL: a NATS URL lists the servers of a cluster after the
+// scheme and the credentials once; Parse hands nats.go one whole URL per
+// server, each with the credentials and none with the query, and reads
+// ?replicas= (issue 29.1). A count JetStream cannot keep is refused.
+func TestNATSClusterURL(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{"nats://127.0.0.1:14223,127.0.0.1:14224,127.0.0.1:14225?replicas=3&heartbeat=2s",
+			"nats://127.0.0.1:14223,nats://127.0.0.1:14224,nats://127.0.0.1:14225"},
+		{"nats://u:secret@h1:4222,h2:4222/?replicas=3", "nats://u:secret@h1:4222,nats://u:secret@h2:4222"},
+		{"nats://h1:4222,nats://v:pw@h2:4222?replicas=3", "nats://h1:4222,nats://v:pw@h2:4222"},
+		{"tls://h1:4222,h2:4222?replicas=3", "tls://h1:4222,tls://h2:4222"},
+	} {
+		u, err := brokerurl.Parse(tc.raw)
+		if err != nil {
+			t.Errorf("Parse(%s): %v", tc.raw, err)
+			continue
+		}
+		if u.Kind != brokerurl.NATS || u.URL != tc.want || u.Replicas != 3 {
+			t.Errorf("Parse(%s) = kind %s, URL %q, replicas %d; want nats, %q, 3", tc.raw, u.Kind, u.URL, u.Replicas, tc.want)
+		}
+		if strings.Contains(u.Display, "secret") {
+			t.Errorf("Parse(%s).Display %q shows the password", tc.raw, u.Display)
+		}
+	}
+	if u, err := brokerurl.Parse("nats://127.0.0.1:4222"); err != nil || u.Replicas != 0 || u.URL != "nats://127.0.0.1:4222" {
+		t.Errorf("Parse(nats://127.0.0.1:4222) = %+v, %v; want the URL as given, replicas 0", u, err)
+	}
+	for _, raw := range []string{"nats://h1:4222,h2:4222?replicas=7", "nats://h1:4222?replicas=three", "nats://h1:4222,,h3:4222"} {
+		_, err := brokerurl.Parse(raw)
+		if err == nil || !(strings.Contains(err.Error(), "?replicas=3") || strings.Contains(err.Error(), "nats://h1:4222,h2:4222,h3:4222")) {
+			t.Errorf("Parse(%s): %v, want an error showing the form to use", raw, err)
+		}
+	}
+}

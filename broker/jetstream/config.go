@@ -14,10 +14,22 @@ import (
 // Config configures an Adapter. The zero value of every field selects its
 // documented default.
 type Config struct {
-	// URL is the NATS server URL (a comma-separated list is allowed). The
-	// password of a user:password URL never appears in errors or logs.
+	// URL is the NATS server URL, or a comma-separated list of them, one
+	// per node of a cluster ("nats://h1:4222,nats://h2:4222,nats://h3:4222"):
+	// nats.go connects to one and moves to another when it is lost (and
+	// learns the rest of the cluster from the server). The password of a
+	// user:password URL never appears in errors or logs.
 	// Defaults to "nats://127.0.0.1:4222".
 	URL string
+	// Replicas is the number of copies of every stream the Adapter creates
+	// (Open's stream, the dead-letter and reject streams Publish creates,
+	// EnsureStream), each on another node of a JetStream cluster; the
+	// durable consumer has as many as its stream. A stream of 3 replicas
+	// keeps working, nothing it confirmed lost, while one node is down (5:
+	// two). A single server holds only 1: more is refused there, naming
+	// the fix. An existing stream keeps its replicas; Open and
+	// EnsureStream log a warning when it has fewer than Replicas. 0 means 1.
+	Replicas int
 	// Stream is the JetStream stream holding Subject. When it does not exist
 	// it is created with file storage and work-queue retention (see
 	// KeepAcked); when it exists and does not capture Subject, Subject is
@@ -100,6 +112,9 @@ func (c *Config) setDefaults() {
 	if c.Stream == "" && c.Subject != "" {
 		c.Stream = StreamName(c.Subject)
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	if c.Prefetch == 0 {
 		c.Prefetch = 1000
 	}
@@ -122,8 +137,8 @@ func (c *Config) setDefaults() {
 }
 
 func (c *Config) validate() error {
-	for _, u := range strings.Split(c.URL, ",") {
-		if _, err := url.Parse(strings.TrimSpace(u)); err != nil {
+	for _, u := range serverURLs(c.URL) {
+		if _, err := url.Parse(u); err != nil {
 			var uerr *url.Error
 			if errors.As(err, &uerr) {
 				err = uerr.Err // the full error quotes the URL
@@ -136,6 +151,9 @@ func (c *Config) validate() error {
 	}
 	if strings.ContainsAny(c.Durable, ".*> \t") {
 		return fmt.Errorf("jetstream: Config.Durable %q must not contain '.', '*', '>' or spaces", c.Durable)
+	}
+	if c.Replicas < 0 || c.Replicas > maxReplicas {
+		return fmt.Errorf("jetstream: Config.Replicas %d: JetStream keeps 1 to %d replicas of a stream (3 on a cluster of three)", c.Replicas, maxReplicas)
 	}
 	if c.AckWait < 0 {
 		return errors.New("jetstream: Config.AckWait must not be negative")
@@ -172,6 +190,9 @@ func StreamName(subject string) string {
 	}, subject)
 }
 
+// maxReplicas is the most replicas a JetStream stream may have.
+const maxReplicas = 5
+
 // defaultReconnect is Config.Reconnect's default.
 var defaultReconnect = inboxkit.Backoff{Initial: 500 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: -1}
 
@@ -180,11 +201,28 @@ func (c *Config) backoff(attempts int) time.Duration {
 	return c.Reconnect.Delay(attempts)
 }
 
+// serverURLs splits a URL list as nats.go does, "nats://" put before an
+// entry without a scheme (nats.go connects to a bare host:port so).
+func serverURLs(urls string) []string {
+	var out []string
+	for _, p := range strings.Split(urls, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // redact returns the URL list with passwords replaced by "xxxxx".
 func redact(urls string) string {
-	parts := strings.Split(urls, ",")
+	parts := serverURLs(urls)
 	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
+		u, err := url.Parse(p)
 		if err != nil {
 			parts[i] = "<unparsable URL>"
 			continue
@@ -197,8 +235,8 @@ func redact(urls string) string {
 // hidePassword removes the passwords of urls from msg: nats.go errors may
 // quote the server URL.
 func hidePassword(urls, msg string) string {
-	for _, p := range strings.Split(urls, ",") {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil {
+	for _, p := range serverURLs(urls) {
+		if u, err := url.Parse(p); err == nil {
 			if pw, ok := u.User.Password(); ok && pw != "" {
 				msg = strings.ReplaceAll(msg, pw, "xxxxx")
 			}

@@ -342,20 +342,29 @@ func (a *Adapter) ensureStream(ctx context.Context, name string, retention jetst
 				Subjects:  subjects,
 				Storage:   jetstream.FileStorage,
 				Retention: retention,
+				Replicas:  a.cfg.Replicas,
 			})
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				continue
 			}
+			if err != nil && a.cfg.Replicas > 1 {
+				return 0, fmt.Errorf("jetstream: create stream %s with %d replicas: %w (a stream has at most as many replicas as the JetStream cluster has nodes, and 1 on a single server: connect to a cluster, or lower ?replicas=)", name, a.cfg.Replicas, err)
+			}
 			if err != nil {
 				return 0, fmt.Errorf("jetstream: create stream %s: %w", name, err)
 			}
-			a.cfg.Logger.Info("jetstream: created stream", "stream", name, "subjects", subjects, "retention", retentionName(retention), "storage", "file")
+			a.cfg.Logger.Info("jetstream: created stream", "stream", name, "subjects", subjects, "retention", retentionName(retention), "storage", "file", "replicas", a.cfg.Replicas)
 			return retention, nil
 		}
 		if err != nil {
 			return 0, fmt.Errorf("jetstream: look up stream %s: %w", name, err)
 		}
 		cfg := s.CachedInfo().Config
+		if r := max(cfg.Replicas, 1); r < a.cfg.Replicas {
+			a.cfg.Logger.Warn("jetstream: the stream has fewer replicas than asked for; an existing stream keeps its settings",
+				"stream", name, "replicas", r, "asked", a.cfg.Replicas,
+				"fix", fmt.Sprintf("nats stream edit %s --replicas %d (or delete the stream when it is empty)", name, a.cfg.Replicas))
+		}
 		added := false
 		for _, subj := range subjects {
 			if !slices.ContainsFunc(cfg.Subjects, func(p string) bool { return subjectMatches(p, subj) }) {

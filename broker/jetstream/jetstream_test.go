@@ -426,15 +426,18 @@ func TestConfig(t *testing.T) {
 		{Config{AckWait: -time.Second}, "Config.AckWait"},
 		{Config{PollWait: time.Millisecond}, "Config.PollWait"},
 		{Config{URL: "nats://u:s3cr3t@127.0.0.1:bad"}, "Config.URL"},
+		{Config{Replicas: 6}, "Config.Replicas"},
 	} {
 		_, err := Open(context.Background(), tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.field) || strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("Open(%+v) = %v, want an error naming %s without the password", tc.cfg, err, tc.field)
 		}
 	}
-	_, err := Open(context.Background(), Config{URL: "nats://u:s3cr3t@127.0.0.1:1", DialTimeout: time.Second})
-	if err == nil || strings.Contains(err.Error(), "s3cr3t") {
-		t.Errorf("Open to a closed port = %v; want an error without the password", err)
+	for _, u := range []string{"nats://u:s3cr3t@127.0.0.1:1", "nats://u:s3cr3t@127.0.0.1:1,127.0.0.1:2,nats://v:s3cr3t@127.0.0.1:3"} {
+		_, err := Open(context.Background(), Config{URL: u, DialTimeout: time.Second})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "invalid") {
+			t.Errorf("Open to closed ports (%s) = %v; want a connect error without the password", redact(u), err)
+		}
 	}
 }
 
@@ -458,5 +461,19 @@ func TestSubjectMatches(t *testing.T) {
 		if got := subjectMatches(tc.pattern, tc.subject); got != tc.want {
 			t.Errorf("subjectMatches(%q, %q) = %v, want %v", tc.pattern, tc.subject, got, tc.want)
 		}
+	}
+}
+
+// TestReplicasOnASingleServer: Config.Replicas above 1 is for a JetStream
+// cluster; a single server refuses the stream, and Open says what to do
+// (issue 29.1). A count JetStream cannot keep is refused before connecting.
+func TestReplicasOnASingleServer(t *testing.T) {
+	t.Parallel()
+	n, _ := testNames(t, systemURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := Open(ctx, Config{URL: systemURL, Stream: n.stream, Subject: n.subject, Replicas: 3})
+	if err == nil || !strings.Contains(err.Error(), "with 3 replicas") || !strings.Contains(err.Error(), "connect to a cluster") {
+		t.Errorf("Open with Replicas 3 on a single server: %v; want the stream refused, naming the fix", err)
 	}
 }
