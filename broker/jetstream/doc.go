@@ -56,6 +56,17 @@
 // [Adapter.EnsureStream] creates or extends a stream of a chosen name ahead
 // of time. [Adapter.Depth] counts a subject's messages in its stream.
 //
+// # A cluster
+//
+// Config.URL lists the servers of a JetStream cluster, and Config.Replicas
+// is the number of copies of every stream the Adapter creates: 3 on a
+// cluster of three keeps a stream, and what it confirmed, through the loss
+// of one node. When the node leading the stream or the durable consumer
+// dies, the others elect a new leader within seconds; meanwhile Publish
+// fails and Receive gets nothing, then both carry on without help, on a
+// connection nats.go moved to a live node. An Ack lost with the old leader
+// makes the message come back after AckWait, a duplicate for the inbox.
+//
 // # Connection loss
 //
 // nats.go reconnects forever (Config.Reconnect, an inboxkit.Backoff,

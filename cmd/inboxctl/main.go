@@ -208,7 +208,8 @@ Brokers (--broker, or INBOXKIT_BROKER):
   amqp://user:pass@host:5672/               RabbitMQ (AMQP 0-9-1)
   amqp10://user:pass@host:5672              AMQP 1.0: IBM MQ AMQP channel, Artemis, Service Bus,
                                             RabbitMQ's plugin (amqp10s:// for TLS)
-  nats://host:4222                          NATS JetStream
+  nats://host:4222                          NATS JetStream; a cluster: every node, and the
+                                            streams' replicas: nats://h1:4222,h2:4222,h3:4222?replicas=3
   embedded[:DIR]                            JetStream inside this process
 
 Exit codes: 0 ok, 1 findings or failed verification, 2 usage or configuration error,
