@@ -7,7 +7,8 @@
 // # URLs
 //
 //	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too; ?exclusive=true: an exclusive
-//	                                      consumer, one process consuming at a time)
+//	                                      consumer, one process consuming at a time; a master/slave pair:
+//	                                      stomp://h1:61613,h2:61613, the first that answers)
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
 //	                                      ?single-active-consumer=true for the queues it creates)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ (?profile=ibmmq), Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
@@ -28,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -65,7 +65,7 @@ const Examples = "use stomp://127.0.0.1:61613 (ActiveMQ), amqp://guest:guest@127
 type URL struct {
 	// Kind is STOMP, AMQP, AMQP10, NATS or Embedded.
 	Kind string
-	// Addr is host:port for STOMP.
+	// Addr is host:port for STOMP, or a comma-separated list of them.
 	Addr string
 	// Login and Passcode are the STOMP credentials (from the userinfo).
 	Login, Passcode string
@@ -154,10 +154,11 @@ func Parse(raw string) (URL, error) {
 		if u.Host == "" {
 			return URL{}, noHost("stomp://127.0.0.1:61613")
 		}
-		b.Kind, b.Addr = STOMP, u.Host
-		if u.Port() == "" {
-			b.Addr = net.JoinHostPort(u.Hostname(), "61613")
+		addrs, err := stomp.Addrs(u.Host)
+		if err != nil {
+			return URL{}, fmt.Errorf("broker URL %s: %v", b.Display, err)
 		}
+		b.Kind, b.Addr = STOMP, strings.Join(addrs, ",")
 		b.Login = u.User.Username()
 		b.Passcode, _ = u.User.Password()
 		return b, nil

@@ -17,12 +17,17 @@ import (
 // selects its documented default.
 type Config struct {
 	// URL is the broker URL, stomp://[login:passcode@]host:61613 (tcp://
-	// is accepted too); it sets Addr, Login and Passcode where those are
-	// empty, its ?heartbeat= sets Heartbeat and ?exclusive=true sets
-	// Exclusive. Defaults to "" (Addr).
+	// is accepted too), or with the addresses of a master/slave pair,
+	// stomp://host1:61613,host2:61613; it sets Addr, Login and Passcode
+	// where those are empty, its ?heartbeat= sets Heartbeat and
+	// ?exclusive=true sets Exclusive. Defaults to "" (Addr).
 	URL string
-	// Addr is the broker's STOMP address, host:port. Defaults to the host
-	// of URL, or "127.0.0.1:61613".
+	// Addr is the broker's STOMP address, host:port, or a comma-separated
+	// list of them (an ActiveMQ master and its slaves: only the broker
+	// holding the store's lock listens). Every connect tries them in order
+	// and keeps the first that answers, so after the master dies the
+	// Adapter reconnects to whichever slave took over. Defaults to the
+	// host of URL, or "127.0.0.1:61613".
 	Addr string
 	// Host is the CONNECT host header. Defaults to the host part of Addr.
 	Host string
@@ -99,10 +104,11 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("stomp: Config.URL %s has no host: e.g. stomp://127.0.0.1:61613", u.Redacted())
 		}
 		if c.Addr == "" {
-			c.Addr = u.Host
-			if u.Port() == "" {
-				c.Addr = net.JoinHostPort(u.Hostname(), "61613")
+			addrs, err := Addrs(u.Host)
+			if err != nil {
+				return fmt.Errorf("stomp: Config.URL %s: %v", u.Redacted(), err)
 			}
+			c.Addr = strings.Join(addrs, ",")
 		}
 		if c.Login == "" && c.Passcode == "" && u.User != nil {
 			c.Login = u.User.Username()
@@ -160,11 +166,42 @@ func (c *Config) validate() error {
 	return c.Reconnect.Validate("stomp: Config.Reconnect")
 }
 
+// Addrs splits hosts, "host[:port]" or a comma-separated list of them, into
+// host:port addresses, 61613 where a port is missing.
+func Addrs(hosts string) ([]string, error) {
+	var out []string
+	for _, h := range strings.Split(hosts, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, fmt.Errorf("an empty address in %q: list them as host1:61613,host2:61613", hosts)
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "61613")
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// dial connects to the first address of c.Addr that answers, each
+// attempt bounded by DialTimeout.
 func (c *Config) dial(ctx context.Context) (*Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
-	defer cancel()
-	return Dial(ctx, c.Addr, ConnOptions{
-		Host: c.Host, Login: c.Login, Passcode: c.Passcode,
-		HeartBeat: c.Heartbeat, WriteTimeout: c.WriteTimeout, ReceiptTimeout: c.ReceiptTimeout, Limits: c.Limits,
-	})
+	addrs := strings.Split(c.Addr, ",")
+	var errs []error
+	for _, addr := range addrs {
+		dctx, cancel := context.WithTimeout(ctx, c.DialTimeout)
+		conn, err := Dial(dctx, strings.TrimSpace(addr), ConnOptions{
+			Host: c.Host, Login: c.Login, Passcode: c.Passcode,
+			HeartBeat: c.Heartbeat, WriteTimeout: c.WriteTimeout, ReceiptTimeout: c.ReceiptTimeout, Limits: c.Limits,
+		})
+		cancel()
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil || len(addrs) == 1 {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }

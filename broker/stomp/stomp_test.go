@@ -17,6 +17,7 @@ import (
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
 // brokerConfig returns a Config for the test broker, failing the test when
@@ -525,5 +526,61 @@ func TestCanceledContextKeepsConnection(t *testing.T) {
 	}
 	if err := c.Send(testCtx(t), "/queue/"+b.cfg.Queue, nil, []byte("y")); err != nil {
 		t.Fatalf("the connection did not survive a canceled caller: %v", err)
+	}
+}
+
+// TestAddressListFailsOver: Config.Addr lists a master and a slave (here
+// two proxies in front of the one broker). The source connects to the
+// first; when it dies (its port refuses, as a killed ActiveMQ master's
+// does) the source reconnects to the next by itself and the delivery whose
+// ACK was lost comes again. A first address that refuses from the start
+// is passed over by Open (issue 29.1, ActiveMQ master/slave).
+func TestAddressListFailsOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testCtx(t)
+	master := tcpproxy.Start(t, b.cfg.Addr)
+	slave := tcpproxy.Start(t, b.cfg.Addr)
+	cfg := b.cfg
+	cfg.Addr = master.Addr() + "," + slave.Addr()
+	if err := b.pub.Publish(ctx, cfg.Queue, map[string]string{"eventId": "evt-m"}, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	s := newSource(t, cfg)
+	d1 := receive(t, s, 10*time.Second)
+	if got := s.Conn().NetConn().RemoteAddr().String(); got != master.Addr() {
+		t.Fatalf("connected to %s, want the first address %s", got, master.Addr())
+	}
+	master.Close() // the master dies: its connections close, its port refuses
+	if err := d1.Ack(ctx); err == nil {
+		t.Fatal("ack on the dead master's connection succeeded")
+	}
+	d2 := receive(t, s, 15*time.Second)
+	if m := d2.Message(); !m.Redelivered || m.Header("eventId") != "evt-m" {
+		t.Fatalf("after the failover: redelivered=%v eventId=%q", m.Redelivered, m.Header("eventId"))
+	}
+	if got := s.Conn().NetConn().RemoteAddr().String(); got != slave.Addr() {
+		t.Errorf("reconnected to %s, want the slave %s", got, slave.Addr())
+	}
+	if err := d2.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.Addr = master.Addr() + "," + slave.Addr() // the first refuses from the start
+	cfg.Queue = ""
+	p, err := stomp.Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open with a dead first address: %v", err)
+	}
+	defer p.Close()
+	if err := p.Publish(ctx, b.cfg.Queue, map[string]string{"eventId": "evt-s"}, []byte("s")); err != nil {
+		t.Fatal(err)
+	}
+	if m := receive(t, s, 10*time.Second).Message(); m.Header("eventId") != "evt-s" {
+		t.Errorf("got %q, want evt-s", m.Header("eventId"))
+	}
+	cfg.Addr = master.Addr() + ",," + slave.Addr()
+	if _, err := stomp.Open(ctx, stomp.Config{URL: "stomp://" + cfg.Addr}); err == nil || !strings.Contains(err.Error(), "host1:61613,host2:61613") {
+		t.Errorf("Open with an empty address in the list: %v, want the form to use", err)
 	}
 }
