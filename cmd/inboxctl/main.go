@@ -204,7 +204,7 @@ Databases (--db, or INBOXKIT_DB):
   godror://user:pass@host:1521/service      (only when built with -tags godror, cgo)
 
 Brokers (--broker, or INBOXKIT_BROKER):
-  stomp://[login:passcode@]host:61613       ActiveMQ Classic
+  stomp://[login:passcode@]host:61613       ActiveMQ Classic; a master/slave pair: stomp://h1:61613,h2:61613
   amqp://user:pass@host:5672/               RabbitMQ (AMQP 0-9-1)
   amqp10://user:pass@host:5672              AMQP 1.0: IBM MQ AMQP channel, Artemis, Service Bus,
                                             RabbitMQ's plugin (amqp10s:// for TLS)
