@@ -35,7 +35,7 @@ func (b *Broker) BindCopy(ctx context.Context, queue, exchange string, keys []st
 	if b.URL.Kind != AMQP {
 		return fmt.Errorf("brokerurl: BindCopy is for RabbitMQ (amqp://), not %s", b.URL.Kind)
 	}
-	conn, err := amqp091.DialConfig(b.URL.URL, amqp091.Config{Dial: amqp091.DefaultDial(10 * time.Second)})
+	conn, err := rabbitmq.DialNodes(b.URL.URL, amqp091.Config{Dial: amqp091.DefaultDial(10 * time.Second)})
 	if err != nil {
 		return err
 	}

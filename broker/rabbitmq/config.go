@@ -23,6 +23,15 @@ type Config struct {
 	// sets QueueType when that is empty, and single-active-consumer=true
 	// sets SingleActiveConsumer. The password never appears in
 	// errors or logs. Defaults to "amqp://guest:guest@127.0.0.1:5672/".
+	//
+	// The nodes of a cluster are listed comma-separated in the host part,
+	// each with its port (5672 by default), the credentials, vhost and
+	// query shared: amqp://guest:guest@rmq1:5672,rmq2:5672,rmq3:5672/.
+	// Host names or IPv4 addresses only (an IPv6 literal works as the only
+	// host). The Adapter connects to the first node that answers, and
+	// after a lost connection to the next one in the list that answers,
+	// round the list (see the package doc, Connection loss). DialTimeout
+	// bounds each node's attempt.
 	URL string
 	// Queue is the queue Receive consumes from. An existing queue is used
 	// as it is, whatever its type and arguments (a passive declare first);
@@ -73,6 +82,8 @@ type Config struct {
 	Heartbeat time.Duration
 	// heartbeatDefaulted: Heartbeat was 0, so the URL's ?heartbeat= sets it.
 	heartbeatDefaulted bool
+	// nodes is URL split into one URL per node (set by validate).
+	nodes []string
 	// ConnectionName is shown in the management UI (client property
 	// connection_name). Defaults to "inboxkit".
 	ConnectionName string
@@ -126,12 +137,17 @@ func (c *Config) validate() error {
 			c.Heartbeat = time.Duration(n) * time.Second
 		}
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		msg := err.Error()
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	if c.nodes, err = nodeURLs(c.URL, u); err != nil {
+		return fmt.Errorf("rabbitmq: Config.URL %s: %w", u.Redacted(), err)
+	}
+	for _, n := range c.nodes {
+		if _, err := amqp.ParseURI(n); err != nil {
+			msg := err.Error()
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+			return fmt.Errorf("rabbitmq: Config.URL %s is invalid: %s", u.Redacted(), msg)
 		}
-		return fmt.Errorf("rabbitmq: Config.URL %s is invalid: %s", u.Redacted(), msg)
 	}
 	if c.QueueType == "" {
 		c.QueueType = u.Query().Get("queue-type")
@@ -172,4 +188,59 @@ func redact(rawURL string) string {
 		return "<unparsable URL>"
 	}
 	return u.Redacted()
+}
+
+// nodeURLs splits raw, parsed as u, when its host part lists several nodes
+// (amqp://user:pass@h1:5672,h2:5672/vhost?query) into one URL per node,
+// each with the credentials, vhost and query of u. A URL of one host is
+// returned as it is (raw).
+func nodeURLs(raw string, u *url.URL) ([]string, error) {
+	hosts := strings.Split(u.Host, ",")
+	if len(hosts) == 1 {
+		return []string{raw}, nil
+	}
+	nodes := make([]string, 0, len(hosts))
+	for i, h := range hosts {
+		if strings.TrimSpace(h) == "" {
+			return nil, fmt.Errorf("host %d of the node list %q is empty: list the nodes as host:port,host:port", i+1, u.Host)
+		}
+		n := *u
+		n.Host = strings.TrimSpace(h)
+		nodes = append(nodes, n.String())
+	}
+	return nodes, nil
+}
+
+// DialNodes connects to the first node of rawURL that answers: its only
+// host, or each of the comma-separated hosts of a cluster's URL in turn
+// (see Config.URL). The error names every node tried, passwords removed.
+func DialNodes(rawURL string, cfg amqp.Config) (*amqp.Connection, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: URL %s is invalid", redact(rawURL))
+	}
+	nodes, err := nodeURLs(rawURL, u)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: URL %s: %w", u.Redacted(), err)
+	}
+	conn, _, err := dialFrom(nodes, 0, cfg)
+	return conn, err
+}
+
+// dialFrom tries nodes in turn from index first, round the list, and
+// returns the first connection made and the index of its node.
+func dialFrom(nodes []string, first int, cfg amqp.Config) (*amqp.Connection, int, error) {
+	var errs []error
+	for k := range nodes {
+		i := (first + k) % len(nodes)
+		conn, err := amqp.DialConfig(nodes[i], cfg)
+		if err == nil {
+			return conn, i, nil
+		}
+		errs = append(errs, fmt.Errorf("rabbitmq: connect to %s: %w", redact(nodes[i]), err))
+	}
+	if len(errs) == 1 {
+		return nil, -1, errs[0]
+	}
+	return nil, -1, fmt.Errorf("rabbitmq: no node of the %d answers: %w", len(nodes), errors.Join(errs...))
 }

@@ -9,7 +9,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// QueueExists reports whether queue exists on the broker at rawURL. It uses
+// QueueExists reports whether queue exists on the broker at rawURL (the
+// first of its nodes that answers: see Config.URL). It uses
 // a passive declare, which never creates the queue (an Adapter with
 // Config.Queue declares it, so a tool that only looks at a queue, such as a
 // dead-letter listing, asks this first).
@@ -18,9 +19,9 @@ func QueueExists(ctx context.Context, rawURL, queue string) (bool, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
-	conn, err := amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(timeout), Locale: "en_US"})
+	conn, err := DialNodes(rawURL, amqp.Config{Dial: amqp.DefaultDial(timeout), Locale: "en_US"})
 	if err != nil {
-		return false, fmt.Errorf("rabbitmq: connect to %s: %w", redact(rawURL), err)
+		return false, err
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()

@@ -50,6 +50,9 @@ type Adapter struct {
 	cfg Config
 	url string // redacted, for logs and errors
 	sv  *reconnect.Supervisor[*session]
+
+	nodeMu sync.Mutex
+	node   int // index in cfg.nodes of the last session's node; -1 before the first
 }
 
 // session is one connection with its channels. It is never reused after it
@@ -83,7 +86,7 @@ func Open(ctx context.Context, cfg Config) (*Adapter, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	a := &Adapter{cfg: cfg, url: redact(cfg.URL)}
+	a := &Adapter{cfg: cfg, url: redact(cfg.URL), node: -1}
 	a.sv = reconnect.New(reconnect.Config[*session]{
 		Name: "rabbitmq", URL: a.url, Queue: cfg.Queue, Logger: cfg.Logger,
 		Backoff: cfg.Reconnect, Closed: consumer.ErrClosed,
@@ -166,22 +169,56 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 // Publish waits, bounded by ctx.
 //
 // A message the broker nacks was not stored, so it is published again, up
-// to three times (a quorum queue created a moment ago nacks until its
-// leader is elected).
+// to three times in all (a quorum queue created a moment ago nacks until
+// its leader is elected). A message whose connection was lost before its
+// confirm is published again on the next connection, to the next node of
+// a cluster (Config.URL), within the same three: it may have been stored
+// all the same, so it can arrive twice (at least once; a consumer
+// deduplicates by its event id).
 func (a *Adapter) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
 	var err error
 	for try := 1; try <= 3; try++ {
 		err = a.publish(ctx, destination, headers, body, true)
-		if !errors.Is(err, errBrokerNack) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		switch {
+		case errors.Is(err, errBrokerNack):
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+		case errors.Is(err, errConnLost):
+			// the next a.sv.Current waits for the next connection
+		default:
+			return err
+		}
 	}
 	return err
 }
 
-// errBrokerNack is an explicit basic.nack: the broker did not store the message.
-var errBrokerNack = fmt.Errorf("%w by the broker", ErrNacked)
+var (
+	// errBrokerNack is an explicit basic.nack: the broker did not store the message.
+	errBrokerNack = fmt.Errorf("%w by the broker", ErrNacked)
+	// errConnLost: the connection or channel died before the confirm; the
+	// message may or may not be stored.
+	errConnLost = fmt.Errorf("%w: connection lost before the confirm", ErrNacked)
+)
+
+// lostOr returns errConnLost, with err, when s died or err says its
+// channel or connection is closed or its socket failed (a write to a node
+// that died, before the client noticed: s is given up at once, so the next
+// publish waits for the next connection); otherwise err.
+func (a *Adapter) lostOr(s *session, err error) error {
+	select {
+	case <-s.Dead():
+		return fmt.Errorf("%w (%w)", errConnLost, err)
+	default:
+	}
+	var nerr *net.OpError
+	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &nerr) {
+		a.sv.Lost(s, err)
+		return fmt.Errorf("%w (%w)", errConnLost, err)
+	}
+	return err
+}
 
 // isInternalError reports RabbitMQ's 541 INTERNAL_ERROR, which 3.10 answers
 // while a quorum queue declared at the same moment by another connection
@@ -201,7 +238,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	}
 	if declare {
 		if err := s.declare(destination, a.cfg.QueueType, a.cfg.SingleActiveConsumer); err != nil {
-			return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, err)
+			return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, a.lostOr(s, err))
 		}
 	}
 	msg := amqp.Publishing{
@@ -232,12 +269,12 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	dc, err := s.pubCh.PublishWithDeferredConfirmWithContext(ctx, "", destination, true, false, msg)
 	s.pubMu.Unlock()
 	if err != nil {
-		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, a.lostOr(s, err))
 	}
 	select {
 	case <-dc.Done():
 	case <-s.Dead():
-		return fmt.Errorf("rabbitmq: publish to %s: connection lost before confirm: %w", destination, ErrNacked)
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errConnLost)
 	case <-ctx.Done():
 		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
 	}
@@ -296,7 +333,12 @@ func (a *Adapter) Depth(ctx context.Context, queue string) (int, error) {
 func (a *Adapter) connect() (*session, error) {
 	s := &session{declared: make(map[string]bool), acks: newAcks()}
 	dial := amqp.DefaultDial(a.cfg.DialTimeout)
-	conn, err := amqp.DialConfig(a.cfg.URL, amqp.Config{
+	// A cluster's nodes are tried from the one after the last session's
+	// (the first before any), so a reconnect goes to another node first.
+	a.nodeMu.Lock()
+	first := (a.node + 1) % len(a.cfg.nodes)
+	a.nodeMu.Unlock()
+	conn, node, err := dialFrom(a.cfg.nodes, first, amqp.Config{
 		Heartbeat:  a.cfg.Heartbeat,
 		Locale:     "en_US",
 		Properties: amqp.Table{"connection_name": a.cfg.ConnectionName},
@@ -307,7 +349,13 @@ func (a *Adapter) connect() (*session, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", a.url, err)
+		return nil, err
+	}
+	a.nodeMu.Lock()
+	a.node = node
+	a.nodeMu.Unlock()
+	if len(a.cfg.nodes) > 1 {
+		a.cfg.Logger.Info("rabbitmq: connected", "node", redact(a.cfg.nodes[node]), "queue", a.cfg.Queue)
 	}
 	s.conn = conn
 	fail := func(what string, err error) (*session, error) {
