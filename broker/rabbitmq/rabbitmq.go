@@ -169,22 +169,39 @@ func (a *Adapter) Receive(ctx context.Context) (consumer.Delivery, error) {
 // Publish waits, bounded by ctx.
 //
 // A message the broker nacks was not stored, so it is published again, up
-// to three times in all (a quorum queue created a moment ago nacks until
-// its leader is elected). A message whose connection was lost before its
-// confirm is published again on the next connection, to the next node of
-// a cluster (Config.URL), within the same three: it may have been stored
-// all the same, so it can arrive twice (at least once; a consumer
-// deduplicates by its event id).
+// to publishTries times in all, 200ms after the first nack, doubling up to
+// 2s (about 9s in all), each time on a channel of its own: a quorum queue
+// nacks while it has no leader, when it was created a moment ago or its
+// leader's node died, until it elected one, and RabbitMQ 3.10 goes on
+// nacking on a channel that published to the dead leader (a new channel
+// finds the new one). A message whose connection was lost before its confirm is
+// published again on the next connection, to the next node of a cluster
+// (Config.URL), within the same tries: it may have been stored all the
+// same, so it can arrive twice (at least once; a consumer deduplicates by
+// its event id).
 func (a *Adapter) Publish(ctx context.Context, destination string, headers map[string]string, body []byte) error {
 	var err error
-	for try := 1; try <= 3; try++ {
-		err = a.publish(ctx, destination, headers, body, true)
+	pause := 200 * time.Millisecond
+	nacked := false
+	for try := 1; try <= publishTries; try++ {
+		if nacked {
+			err = a.publishFresh(ctx, destination, headers, body)
+		} else {
+			err = a.publish(ctx, destination, headers, body, true)
+		}
+		nacked = false
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		switch {
 		case errors.Is(err, errBrokerNack):
-			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+			nacked = true
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return err
+			}
+			pause = min(2*pause, 2*time.Second)
 		case errors.Is(err, errConnLost):
 			// the next a.sv.Current waits for the next connection
 		default:
@@ -193,6 +210,9 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 	}
 	return err
 }
+
+// publishTries bounds the publishes of one message by Publish.
+const publishTries = 8
 
 var (
 	// errBrokerNack is an explicit basic.nack: the broker did not store the message.
@@ -241,23 +261,7 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 			return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, a.lostOr(s, err))
 		}
 	}
-	msg := amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		MessageId:    newID(),
-		Timestamp:    time.Now().UTC(),
-		Body:         body,
-	}
-	if len(headers) > 0 {
-		msg.Headers = make(amqp.Table, len(headers))
-		for k, v := range headers {
-			if k == HeaderCorrelationID {
-				msg.CorrelationId = v
-				continue
-			}
-			msg.Headers[k] = v
-		}
-	}
-
+	msg := publishing(headers, body)
 	select {
 	case s.inFlight <- struct{}{}:
 	case <-ctx.Done():
@@ -288,6 +292,73 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
 	}
 	return nil
+}
+
+// publishing is the message Publish sends: persistent, a fresh message_id,
+// header "correlation-id" as the correlation_id property.
+func publishing(headers map[string]string, body []byte) amqp.Publishing {
+	msg := amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    newID(),
+		Timestamp:    time.Now().UTC(),
+		Body:         body,
+	}
+	if len(headers) > 0 {
+		msg.Headers = make(amqp.Table, len(headers))
+		for k, v := range headers {
+			if k == HeaderCorrelationID {
+				msg.CorrelationId = v
+				continue
+			}
+			msg.Headers[k] = v
+		}
+	}
+	return msg
+}
+
+// publishFresh publishes one message on a confirm channel of its own,
+// closed afterwards (see Publish: after a nack); the destination was
+// declared on this session or the one before.
+func (a *Adapter) publishFresh(ctx context.Context, destination string, headers map[string]string, body []byte) error {
+	s, err := a.sv.Current(ctx)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, err)
+	}
+	if err := s.declare(destination, a.cfg.QueueType, a.cfg.SingleActiveConsumer); err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: declare the queue: %w", destination, a.lostOr(s, err))
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: open a channel: %w", destination, a.lostOr(s, err))
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: enable publisher confirms: %w", destination, a.lostOr(s, err))
+	}
+	// the client hands a basic.return to this buffer before it completes
+	// the confirm that follows it
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	msg := publishing(headers, body)
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", destination, true, false, msg)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, a.lostOr(s, err))
+	}
+	select {
+	case <-dc.Done():
+	case <-s.Dead():
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errConnLost)
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
+	}
+	if !dc.Acked() {
+		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errBrokerNack)
+	}
+	select {
+	case r := <-returns:
+		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
+	default:
+		return nil
+	}
 }
 
 // Close stops intake and closes the connection; the broker requeues every
