@@ -10,7 +10,8 @@
 //	                                      consumer, one process consuming at a time; a master/slave pair:
 //	                                      stomp://h1:61613,h2:61613, the first that answers)
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
-//	                                      ?single-active-consumer=true for the queues it creates)
+//	                                      ?single-active-consumer=true for the queues it creates; a cluster's nodes
+//	                                      comma-separated: amqp://user:pass@h1:5672,h2:5672,h3:5672/, failed over)
 //	amqp10://user:pass@host:5672          AMQP 1.0: IBM MQ (?profile=ibmmq), Artemis, Service Bus, RabbitMQ's plugin (amqp10s:// TLS)
 //	nats://[user:pass@]host:4222          NATS JetStream (tls:// too; a cluster: nats://h1:4222,h2:4222,h3:4222,
 //	                                      ?replicas=3 for the streams it creates, ?heartbeat=5s)

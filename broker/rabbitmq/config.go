@@ -30,7 +30,7 @@ type Config struct {
 	// Host names or IPv4 addresses only (an IPv6 literal works as the only
 	// host). The Adapter connects to the first node that answers, and
 	// after a lost connection to the next one in the list that answers,
-	// round the list (see the package doc, Connection loss). DialTimeout
+	// round the list (see the package doc, Connection loss and clusters). DialTimeout
 	// bounds each node's attempt.
 	URL string
 	// Queue is the queue Receive consumes from. An existing queue is used

@@ -67,12 +67,24 @@
 // once; an outbox relay publishes many keys at a time), each returning
 // once its own message is confirmed.
 //
-// # Connection loss
+// # Connection loss and clusters
 //
 // One connection carries both channels. When the connection or either
 // channel closes, the Adapter reconnects in the background with doubling
 // backoff (Config.Reconnect, an inboxkit.Backoff),
-// redeclares and consumes again. Meanwhile Receive and Publish wait, bounded
+// redeclares and consumes again. The URL of a cluster lists its nodes,
+// comma-separated in the host part
+// (amqp://guest:guest@rmq1:5672,rmq2:5672,rmq3:5672/?queue-type=quorum):
+// the Adapter connects to the first node that answers, and after a lost
+// connection tries the nodes from the one after the node it lost, round
+// the list, so a consumer whose node died goes on on another. A quorum
+// queue is served by every node of its cluster and keeps its messages
+// while a majority of its members runs; a classic queue lives on one
+// node and is gone while that node is down. A publish whose connection
+// died before its confirm is sent again on the next connection, and a
+// nacked one on a channel of its own (a quorum queue nacks until it
+// elected a new leader): both can store a message twice, which the
+// inbox makes a duplicate. Meanwhile Receive and Publish wait, bounded
 // by their ctx, and [Adapter.Ready] reports the outage (for readiness
 // checks). Close closes the connection; the broker requeues every
 // unacknowledged delivery. The password of Config.URL never appears in
@@ -115,4 +127,9 @@
 //     consumer_timeout (30 minutes by default): keep Requeue delays short.
 //   - The broker has native dead-lettering (dead-letter exchanges); the
 //     runtime does not rely on it.
+//   - After the node of a quorum queue's leader dies, a channel that
+//     published to that leader is nacked for every later publish to the
+//     queue (seen for 11s, eight publishes, until the publisher gave up), while a new
+//     channel's publish is confirmed once the queue elected a new leader
+//     (under a second on loopback).
 package rabbitmq
