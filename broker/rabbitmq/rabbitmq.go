@@ -275,6 +275,21 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, a.lostOr(s, err))
 	}
+	if err := awaitConfirm(ctx, s, destination, dc); err != nil {
+		return err
+	}
+	// The broker sends basic.return before the basic.ack of the same
+	// message, and the client hands it to s.returns before it completes the
+	// confirm, so a return of this message is buffered or collected already.
+	if r, ok := s.takeReturn(msg.MessageId); ok {
+		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
+	}
+	return nil
+}
+
+// awaitConfirm waits for the broker's confirm of dc: nil for an ack,
+// errBrokerNack for a nack, errConnLost when s died first.
+func awaitConfirm(ctx context.Context, s *session, destination string, dc *amqp.DeferredConfirmation) error {
 	select {
 	case <-dc.Done():
 	case <-s.Dead():
@@ -284,12 +299,6 @@ func (a *Adapter) publish(ctx context.Context, destination string, headers map[s
 	}
 	if !dc.Acked() {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errBrokerNack)
-	}
-	// The broker sends basic.return before the basic.ack of the same
-	// message, and the client hands it to s.returns before it completes the
-	// confirm, so a return of this message is buffered or collected already.
-	if r, ok := s.takeReturn(msg.MessageId); ok {
-		return fmt.Errorf("rabbitmq: publish to %s: %w: %d %s", destination, ErrUnroutable, r.ReplyCode, r.ReplyText)
 	}
 	return nil
 }
@@ -343,15 +352,8 @@ func (a *Adapter) publishFresh(ctx context.Context, destination string, headers 
 	if err != nil {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, a.lostOr(s, err))
 	}
-	select {
-	case <-dc.Done():
-	case <-s.Dead():
-		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errConnLost)
-	case <-ctx.Done():
-		return fmt.Errorf("rabbitmq: publish to %s: waiting for confirm: %w", destination, ctx.Err())
-	}
-	if !dc.Acked() {
-		return fmt.Errorf("rabbitmq: publish to %s: %w", destination, errBrokerNack)
+	if err := awaitConfirm(ctx, s, destination, dc); err != nil {
+		return err
 	}
 	select {
 	case r := <-returns:

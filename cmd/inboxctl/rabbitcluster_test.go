@@ -114,7 +114,8 @@ func (c *rabbitCluster) depth(q string) int {
 
 // Issue 29.1, RabbitMQ: `inboxctl run` on a quorum queue of a 3-node
 // cluster, through the URL listing the three nodes, while invoices arrive
-// at a steady pace; the node leading the queue is killed with -9 mid-run.
+// at a steady pace; the node leading the queue is killed with -9 mid-run,
+// right after a burst (deliveries in flight on it).
 // The consumer, connected to that node (the queue was declared through
 // it), reconnects to the next node by itself, the queue elects a new
 // leader, the publishers fail over too, and every invoice is processed
@@ -131,7 +132,7 @@ func TestRunRabbitClusterFailover(t *testing.T) {
 	db := dbtest.New(t, dbtest.Postgres)
 	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker, "--process-timeout", "5s")
 
-	const n = 40
+	const n, burst = 50, 10
 	f.publish(2)
 	f.wait("the first invoices processed", time.Minute, f.allProcessed)
 	leader := c.leader(f.queue)
@@ -141,6 +142,9 @@ func TestRunRabbitClusterFailover(t *testing.T) {
 	for f.sent < n {
 		f.publish(2)
 		if killed.IsZero() && f.sent >= n/2 {
+			// a burst, so that deliveries are in flight on the dead node:
+			// handed back, they come again with x-delivery-count
+			f.publish(burst)
 			out, err := c.script("kill", strconv.Itoa(leader))
 			if err != nil {
 				t.Fatalf("scripts/rabbit-cluster kill %d: %v\n%s", leader, err, out)
@@ -179,11 +183,13 @@ func TestRunRabbitClusterFailover(t *testing.T) {
 	if err := f.db.QueryRow(`SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE ATTEMPTS > 1`).Scan(&redelivered); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("RabbitMQ cluster failover ledger: queue leader node %d killed (kill -9) after %d of %d invoices published; "+
+	_, metrics := httpGet(t, f.base+"/metrics")
+	t.Logf("RabbitMQ cluster failover ledger: queue leader node %d killed (kill -9) right after a burst of %d, %d of %d invoices published; "+
+		"deliveries %d, duplicates %d; "+
 		"sent %d, PROCESSED %d, DEAD_LETTERED %d, TECHNICAL_FAILURE %d, rows with more than one attempt %d, archived documents %d, "+
 		"DLQ %d, left on the queue %d; adapter reconnects (the source and the dead-letter publisher) %d; recovery (kill -> first invoice published after it processed) %v; "+
 		"every invoice processed %v after the kill",
-		leader, atKill, n, f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered, docs,
+		leader, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered, docs,
 		dlq, left, reconnects, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
 }
 
@@ -203,6 +209,9 @@ func firstProcessedAfter(db *sql.DB, sent int, killed time.Time) time.Duration {
 					}
 				}
 			}
+			if rows.Err() != nil {
+				found = false
+			}
 			_ = rows.Close()
 			if found {
 				return time.Since(killed)
@@ -211,4 +220,21 @@ func firstProcessedAfter(db *sql.DB, sent int, killed time.Time) time.Duration {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return -1
+}
+
+// metricSum adds up the samples of the Prometheus metric name (every label
+// set) in the text exposition body.
+func metricSum(body, name string) int {
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+			if len(fields) > 0 {
+				if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+					sum += v
+				}
+			}
+		}
+	}
+	return int(sum)
 }
