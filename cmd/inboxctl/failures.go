@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -284,7 +285,6 @@ func newFailureArchiveCmd(archive bool) *cobra.Command {
 	var o outputFlags
 	var group, consumer string
 	name, short := "restore", "Show an archived failure group again"
-	action, done := "failures-restore", "restored"
 	long := `restore undoes 'inboxctl failures archive': the archived rows of the group (listed by
 'inboxctl failures groups --archived', same id) are shown by 'failures groups' and
 selected by 'dlq replay --all', '--group' and '--since' again. It changes no status.
@@ -292,7 +292,6 @@ The restore is recorded with the operator in INBOXKIT_OPERATOR_ACTION. Exit 2 fo
 unknown group.`
 	if archive {
 		name, short = "archive", "Hide a failure group from failures groups and from bulk replays"
-		action, done = "failures-archive", "archived"
 		long = `archive hides the rows of a failure group (an id 'inboxctl failures groups' shows):
 'failures groups' leaves them out, and 'dlq replay --all', '--group', '--reason' and
 '--since' do not select their dead letters, until 'inboxctl failures restore'. It
@@ -322,30 +321,19 @@ unknown group.`
 				return err
 			}
 			defer st.DB().Close()
-			do := st.RestoreGroup
-			if archive {
-				do = st.ArchiveGroup
-			}
-			g, ids, err := do(ctx, group, inbox.FailureFilter{Consumer: consumer})
+			rep, err := archiveGroup(ctx, st, archive, group, consumer, op.who(), "", cmd.ErrOrStderr())
 			if errors.Is(err, inbox.ErrNoSuchGroup) {
 				return usageErr("%v", err)
 			}
-			recErr := error(nil)
-			if len(ids) > 0 {
-				recErr = recorded(ctx, cmd.ErrOrStderr(), inbox.Action{Operator: op.who(), Action: action, EventIDs: ids, Rows: int64(len(ids)),
-					Detail: fmt.Sprintf("--group %s (%s %s %s)", group, g.ConsumerName, g.Status, orDash(g.ReasonCode))}, st.RecordAction)
-			}
 			if asJSON {
-				if werr := writeJSON(cmd.OutOrStdout(), map[string]any{"group": g, done: ids, "error": errText(err)}); werr != nil && err == nil {
+				if werr := writeJSON(cmd.OutOrStdout(), rep); werr != nil && err == nil {
 					err = werr
 				}
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s group %s (%s %s %s, %s): %d row(s)\n", done, group, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.Fingerprint), len(ids))
+				g := rep.Group
+				fmt.Fprintf(cmd.OutOrStdout(), "%s group %s (%s %s %s, %s): %d row(s)\n", rep.done(), group, g.ConsumerName, g.Status, orDash(g.ReasonCode), orDash(g.Fingerprint), len(rep.IDs))
 			}
-			if err != nil {
-				return err
-			}
-			return recErr
+			return err
 		},
 	}
 	f.register(c)
@@ -355,6 +343,55 @@ unknown group.`
 	c.Flags().StringVar(&group, "group", "", "the failure group's id (required)")
 	c.Flags().StringVar(&consumer, "consumer", "", "the consumer the groups were listed for")
 	return c
+}
+
+// archiveReport is what 'failures archive' and 'failures restore' print
+// with -o json: the group, the event ids of the rows archived (restored)
+// under "archived" ("restored"), and the error that stopped it part-way.
+type archiveReport struct {
+	Archive bool
+	Group   inbox.FailureGroup
+	IDs     []string
+	Err     string
+}
+
+func (r archiveReport) done() string {
+	if r.Archive {
+		return "archived"
+	}
+	return "restored"
+}
+
+func (r archiveReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"group": r.Group, r.done(): r.IDs, "error": r.Err})
+}
+
+// archiveGroup archives (restores, archive false) failure group id of
+// consumer ("" any) and records it for operator, its detail prefixed by
+// via ("" from the command line): 'inboxctl failures archive|restore',
+// for the command and the console. An unknown group is
+// inbox.ErrNoSuchGroup; an action done but not recorded is errFindings,
+// said on stderr.
+func archiveGroup(ctx context.Context, st *inbox.Store, archive bool, id, consumer, operator, via string, stderr io.Writer) (archiveReport, error) {
+	rep := archiveReport{Archive: archive}
+	do, action := st.RestoreGroup, "failures-restore"
+	if archive {
+		do, action = st.ArchiveGroup, "failures-archive"
+	}
+	g, ids, err := do(ctx, id, inbox.FailureFilter{Consumer: consumer})
+	if errors.Is(err, inbox.ErrNoSuchGroup) {
+		return rep, err
+	}
+	rep.Group, rep.IDs, rep.Err = g, ids, errText(err)
+	recErr := error(nil)
+	if len(ids) > 0 {
+		recErr = recorded(ctx, stderr, inbox.Action{Operator: operator, Action: action, EventIDs: ids, Rows: int64(len(ids)),
+			Detail: fmt.Sprintf("%s--group %s (%s %s %s)", via, id, g.ConsumerName, g.Status, orDash(g.ReasonCode))}, st.RecordAction)
+	}
+	if err != nil {
+		return rep, err
+	}
+	return rep, recErr
 }
 
 // errText is err's text, "" for nil.

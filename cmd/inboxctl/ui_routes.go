@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -43,11 +44,11 @@ func (rt route) pattern() string {
 
 // routes are every route the console serves. A page renders the report of
 // the command whose -o json its /api/ twin returns, built by the same
-// function (collectStats, failureGroups, auditCase, replayDLQ). Another
-// action on a group (archive, restore: 'inboxctl failures archive') is
-// two routes here like the replay's (its confirmation and its POST, which
-// calls the command's function and records the operator), a form on the
-// group page and its entries in docs/console-openapi.yaml.
+// function (collectStats, failureGroups, auditCase, replayDLQ,
+// archiveGroup). An action on a group is two routes here (its
+// confirmation and its POST, which calls the command's function and
+// records the operator), a form on the group page and its entries in
+// docs/console-openapi.yaml.
 func (c *console) routes() []route {
 	return []route{
 		{"GET", "/", c.overviewPage},
@@ -55,6 +56,10 @@ func (c *console) routes() []route {
 		{"GET", "/failures/{id}", c.groupPage},
 		{"GET", "/failures/{id}/replay", c.groupReplayConfirm},
 		{"POST", "/failures/{id}/replay", c.groupReplay},
+		{"GET", "/failures/{id}/archive", c.groupArchiveConfirm(true)},
+		{"POST", "/failures/{id}/archive", c.groupArchive(true)},
+		{"GET", "/failures/{id}/restore", c.groupArchiveConfirm(false)},
+		{"POST", "/failures/{id}/restore", c.groupArchive(false)},
 		{"GET", "/messages/{eventId}", c.messagePage},
 		{"GET", "/messages/{eventId}/replay", c.messageReplayConfirm},
 		{"POST", "/messages/{eventId}/replay", c.messageReplay},
@@ -70,6 +75,8 @@ func (c *console) routes() []route {
 		{"GET", "/api/audit", c.apiAudit},
 		{"GET", "/api/dlq", c.apiDLQ},
 		{"POST", "/api/dlq/replay", c.apiReplay},
+		{"POST", "/api/failures/archive", c.apiArchive(true)},
+		{"POST", "/api/failures/restore", c.apiArchive(false)},
 	}
 }
 
@@ -186,7 +193,7 @@ func (c *console) groupsDLQ() dlqSource {
 
 func (c *console) apiGroups(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC(), c.groupsDLQ())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), archivedOf(r), time.Now().UTC(), c.groupsDLQ())
 	if err != nil {
 		writeAPIError(w, statusOf(err), err)
 		return
@@ -275,6 +282,41 @@ func (c *console) apiReplay(w http.ResponseWriter, r *http.Request) {
 		writeAPIJSON(w, http.StatusInternalServerError, rep)
 	default:
 		writeAPIJSON(w, http.StatusOK, rep)
+	}
+}
+
+// archiveRequest is the body of POST /api/failures/archive and
+// /api/failures/restore: the flags of 'inboxctl failures archive|restore'.
+type archiveRequest struct {
+	Group    string `json:"group"`
+	Consumer string `json:"consumer,omitempty"`
+}
+
+// apiArchive archives (restores) a group and answers with what 'failures
+// archive (restore) -o json' prints (status 500 with its error field set
+// when it stopped part-way).
+func (c *console) apiArchive(archive bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req archiveRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeAPIError(w, http.StatusBadRequest, fmt.Errorf("the body must be a JSON object with group and consumer (docs/console-openapi.yaml): %v", err))
+			return
+		}
+		if req.Group == "" {
+			writeAPIError(w, http.StatusBadRequest, errors.New(`give "group": a failure group's id (GET /api/failures/groups lists them, with archived=1 the archived ones)`))
+			return
+		}
+		rep, err := archiveGroup(r.Context(), c.st, archive, req.Group, req.Consumer, who(r), "inboxctl ui API, ", os.Stderr)
+		switch {
+		case err != nil && rep.Err == "" && len(rep.IDs) == 0:
+			writeAPIError(w, statusOf(err), err)
+		case err != nil:
+			writeAPIJSON(w, http.StatusInternalServerError, rep)
+		default:
+			writeAPIJSON(w, http.StatusOK, rep)
+		}
 	}
 }
 
@@ -458,18 +500,30 @@ func (c *console) overviewPage(w http.ResponseWriter, r *http.Request) {
 
 func (c *console) failuresPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), q.Get("archived") == "true", time.Now().UTC(), c.groupsDLQ())
+	rep, err := failureGroups(r.Context(), c.st, q.Get("consumer"), q.Get("since"), archivedOf(r), time.Now().UTC(), c.groupsDLQ())
+	title := "Failure groups"
+	if archivedOf(r) {
+		title = "Archived failure groups"
+	}
 	if err != nil {
-		c.fail(w, r, "Failure groups", err)
+		c.fail(w, r, title, err)
 		return
 	}
-	c.render(w, r, "failures", http.StatusOK, page{Title: "Failure groups", Data: rep})
+	c.render(w, r, "failures", http.StatusOK, page{Title: title, Data: rep})
 }
 
-// groupData is the group page's and its confirmation's data.
+// archivedOf is the archived parameter of failures groups' --archived:
+// 1 or true.
+func archivedOf(r *http.Request) bool {
+	v := r.FormValue("archived")
+	return v == "1" || v == "true"
+}
+
+// groupData is the group page's and its confirmations' data.
 type groupData struct {
 	EventID  string // none: the confirmation page is a group's
 	Group    inbox.FailureGroup
+	Archived bool // the group of archived rows (failures groups --archived)
 	Consumer string
 	Events   []string
 	More     int
@@ -477,13 +531,15 @@ type groupData struct {
 	Limit    int
 }
 
-func (c *console) group(r *http.Request) (groupData, error) {
+// group is the group of the request's id and consumer: of the archived
+// rows when archived.
+func (c *console) group(r *http.Request, archived bool) (groupData, error) {
 	consumer := r.FormValue("consumer")
-	g, ids, err := c.st.GroupEvents(r.Context(), r.PathValue("id"), inbox.FailureFilter{Consumer: consumer})
+	g, ids, err := c.st.GroupEvents(r.Context(), r.PathValue("id"), inbox.FailureFilter{Consumer: consumer, Archived: archived})
 	if err != nil {
 		return groupData{}, err
 	}
-	d := groupData{Group: g, Consumer: consumer, Events: ids, Rate: orDefault(r.FormValue("rate"), "10/s")}
+	d := groupData{Group: g, Archived: archived, Consumer: consumer, Events: ids, Rate: orDefault(r.FormValue("rate"), "10/s")}
 	if len(ids) > 200 {
 		d.Events, d.More = ids[:200], len(ids)-200
 	}
@@ -496,7 +552,7 @@ func (c *console) group(r *http.Request) (groupData, error) {
 }
 
 func (c *console) groupPage(w http.ResponseWriter, r *http.Request) {
-	d, err := c.group(r)
+	d, err := c.group(r, archivedOf(r))
 	if err != nil {
 		c.fail(w, r, "Failure group", err)
 		return
@@ -505,7 +561,7 @@ func (c *console) groupPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *console) groupReplayConfirm(w http.ResponseWriter, r *http.Request) {
-	d, err := c.group(r)
+	d, err := c.group(r, false)
 	if err == nil {
 		_, err = replayRequest{Queue: c.dlq, Group: d.Group.ID, Rate: d.Rate, Limit: d.Limit}.check()
 	}
@@ -539,6 +595,60 @@ func (c *console) replayForm(w http.ResponseWriter, r *http.Request, req replayR
 	}
 	j := c.startReplay(req, who(r))
 	http.Redirect(w, r, fmt.Sprintf("/replays/%d", j.N), http.StatusSeeOther)
+}
+
+// archiveData is the data of the archive (restore) confirmation and of
+// its result.
+type archiveData struct {
+	Archive bool
+	groupData
+	Report *archiveReport // nil: the confirmation
+}
+
+// groupArchiveConfirm is the confirmation of an archive (a restore: of
+// the archived group).
+func (c *console) groupArchiveConfirm(archive bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		title := archiveTitle(archive)
+		d, err := c.group(r, !archive)
+		if err != nil {
+			c.fail(w, r, title, err)
+			return
+		}
+		c.render(w, r, "archive", http.StatusOK, page{Title: title + " " + d.Group.ID, Data: archiveData{Archive: archive, groupData: d}})
+	}
+}
+
+// groupArchive archives (restores) a confirmed group with
+// 'failures archive (restore)”s function, recorded as the login, and
+// shows how many rows it archived (restored).
+func (c *console) groupArchive(archive bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		title := archiveTitle(archive)
+		if r.PostFormValue("confirm") != "yes" {
+			c.fail(w, r, title, usageErr("the %s was not confirmed: use the confirmation page's button", map[bool]string{true: "archive", false: "restore"}[archive]))
+			return
+		}
+		id, consumer := r.PathValue("id"), r.PostFormValue("consumer")
+		rep, err := archiveGroup(r.Context(), c.st, archive, id, consumer, who(r), "inboxctl ui, ", os.Stderr)
+		if err != nil && rep.Err == "" && len(rep.IDs) == 0 {
+			c.fail(w, r, title, err)
+			return
+		}
+		p := page{Title: title + " " + id, Data: archiveData{Archive: archive, groupData: groupData{Group: rep.Group, Consumer: consumer}, Report: &rep}}
+		status := http.StatusOK
+		if err != nil {
+			p.Err, status = err.Error(), http.StatusInternalServerError
+		}
+		c.render(w, r, "archive", status, p)
+	}
+}
+
+func archiveTitle(archive bool) string {
+	if archive {
+		return "Archive failure group"
+	}
+	return "Restore failure group"
 }
 
 // messageData is the message page's data: audit's report of the event.

@@ -203,6 +203,31 @@ func TestConsoleAuth(t *testing.T) {
 		t.Errorf("the refusal does not say why:\n%s", body)
 	}
 
+	// The archive and the restore of a group: refused without the token,
+	// without the CSRF token, and as a form without the confirmation.
+	for _, p := range []string{"/api/failures/archive", "/api/failures/restore"} {
+		code, body, _ = call(t, "POST", base+p, http.Header{"X-Csrf-Token": {s.CSRFToken}, "Content-Type": {"application/json"}}, `{"group":"000000000000"}`)
+		wantStatus(t, "POST "+p+" without the token", code, 401, body)
+		code, body, _ = call(t, "POST", base+p, bearer, `{"group":"000000000000"}`)
+		wantStatus(t, "POST "+p+" without the CSRF token", code, 403, body)
+		code, body, _ = call(t, "POST", base+p, ok, `{"group":"000000000000"}`)
+		wantStatus(t, "POST "+p+" with both (an unknown group)", code, 404, body)
+	}
+	for _, p := range []string{"/failures/000000000000/archive", "/failures/000000000000/restore"} {
+		code, body, _ = call(t, "POST", base+p, unconfirmed, url.Values{"confirm": {"yes"}}.Encode())
+		wantStatus(t, "POST "+p+" without the CSRF token", code, 403, body)
+		code, body, h := call(t, "POST", base+p, http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, url.Values{"csrf": {s.CSRFToken}, "confirm": {"yes"}}.Encode())
+		wantStatus(t, "POST "+p+" without the token", code, 303, body)
+		if h.Get("Location") != "/login" {
+			t.Errorf("POST %s without the token goes to %q, want /login", p, h.Get("Location"))
+		}
+		code, body, _ = call(t, "POST", base+p, unconfirmed, url.Values{"csrf": {s.CSRFToken}}.Encode())
+		wantStatus(t, "POST "+p+" without the confirmation", code, 400, body)
+		if !strings.Contains(body, "not confirmed") {
+			t.Errorf("the refusal does not say why:\n%s", body)
+		}
+	}
+
 	form := func(v url.Values) (int, string, http.Header) {
 		return call(t, "POST", base+"/login", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, v.Encode())
 	}
@@ -495,8 +520,126 @@ func TestConsoleAPI(t *testing.T) {
 				t.Errorf("the replay's action: %+v", as)
 			}
 			wantCode(t, inboxctl(t, "", "audit", "--db", c.url, "--operator", "api-tester"), 0, "actions of operator api-tester: 1")
+
+			// The other group archived through the API: the groups leave it
+			// out, the archived ones list it, recorded with the operator;
+			// restored, it is back. Each answer is the command's -o json.
+			other := apiGroups.Groups[1].ID
+			wantArchiveAPI(t, base, c.url, other, c.other, "--broker", rabbitURL, "--dlq", c.dlqName)
 		})
 	}
+}
+
+// wantArchiveAPI archives group (of the one event) through the console at
+// base and restores it, and checks each answer against the list of
+// groups, the operator's actions and what 'inboxctl failures
+// archive|restore|groups -o json' prints (groups with the console's
+// dlqArgs).
+func wantArchiveAPI(t *testing.T, base, dbURL, group, event string, dlqArgs ...string) {
+	t.Helper()
+	code, body, _ := call(t, "GET", base+"/api/session", nil, "")
+	wantStatus(t, "GET /api/session", code, 200, body)
+	var sess struct{ CSRFToken string }
+	if err := json.Unmarshal([]byte(body), &sess); err != nil {
+		t.Fatal(err)
+	}
+	h := http.Header{"X-Csrf-Token": {sess.CSRFToken}, "X-Operator": {"archivist"}, "Content-Type": {"application/json"}}
+	post := func(path, body string, want int) string {
+		t.Helper()
+		code, got, _ := call(t, "POST", base+path, h, body)
+		wantStatus(t, "POST "+path+" "+body, code, want, got)
+		return normJSON(t, got)
+	}
+	groupIDs := func(archived bool) []string {
+		t.Helper()
+		path, args := "/api/failures/groups", append([]string{"failures", "groups", "--db", dbURL, "-o", "json"}, dlqArgs...)
+		if archived {
+			path, args = path+"?archived=1", append(args, "--archived")
+		}
+		code, body, _ := call(t, "GET", base+path, nil, "")
+		wantStatus(t, "GET "+path, code, 200, body)
+		var api, cli failureGroupsReport
+		if err := json.Unmarshal([]byte(body), &api); err != nil {
+			t.Fatal(err)
+		}
+		r := inboxctl(t, "", args...)
+		wantCode(t, r, 0)
+		if err := json.Unmarshal([]byte(r.stdout), &cli); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := mustJSON(t, api.Groups), mustJSON(t, cli.Groups); a != b || api.Archived != archived {
+			t.Errorf("GET %s and inboxctl %v differ:\n%s\n%s", path, args, a, b)
+		}
+		var ids []string
+		for _, g := range api.Groups {
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	if !slices.Contains(groupIDs(false), group) || slices.Contains(groupIDs(true), group) {
+		t.Fatalf("group %s: want it listed, not archived", group)
+	}
+	post("/api/failures/archive", `{"group":""}`, 400)
+	post("/api/failures/archive", `{"group":"000000000000"}`, 404)
+	post("/api/failures/archive", `{"group":"`+group+`","queue":"x"}`, 400)
+	post("/api/failures/restore", `{"group":"`+group+`"}`, 404) // not archived
+
+	archived := post("/api/failures/archive", `{"group":"`+group+`"}`, 200)
+	var rep struct {
+		Group    inbox.FailureGroup
+		Archived []string
+		Error    string
+	}
+	if err := json.Unmarshal([]byte(archived), &rep); err != nil || rep.Group.ID != group || !slices.Equal(rep.Archived, []string{event}) || rep.Error != "" {
+		t.Fatalf("archive of group %s: %v %s", group, err, archived)
+	}
+	if slices.Contains(groupIDs(false), group) || !slices.Contains(groupIDs(true), group) {
+		t.Fatalf("archived group %s: want it in the archived groups only", group)
+	}
+	code, body, _ = call(t, "GET", base+"/api/audit?operator=archivist", nil, "")
+	wantStatus(t, "GET /api/audit?operator=archivist", code, 200, body)
+	var as []inbox.Action
+	if err := json.Unmarshal([]byte(body), &as); err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 1 || as[0].Action != "failures-archive" || as[0].Rows != 1 || !slices.Equal(as[0].EventIDs, []string{event}) ||
+		!strings.HasPrefix(as[0].Detail, "inboxctl ui API, --group "+group+" (invoice-consumer DEAD_LETTERED MAX_ATTEMPTS)") {
+		t.Errorf("the archive's action: %+v", as)
+	}
+	for _, p := range []string{"/failures?archived=1", "/failures/" + group + "?archived=1", "/failures/" + group + "/restore"} {
+		code, body, _ := call(t, "GET", base+p, nil, "")
+		wantStatus(t, "GET "+p, code, 200, body)
+		if !strings.Contains(body, group) {
+			t.Errorf("GET %s does not show group %s:\n%s", p, group, body)
+		}
+	}
+
+	// The command restores it, the API archives it again: the same
+	// answer as the first archive; restored through the API, the same
+	// as the command's.
+	r := inboxctl(t, "", "failures", "restore", "--db", dbURL, "--group", group, "--operator", "archivist", "-o", "json")
+	wantCode(t, r, 0)
+	cliRestored := normJSON(t, r.stdout)
+	if again := post("/api/failures/archive", `{"group":"`+group+`","consumer":"invoice-consumer"}`, 200); again != archived {
+		t.Errorf("the second archive answers\n%s\nthe first\n%s", again, archived)
+	}
+	if restored := post("/api/failures/restore", `{"group":"`+group+`"}`, 200); restored != cliRestored || !strings.Contains(restored, `"restored":["`+event+`"]`) {
+		t.Errorf("POST /api/failures/restore answers\n%s\ninboxctl failures restore -o json\n%s", restored, cliRestored)
+	}
+	if !slices.Contains(groupIDs(false), group) || slices.Contains(groupIDs(true), group) {
+		t.Fatalf("restored group %s: want it listed again, not archived", group)
+	}
+	wantCode(t, inboxctl(t, "", "audit", "--db", dbURL, "--operator", "archivist"), 0, "actions of operator archivist: 4", "failures-restore")
+}
+
+// normJSON is s as encoding/json writes it again (one line, keys sorted).
+func normJSON(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%v\n%s", err, s)
+	}
+	return mustJSON(t, v)
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
