@@ -32,8 +32,9 @@ func chromium(t *testing.T) string {
 
 // A real browser loads the overview, opens the largest failure group,
 // replays it at a rate after the confirmation, and sees the counts change
-// (after the replay, and live on the overview while another replay runs);
-// a screenshot of each page goes to t.ArtifactDir (kept with
+// (after the replay, and live on the overview while another replay runs),
+// archives a new failure's group, finds it among the archived ones and
+// restores it; a screenshot of each page goes to t.ArtifactDir (kept with
 // go test -artifacts -outputdir DIR).
 func TestConsoleBrowser(t *testing.T) {
 	if testing.Short() {
@@ -201,6 +202,54 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("the history of attempts shows:\n%s\nwant two failures, then the success", strings.Join(lines, "\n"))
 	}
 	shot("10-message-history")
+
+	// A new failure archived from its group's page: gone from the
+	// groups, in the archived ones; restored from there, back.
+	ts := time.Now().UTC().Format("2006-01-02 15:04:05.000000")
+	execSQL(t, db, deadLetteredRow, "arch-ui", "corr-arch-ui", "archive service: gone for good", ts, ts, ts, ts, "K-arch-ui")
+	run("open the failure groups", chromedp.Navigate(base+"/failures"), chromedp.WaitVisible("#archived-link"))
+	group := text("#groups a.group")
+	if group == "" || text("#failed-rows") != "1" {
+		t.Fatalf("the failure groups show %q and %s failed rows, want the new group's 1:\n%s", group, text("#failed-rows"), text("main"))
+	}
+	run("open the group", chromedp.Click("#groups a.group"), chromedp.WaitVisible("#archive-group"))
+	run("ask to archive it", chromedp.Click("#archive-group"), chromedp.WaitVisible("#confirm"))
+	shot("11-confirm-archive")
+	run("confirm the archive", chromedp.Click("#confirm"), chromedp.WaitVisible("#archive-rows"))
+	if got := text("#archive-rows"); got != "1" {
+		t.Fatalf("the archive's page says %s rows archived, want 1", got)
+	}
+	shot("12-archive-done")
+	run("open the failure groups", chromedp.Navigate(base+"/failures"), chromedp.WaitVisible("#archived-link"))
+	if s := text("#groups"); strings.Contains(s, group) || text("#failed-rows") != "0" {
+		t.Fatalf("the failure groups still list archived group %s:\n%s", group, s)
+	}
+	run("open the archived groups", chromedp.Click("#archived-link"), chromedp.WaitVisible("#groups-link"))
+	if s := text("#groups a.group"); s != group {
+		t.Fatalf("the archived groups show %q, want %s:\n%s", s, group, text("main"))
+	}
+	shot("13-archived-groups")
+	run("ask to restore it", chromedp.Click("#groups a.restore"), chromedp.WaitVisible("#confirm"))
+	shot("14-confirm-restore")
+	run("confirm the restore", chromedp.Click("#confirm"), chromedp.WaitVisible("#archive-rows"))
+	if got := text("#archive-rows"); got != "1" {
+		t.Fatalf("the restore's page says %s rows restored, want 1", got)
+	}
+	run("back to the failure groups", chromedp.Click("#group-list"), chromedp.WaitVisible("#archived-link"))
+	if s := text("#groups a.group"); s != group {
+		t.Fatalf("the failure groups show %q after the restore, want %s:\n%s", s, group, text("main"))
+	}
+	shot("15-failure-groups-restored")
+	run("open the archived groups", chromedp.Navigate(base+"/failures?archived=1"), chromedp.WaitVisible("#groups-link"))
+	if s := text("#failed-rows"); s != "0" {
+		t.Fatalf("the archived groups show %s rows after the restore, want 0", s)
+	}
+	run("the event's page", chromedp.Navigate(base+"/messages/arch-ui"), chromedp.WaitVisible("main h1"))
+	for _, want := range []string{"failures-archive", "failures-restore", "browser-tester"} {
+		if s := text("main"); !strings.Contains(s, want) {
+			t.Errorf("the message page of arch-ui lacks %q:\n%s", want, s)
+		}
+	}
 	t.Logf("%d screenshots in %s (browser part %s):\n\t%s", len(shots), dir, time.Since(start).Round(time.Millisecond), strings.Join(shots, "\n\t"))
 }
 

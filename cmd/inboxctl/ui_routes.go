@@ -620,7 +620,7 @@ func (c *console) groupArchiveConfirm(archive bool) http.HandlerFunc {
 }
 
 // groupArchive archives (restores) a confirmed group with
-// 'failures archive (restore)”s function, recorded as the login, and
+// the function of 'failures archive (restore)', recorded as the login, and
 // shows how many rows it archived (restored).
 func (c *console) groupArchive(archive bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

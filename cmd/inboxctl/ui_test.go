@@ -262,6 +262,11 @@ type consoleCase struct {
 
 const rabbitURL = "amqp://guest:guest@127.0.0.1:5672/"
 
+// deadLetteredRow inserts a dead-lettered row of invoice-consumer: event
+// id, correlation id, last error, created, updated, first failed and
+// processed at, order key.
+const deadLetteredRow = `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, REPLAY_COUNT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, PROCESSED_AT, ORDER_KEY) VALUES (?, 'invoice-consumer', 'DEAD_LETTERED', ?, 'MAX_ATTEMPTS', 'TECHNICAL', ?, 5, 0, ?, ?, ?, ?, ?)`
+
 func newConsoleCase(t *testing.T, db *dbtest.DB, prefix string, n int) consoleCase {
 	t.Helper()
 	c := consoleCase{url: dbURL(t, db), queue: fmt.Sprintf("inboxctl.ui.%s.%d", prefix, time.Now().UnixNano())}
@@ -281,7 +286,7 @@ func newConsoleCase(t *testing.T, db *dbtest.DB, prefix string, n int) consoleCa
 	}
 	defer pub.Close()
 	now := time.Now().UTC()
-	q := `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, ERROR_CLASS, LAST_ERROR, ATTEMPTS, REPLAY_COUNT, CREATED_AT, UPDATED_AT, FIRST_FAILED_AT, PROCESSED_AT, ORDER_KEY) VALUES (?, 'invoice-consumer', 'DEAD_LETTERED', ?, 'MAX_ATTEMPTS', 'TECHNICAL', ?, 5, 0, ?, ?, ?, ?, ?)`
+	q := deadLetteredRow
 	for i := 1; i <= n+1; i++ {
 		id := fmt.Sprintf("%s-%d", prefix, i)
 		errText := fmt.Sprintf("letter service: HTTP 503 for 'INV-%d'", i)
