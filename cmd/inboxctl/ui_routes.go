@@ -250,15 +250,25 @@ func (c *console) apiDLQ(w http.ResponseWriter, r *http.Request) {
 	writeAPIJSON(w, http.StatusOK, es)
 }
 
+// decodeBody decodes an API request's JSON body (64 KiB at most, no
+// unknown field) into v; when it cannot, it answers 400 saying the body
+// must be what and returns false.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, what string) bool {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeAPIError(w, http.StatusBadRequest, fmt.Errorf("the body must be %s (docs/console-openapi.yaml): %v", what, err))
+		return false
+	}
+	return true
+}
+
 // apiReplay replays and answers when done, with what 'dlq replay -o json'
 // prints (its error field set, and status 500, when the replay failed
 // part-way).
 func (c *console) apiReplay(w http.ResponseWriter, r *http.Request) {
 	var req replayRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeAPIError(w, http.StatusBadRequest, fmt.Errorf("the body must be a JSON replay request (docs/console-openapi.yaml): %v", err))
+	if !decodeBody(w, r, &req, "a JSON replay request") {
 		return
 	}
 	if req.Queue == "" {
@@ -298,10 +308,7 @@ type archiveRequest struct {
 func (c *console) apiArchive(archive bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var req archiveRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeAPIError(w, http.StatusBadRequest, fmt.Errorf("the body must be a JSON object with group and consumer (docs/console-openapi.yaml): %v", err))
+		if !decodeBody(w, r, &req, "a JSON object with group and consumer") {
 			return
 		}
 		if req.Group == "" {
