@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// activeMQPairScript is scripts/activemq-pair seen from this package.
+const activeMQPairScript = "../../scripts/activemq-pair"
+
+// activeMQPair is a private ActiveMQ Classic shared-file-system
+// master/slave pair made by scripts/activemq-pair in a directory of its
+// own, stopped by PID and removed at test end.
+type activeMQPair struct {
+	t    *testing.T
+	env  []string
+	port int // broker a's STOMP port; broker b's is port+2
+}
+
+// startActiveMQPair starts the pair with broker a (the master) on STOMP
+// port and broker b (the slave, waiting on the store's lock) on port+2. It
+// fails the test, naming the command, when the pair does not start.
+func startActiveMQPair(t *testing.T, port int) *activeMQPair {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "inboxkit-amqpair-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &activeMQPair{t: t, port: port, env: []string{
+		"INBOXKIT_AMQPAIR_DIR=" + dir,
+		fmt.Sprintf("INBOXKIT_AMQPAIR_PORT=%d", port),
+	}}
+	t.Cleanup(func() {
+		if out, err := p.script("clean"); err != nil {
+			t.Errorf("scripts/activemq-pair clean: %v\n%s", err, out)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	start := time.Now()
+	if out, err := p.script("start"); err != nil {
+		t.Fatalf("an ActiveMQ master/slave pair did not start (needs the Debian package activemq in /usr/share/activemq and java; "+
+			"start it by hand with `scripts/activemq-pair start`, see docs/operations.md): %v\n%s", err, out)
+	}
+	t.Logf("ActiveMQ pair started in %v", time.Since(start).Round(100*time.Millisecond))
+	return p
+}
+
+func (p *activeMQPair) script(args ...string) (string, error) {
+	cmd := exec.Command(activeMQPairScript, args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// url lists both brokers, the master first.
+func (p *activeMQPair) url() string {
+	return fmt.Sprintf("stomp://127.0.0.1:%d,127.0.0.1:%d", p.port, p.port+2)
+}
+
+// depth is the number of messages on queue q of the broker that listens.
+func (p *activeMQPair) depth(q string) int {
+	p.t.Helper()
+	b, err := brokerurl.Open(p.url(), brokerurl.Options{})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer b.Close()
+	n, _, err := b.Depth(context.Background(), q)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return n
+}
+
+// Issue 29.1, ActiveMQ: `inboxctl run` on the address list of a
+// shared-storage master/slave pair while invoices arrive at a steady pace;
+// the master is killed with -9 mid-run, right after a burst (deliveries in
+// flight on it). The slave takes the KahaDB lock and opens its ports, the
+// consumer reconnects to it by itself, the publisher (`inboxctl publish` on
+// the same list, retried while neither broker listens) too, and every
+// invoice is processed exactly once: nothing lost, nothing dead-lettered,
+// nothing left on the queue. The failover time (kill → the first invoice
+// published after the kill processed) is logged.
+func TestRunActiveMQPairFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an ActiveMQ master/slave pair, the master killed; skipped with -short")
+	}
+	t.Parallel()
+	p := startActiveMQPair(t, 61713)
+	broker := p.url()
+	db := dbtest.New(t, dbtest.Postgres)
+	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
+
+	// publish sends n invoices through `inboxctl publish` on both
+	// addresses, again while it fails (no broker listens during the
+	// failover): a batch cut short is sent again whole, and the inbox makes
+	// the copies duplicates.
+	retries := 0
+	publish := func(n int) {
+		t.Helper()
+		first := f.sent
+		for start := time.Now(); ; retries++ {
+			var lines strings.Builder
+			for i := 1; i <= n; i++ {
+				id := fmt.Sprintf("pt-%d", first+i)
+				lines.WriteString(invoiceLine(id, "corr-"+id, "INV-"+id, "K-100") + "\n")
+			}
+			r := inboxctl(t, lines.String(), "publish", "--broker", broker, "--queue", f.queue, "--file", "-")
+			if r.code == 0 {
+				f.sent = first + n
+				return
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("publish pt-%d..pt-%d: not accepted within a minute: %s\n%s", first+1, first+n, r, f.logs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	const n, burst = 50, 10
+	publish(2)
+	f.wait("the first invoices processed", time.Minute, f.allProcessed)
+	var killed time.Time
+	var atKill int
+	var killedWhat string
+	recovered := make(chan time.Duration, 1)
+	for f.sent < n {
+		publish(2)
+		if killed.IsZero() && f.sent >= n/2 {
+			publish(burst)
+			out, err := p.script("kill", "master")
+			if err != nil {
+				t.Fatalf("scripts/activemq-pair kill master: %v\n%s", err, out)
+			}
+			killed, atKill, killedWhat = time.Now(), f.sent, strings.TrimSpace(out)
+			t.Logf("%s", killedWhat)
+			go func() { recovered <- firstProcessedAfter(f.db.DB, atKill, killed) }()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.wait("every invoice processed after the kill", 2*time.Minute, f.allProcessed)
+	allDone := time.Since(killed)
+	recovery := <-recovered
+	if recovery < 0 {
+		t.Fatalf("no invoice published after the kill was processed within 2 minutes\n%s", f.logs)
+	}
+	time.Sleep(2 * time.Second) // a redelivery, if any, would land now
+	f.exactlyOnce()
+	if out, err := p.script("status"); err != nil || !regexp.MustCompile(`b pid \d+ master`).MatchString(out) {
+		t.Errorf("after the kill, want broker b the master: %v\n%s", err, out)
+	}
+	dlq := p.depth("DLQ." + f.queue)
+	if dlq != 0 {
+		t.Errorf("%d messages on DLQ.%s, want none", dlq, f.queue)
+	}
+	left := p.depth(f.queue)
+	if left != 0 {
+		t.Errorf("%d messages left on %s, want none", left, f.queue)
+	}
+	reconnects := len(regexp.MustCompile(`"msg":"stomp: connection to the broker failed, reconnecting"`).FindAllStringIndex(f.logs.String(), -1))
+	st := f.statuses()
+	var redelivered int
+	if err := f.db.QueryRow(`SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE ATTEMPTS > 1`).Scan(&redelivered); err != nil {
+		t.Fatal(err)
+	}
+	_, metrics := httpGet(t, f.base+"/metrics")
+	t.Logf("ActiveMQ master/slave failover ledger: %s (kill -9) right after a burst of %d, %d of %d invoices published; "+
+		"deliveries %d, duplicates %d, publish retries %d; "+
+		"sent %d, PROCESSED %d, DEAD_LETTERED %d, TECHNICAL_FAILURE %d, rows with more than one attempt %d, "+
+		"DLQ %d, left on the queue %d; reconnects logged %d; failover (kill -> first invoice published after it processed) %v; "+
+		"every invoice processed %v after the kill",
+		killedWhat, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), retries,
+		f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered,
+		dlq, left, reconnects, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
+}
