@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,8 +19,8 @@ const activeMQPairScript = "../../scripts/activemq-pair"
 // master/slave pair made by scripts/activemq-pair in a directory of its
 // own, stopped by PID and removed at test end.
 type activeMQPair struct {
+	*scripted
 	t    *testing.T
-	env  []string
 	port int // broker a's STOMP port; broker b's is port+2
 }
 
@@ -32,20 +29,8 @@ type activeMQPair struct {
 // fails the test, naming the command, when the pair does not start.
 func startActiveMQPair(t *testing.T, port int) *activeMQPair {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "inboxkit-amqpair-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &activeMQPair{t: t, port: port, env: []string{
-		"INBOXKIT_AMQPAIR_DIR=" + dir,
-		fmt.Sprintf("INBOXKIT_AMQPAIR_PORT=%d", port),
-	}}
-	t.Cleanup(func() {
-		if out, err := p.script("clean"); err != nil {
-			t.Errorf("scripts/activemq-pair clean: %v\n%s", err, out)
-		}
-		_ = os.RemoveAll(dir)
-	})
+	p := &activeMQPair{t: t, port: port, scripted: newScripted(t, activeMQPairScript, "inboxkit-amqpair-",
+		"INBOXKIT_AMQPAIR_DIR", fmt.Sprintf("INBOXKIT_AMQPAIR_PORT=%d", port))}
 	start := time.Now()
 	if out, err := p.script("start"); err != nil {
 		t.Fatalf("an ActiveMQ master/slave pair did not start (needs the Debian package activemq in /usr/share/activemq and java; "+
@@ -53,15 +38,6 @@ func startActiveMQPair(t *testing.T, port int) *activeMQPair {
 	}
 	t.Logf("ActiveMQ pair started in %v", time.Since(start).Round(100*time.Millisecond))
 	return p
-}
-
-func (p *activeMQPair) script(args ...string) (string, error) {
-	cmd := exec.Command(activeMQPairScript, args...)
-	cmd.Env = append(os.Environ(), p.env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
 }
 
 // url lists both brokers, the master first.
@@ -132,43 +108,19 @@ func TestRunActiveMQPairFailover(t *testing.T) {
 	const n, burst = 50, 10
 	publish(2)
 	f.wait("the first invoices processed", time.Minute, f.allProcessed)
-	var killed time.Time
-	var atKill int
 	var killedWhat string
-	recovered := make(chan time.Duration, 1)
-	for f.sent < n {
-		publish(2)
-		if killed.IsZero() && f.sent >= n/2 {
-			publish(burst)
-			out, err := p.script("kill", "master")
-			if err != nil {
-				t.Fatalf("scripts/activemq-pair kill master: %v\n%s", err, out)
-			}
-			killed, atKill, killedWhat = time.Now(), f.sent, strings.TrimSpace(out)
-			t.Logf("%s", killedWhat)
-			go func() { recovered <- firstProcessedAfter(f.db.DB, atKill, killed) }()
+	atKill, recovery, allDone := killMidRun(f, n, burst, publish, func() {
+		out, err := p.script("kill", "master")
+		if err != nil {
+			t.Fatalf("scripts/activemq-pair kill master: %v\n%s", err, out)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.wait("every invoice processed after the kill", 2*time.Minute, f.allProcessed)
-	allDone := time.Since(killed)
-	recovery := <-recovered
-	if recovery < 0 {
-		t.Fatalf("no invoice published after the kill was processed within 2 minutes\n%s", f.logs)
-	}
-	time.Sleep(2 * time.Second) // a redelivery, if any, would land now
-	f.exactlyOnce()
+		killedWhat = strings.TrimSpace(out)
+		t.Logf("%s", killedWhat)
+	})
 	if out, err := p.script("status"); err != nil || !regexp.MustCompile(`b pid \d+ master`).MatchString(out) {
 		t.Errorf("after the kill, want broker b the master: %v\n%s", err, out)
 	}
-	dlq := p.depth("DLQ." + f.queue)
-	if dlq != 0 {
-		t.Errorf("%d messages on DLQ.%s, want none", dlq, f.queue)
-	}
-	left := p.depth(f.queue)
-	if left != 0 {
-		t.Errorf("%d messages left on %s, want none", left, f.queue)
-	}
+	dlq, left := noneLeft(f, p.depth)
 	reconnects := len(regexp.MustCompile(`"msg":"stomp: connection to the broker failed, reconnecting"`).FindAllStringIndex(f.logs.String(), -1))
 	st := f.statuses()
 	var redelivered int

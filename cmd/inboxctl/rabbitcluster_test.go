@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,8 +22,8 @@ const rabbitClusterScript = "../../scripts/rabbit-cluster"
 // rabbitCluster is a private 3-node RabbitMQ cluster made by
 // scripts/rabbit-cluster in a directory of its own, removed at test end.
 type rabbitCluster struct {
+	*scripted
 	t    *testing.T
-	env  []string
 	port int // node i's AMQP port is port+i-1
 }
 
@@ -36,21 +33,8 @@ type rabbitCluster struct {
 // the cluster does not start.
 func startRabbitCluster(t *testing.T, port int, name string) *rabbitCluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "inboxkit-rabbitc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &rabbitCluster{t: t, port: port, env: []string{
-		"INBOXKIT_RABBITC_DIR=" + dir,
-		fmt.Sprintf("INBOXKIT_RABBITC_PORT=%d", port),
-		"INBOXKIT_RABBITC_NAME=" + name,
-	}}
-	t.Cleanup(func() {
-		if out, err := c.script("clean"); err != nil {
-			t.Errorf("scripts/rabbit-cluster clean: %v\n%s", err, out)
-		}
-		_ = os.RemoveAll(dir)
-	})
+	c := &rabbitCluster{t: t, port: port, scripted: newScripted(t, rabbitClusterScript, "inboxkit-rabbitc-",
+		"INBOXKIT_RABBITC_DIR", fmt.Sprintf("INBOXKIT_RABBITC_PORT=%d", port), "INBOXKIT_RABBITC_NAME="+name)}
 	start := time.Now()
 	if out, err := c.script("start"); err != nil {
 		t.Fatalf("a 3-node RabbitMQ cluster did not start (needs the machine's rabbitmq-server and Erlang; "+
@@ -58,15 +42,6 @@ func startRabbitCluster(t *testing.T, port int, name string) *rabbitCluster {
 	}
 	t.Logf("3-node cluster started in %v", time.Since(start).Round(100*time.Millisecond))
 	return c
-}
-
-func (c *rabbitCluster) script(args ...string) (string, error) {
-	cmd := exec.Command(rabbitClusterScript, args...)
-	cmd.Env = append(os.Environ(), c.env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
 }
 
 // url lists the three nodes, for quorum queues.
@@ -136,41 +111,14 @@ func TestRunRabbitClusterFailover(t *testing.T) {
 	f.publish(2)
 	f.wait("the first invoices processed", time.Minute, f.allProcessed)
 	leader := c.leader(f.queue)
-	var killed time.Time
-	var atKill int
-	recovered := make(chan time.Duration, 1)
-	for f.sent < n {
-		f.publish(2)
-		if killed.IsZero() && f.sent >= n/2 {
-			// a burst, so that deliveries are in flight on the dead node:
-			// handed back, they come again with x-delivery-count
-			f.publish(burst)
-			out, err := c.script("kill", strconv.Itoa(leader))
-			if err != nil {
-				t.Fatalf("scripts/rabbit-cluster kill %d: %v\n%s", leader, err, out)
-			}
-			killed, atKill = time.Now(), f.sent
-			t.Logf("%s", strings.TrimSpace(out))
-			go func() { recovered <- firstProcessedAfter(f.db.DB, atKill, killed) }()
+	atKill, recovery, allDone := killMidRun(f, n, burst, f.publish, func() {
+		out, err := c.script("kill", strconv.Itoa(leader))
+		if err != nil {
+			t.Fatalf("scripts/rabbit-cluster kill %d: %v\n%s", leader, err, out)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f.wait("every invoice processed after the kill", 2*time.Minute, f.allProcessed)
-	allDone := time.Since(killed)
-	recovery := <-recovered
-	if recovery < 0 {
-		t.Fatalf("no invoice published after the kill was processed within 2 minutes\n%s", f.logs)
-	}
-	time.Sleep(2 * time.Second) // a redelivery, if any, would land now
-	f.exactlyOnce()
-	dlq := c.depth("DLQ." + f.queue)
-	if dlq != 0 {
-		t.Errorf("%d messages on DLQ.%s, want none", dlq, f.queue)
-	}
-	left := c.depth(f.queue)
-	if left != 0 {
-		t.Errorf("%d messages left on %s, want none", left, f.queue)
-	}
+		t.Logf("%s", strings.TrimSpace(out))
+	})
+	dlq, left := noneLeft(f, c.depth)
 	reconnects := len(regexp.MustCompile(`"msg":"rabbitmq: reconnected"`).FindAllStringIndex(f.logs.String(), -1))
 	if leader == 1 && reconnects == 0 {
 		t.Errorf("the consumer's node (1, through which the queue was declared) was killed, and the log shows no reconnect:\n%s", f.logs)
@@ -191,6 +139,52 @@ func TestRunRabbitClusterFailover(t *testing.T) {
 		"every invoice processed %v after the kill",
 		leader, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered, docs,
 		dlq, left, reconnects, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
+}
+
+// killMidRun publishes invoices two at a time (publish) every 100ms until
+// n are sent; past n/2 it publishes a burst (deliveries in flight) and
+// calls kill once. Then it waits until every invoice is processed and
+// checks f.exactlyOnce. It returns the number sent at the kill, the
+// recovery time (kill -> the first invoice published after it processed)
+// and how long after the kill every invoice was processed.
+func killMidRun(f *faultRun, n, burst int, publish func(int), kill func()) (atKill int, recovery, allDone time.Duration) {
+	f.t.Helper()
+	var killed time.Time
+	recovered := make(chan time.Duration, 1)
+	for f.sent < n {
+		publish(2)
+		if killed.IsZero() && f.sent >= n/2 {
+			publish(burst)
+			kill()
+			killed, atKill = time.Now(), f.sent
+			go func() { recovered <- firstProcessedAfter(f.db.DB, atKill, killed) }()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f.wait("every invoice processed after the kill", 2*time.Minute, f.allProcessed)
+	allDone = time.Since(killed)
+	recovery = <-recovered
+	if recovery < 0 {
+		f.t.Fatalf("no invoice published after the kill was processed within 2 minutes\n%s", f.logs)
+	}
+	time.Sleep(2 * time.Second) // a redelivery, if any, would land now
+	f.exactlyOnce()
+	return atKill, recovery, allDone
+}
+
+// noneLeft reads the depth of f's queue and of its dead-letter queue and
+// fails the test unless both are empty.
+func noneLeft(f *faultRun, depth func(string) int) (dlq, left int) {
+	f.t.Helper()
+	dlq = depth("DLQ." + f.queue)
+	if dlq != 0 {
+		f.t.Errorf("%d messages on DLQ.%s, want none", dlq, f.queue)
+	}
+	left = depth(f.queue)
+	if left != 0 {
+		f.t.Errorf("%d messages left on %s, want none", left, f.queue)
+	}
+	return dlq, left
 }
 
 // firstProcessedAfter polls db until an invoice pt-N with N > sent is
