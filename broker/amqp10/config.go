@@ -155,6 +155,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// CheckURL returns the error Open would return for raw as Config.URL (its
+// host, query parameters and profile), without connecting.
+func CheckURL(raw string) error {
+	c := Config{URL: raw}
+	c.setDefaults()
+	_, err := c.validate()
+	return err
+}
+
 // validate checks the fields, reads the URL's query parameters into the
 // zero fields and sets the defaults that depend on them.
 func (c *Config) validate() (endpoint, error) {

@@ -17,6 +17,10 @@
 //	                                      ?replicas=3 for the streams it creates, ?heartbeat=5s)
 //	embedded[:DIR]                        a NATS JetStream server inside this process
 //
+// Parse refuses a query parameter the scheme's adapter does not read, and a
+// value it cannot use, naming the known ones (the adapters' CheckURL): a
+// mistyped option is an error before any connection, never ignored.
+//
 // Every adapter opened here is a consumer.Source (when opened with a queue)
 // and a dlq.Publisher, and reports its connection state (consumer.Readier).
 // On JetStream a queue is a subject held by the stream
@@ -159,6 +163,9 @@ func Parse(raw string) (URL, error) {
 		if err != nil {
 			return URL{}, fmt.Errorf("broker URL %s: %v", b.Display, err)
 		}
+		if err := stomp.CheckURL(raw); err != nil {
+			return URL{}, err
+		}
 		b.Kind, b.Addr = STOMP, strings.Join(addrs, ",")
 		b.Login = u.User.Username()
 		b.Passcode, _ = u.User.Password()
@@ -167,11 +174,17 @@ func Parse(raw string) (URL, error) {
 		if u.Host == "" {
 			return URL{}, noHost("amqp://guest:guest@127.0.0.1:5672/")
 		}
+		if err := rabbitmq.CheckURL(raw); err != nil {
+			return URL{}, err
+		}
 		b.Kind = AMQP
 		return b, nil
 	case "amqp10", "amqp10s":
 		if u.Host == "" {
 			return URL{}, noHost("amqp10://user:pass@127.0.0.1:5672")
+		}
+		if err := amqp10.CheckURL(raw); err != nil {
+			return URL{}, err
 		}
 		b.Kind = AMQP10
 		return b, nil
@@ -181,6 +194,11 @@ func Parse(raw string) (URL, error) {
 		}
 		b.Kind = NATS
 		q := u.Query()
+		for k := range q {
+			if k != "heartbeat" && k != "replicas" {
+				return URL{}, fmt.Errorf("broker URL %s: unknown query parameter %q (known: heartbeat, replicas)", b.Display, k)
+			}
+		}
 		if q.Has("heartbeat") {
 			d, err := time.ParseDuration(q.Get("heartbeat"))
 			if err != nil || d <= 0 {

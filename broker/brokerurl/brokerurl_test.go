@@ -349,18 +349,47 @@ func TestHeartbeatFromURL(t *testing.T) {
 	if _, err := brokerurl.Parse("nats://127.0.0.1:4222?heartbeat=soon"); err == nil || !strings.Contains(err.Error(), "?heartbeat=5s") {
 		t.Errorf("Parse(nats ?heartbeat=soon): %v, want an error showing ?heartbeat=5s", err)
 	}
-	ctx := ctxFor(t, time.Minute)
 	for _, tc := range []struct{ url, want string }{
 		{"amqp://guest:guest@127.0.0.1:5672/?heartbeat=1s", "?heartbeat=5"},
 		{"stomp://127.0.0.1:61613?heartbeat=-1s", "?heartbeat=5s"},
+		{"stomp://127.0.0.1:61613?exclusive=yes", "use true or false"},
+		{"amqp://guest:guest@127.0.0.1:5672/?queue-type=lazy", "use quorum, classic or stream"},
 	} {
-		b, err := brokerurl.Open(tc.url, brokerurl.Options{})
-		if err != nil {
-			t.Fatal(err)
+		// Refused when parsed, before any connection: a wrong option is the
+		// caller's mistake, not an outage.
+		if _, err := brokerurl.Parse(tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%s): %v, want an error showing %s", tc.url, err, tc.want)
 		}
-		t.Cleanup(func() { b.Close() })
-		if _, err := b.Source(ctx, queueName(t), "heartbeat", 1); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Source on %s: %v, want an error showing %s", tc.url, err, tc.want)
+	}
+}
+
+// TestUnknownURLOptionRefused: a query parameter no adapter reads is refused
+// by Parse, naming it and the known ones, never silently ignored (a
+// mistyped ?single-active-consumer would otherwise drop the order it asks
+// for); the password never shows.
+func TestUnknownURLOptionRefused(t *testing.T) {
+	for _, tc := range []struct{ url, known string }{
+		{"stomp://127.0.0.1:61613?prefetch=3", "heartbeat, exclusive"},
+		{"amqp://guest:secret@127.0.0.1:5672/?single-active=true", "single-active-consumer"},
+		{"amqp://guest:secret@h1:5672,h2:5672/?prefetch=x", "queue-type"},
+		{"nats://127.0.0.1:4222?replica=3", "heartbeat, replicas"},
+		{"amqp10://guest:secret@127.0.0.1:5672?profil=ibmmq", "profile"},
+	} {
+		_, err := brokerurl.Parse(tc.url)
+		if err == nil || !strings.Contains(err.Error(), "unknown query parameter") || !strings.Contains(err.Error(), tc.known) {
+			t.Errorf("Parse(%s): %v, want unknown query parameter naming %s", tc.url, err, tc.known)
+		} else if strings.Contains(err.Error(), "secret") {
+			t.Errorf("Parse(%s): the error shows the password: %v", tc.url, err)
+		}
+	}
+	for _, ok := range []string{
+		"stomp://127.0.0.1:61613,127.0.0.1:61615?heartbeat=2s&exclusive=true",
+		"amqp://guest:guest@127.0.0.1:5672/?queue-type=quorum&single-active-consumer=true&heartbeat=5&connection_timeout=5000&channel_max=16",
+		"nats://127.0.0.1:4222,127.0.0.1:4223?replicas=3&heartbeat=1s",
+		"amqp10://guest:guest@127.0.0.1:5672?profile=ibmmq&prefetch=10",
+	} {
+		if _, err := brokerurl.Parse(ok); err != nil {
+			t.Errorf("Parse(%s): %v, want it accepted", ok, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -117,6 +118,21 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// urlParams are the query parameters Config.URL may carry: this package's,
+// then RabbitMQ's URI parameters that amqp091-go reads.
+var urlParams = []string{"heartbeat", "queue-type", "single-active-consumer",
+	"connection_timeout", "channel_max", "auth_mechanism",
+	"certfile", "keyfile", "cacertfile", "server_name_indication"}
+
+// CheckURL returns the error Open would return for raw as Config.URL (its
+// node list, heartbeat, queue-type, single-active-consumer and RabbitMQ's
+// own URI parameters), without connecting.
+func CheckURL(raw string) error {
+	c := Config{URL: raw}
+	c.setDefaults()
+	return c.validate()
+}
+
 func (c *Config) validate() error {
 	// Parse errors quote the URL, so their text never reaches the caller
 	// unredacted.
@@ -127,6 +143,11 @@ func (c *Config) validate() error {
 			err = uerr.Err
 		}
 		return fmt.Errorf("rabbitmq: Config.URL is invalid: %s", err)
+	}
+	for k := range u.Query() {
+		if !slices.Contains(urlParams, k) {
+			return fmt.Errorf("rabbitmq: Config.URL %s: unknown query parameter %q (known: %s)", u.Redacted(), k, strings.Join(urlParams, ", "))
+		}
 	}
 	if hb := u.Query().Get("heartbeat"); hb != "" {
 		n, err := strconv.ParseUint(hb, 10, 16)

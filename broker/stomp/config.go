@@ -114,6 +114,13 @@ func (c *Config) setDefaults() error {
 			c.Login = u.User.Username()
 			c.Passcode, _ = u.User.Password()
 		}
+		for k := range u.Query() {
+			switch k {
+			case "heartbeat", "exclusive":
+			default:
+				return fmt.Errorf("stomp: Config.URL %s: unknown query parameter %q (known: heartbeat, exclusive)", u.Redacted(), k)
+			}
+		}
 		if hb := u.Query().Get("heartbeat"); hb != "" && c.Heartbeat == 0 {
 			d, err := time.ParseDuration(hb)
 			if err != nil || d <= 0 {
@@ -140,6 +147,13 @@ func (c *Config) setDefaults() error {
 	}
 	c.Reconnect = c.Reconnect.Or(inboxkit.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: -1})
 	return nil
+}
+
+// CheckURL returns the error Open would return for raw as Config.URL
+// (a stomp:// URL: its hosts, heartbeat and exclusive), without connecting.
+func CheckURL(raw string) error {
+	c := Config{URL: raw}
+	return c.setDefaults()
 }
 
 // check sets the defaults and validates.
