@@ -28,6 +28,13 @@
 //	         messages (keyless, 100 keys, beside -outbox-sent SENT rows), and
 //	         its write-to-confirm lag at -outbox-rate msg/s and at
 //	         saturation (-big-c writers) for -d.
+//	scaleout -procs (1,2,4) `inboxctl run` processes (--concurrency
+//	         -procs-c each) on a quorum queue of a 3-node RabbitMQ
+//	         cluster and on a 3-replica stream of a 3-node JetStream
+//	         cluster (-rabbit-cluster, -nats-cluster: scripts/rabbit-cluster
+//	         and scripts/nats-cluster, started beforehand), the n messages
+//	         preloaded; beside them the same transactions by a loop with
+//	         no broker at the same total concurrency. Run only when named.
 //
 // Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp).
 // Figures are ratios within one run: the machine's load moves the rest.
@@ -70,13 +77,18 @@ type options struct {
 	outboxN           int
 	outboxSent        int
 	outboxRate        int
+	rabbitCluster     string
+	natsCluster       string
+	procs             []int
+	scaleConc         int
+	inboxctl          string
 	sections          map[string]bool
 	out, log          io.Writer // tables; progress lines
 }
 
 func main() {
 	var o options
-	var handlers, concs, sections string
+	var handlers, concs, procs, sections string
 	flag.StringVar(&o.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.dsn, "dsn", envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN (a schema per measurement is created and dropped)")
 	flag.IntVar(&o.n, "n", 20000, "e2e: messages per consumer run, resends included")
@@ -99,7 +111,12 @@ func main() {
 	flag.IntVar(&o.outboxN, "outbox-n", 20000, "outbox: messages of each relay drain")
 	flag.IntVar(&o.outboxSent, "outbox-sent", 1_000_000, "outbox: SENT rows beside the backlog of the third drain")
 	flag.IntVar(&o.outboxRate, "outbox-rate", 500, "outbox: messages a second the paced writer adds")
-	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox", "comma-separated sections to run")
+	flag.StringVar(&o.rabbitCluster, "rabbit-cluster", rabbitClusterURL(), "scaleout: URL of the 3-node RabbitMQ cluster (scripts/rabbit-cluster; default from $INBOXKIT_RABBITC_PORT)")
+	flag.StringVar(&o.natsCluster, "nats-cluster", natsClusterURL(), "scaleout: URL of the 3-node JetStream cluster (scripts/nats-cluster; default from $INBOXKIT_NATSC_PORT)")
+	flag.StringVar(&procs, "procs", "1,2,4", "scaleout: numbers of inboxctl run processes")
+	flag.IntVar(&o.scaleConc, "procs-c", 2, "scaleout: --concurrency of each inboxctl run process")
+	flag.StringVar(&o.inboxctl, "inboxctl", "", "scaleout: inboxctl binary (default: built from ../cmd/inboxctl)")
+	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
 	flag.Parse()
 	var err error
 	if o.handlers, err = ints(handlers); err != nil {
@@ -107,6 +124,9 @@ func main() {
 	}
 	if o.concs, err = ints(concs); err != nil {
 		fail(fmt.Errorf("-c: %w", err))
+	}
+	if o.procs, err = ints(procs); err != nil {
+		fail(fmt.Errorf("-procs: %w", err))
 	}
 	if o.sections, err = parseSections(sections); err != nil {
 		fail(err)
@@ -122,10 +142,10 @@ func parseSections(list string) (map[string]bool, error) {
 	m := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "e2e", "library", "big", "purge", "outbox":
+		case "e2e", "library", "big", "purge", "outbox", "scaleout":
 			m[s] = true
 		default:
-			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox)", s)
+			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox, scaleout)", s)
 		}
 	}
 	return m, nil
@@ -133,8 +153,8 @@ func parseSections(list string) (map[string]bool, error) {
 
 // run runs the selected sections and prints their tables to o.out.
 func run(ctx context.Context, o options) error {
-	if o.n < 2 || o.dup < 0 || o.dup >= 1 || o.rounds < 1 || o.batch < 0 {
-		return fmt.Errorf("need -n >= 2, 0 <= -dup < 1, -rounds >= 1, -batch >= 0")
+	if o.n < 2 || o.dup < 0 || o.dup >= 1 || o.rounds < 1 || o.batch < 0 || o.scaleConc < 1 {
+		return fmt.Errorf("need -n >= 2, 0 <= -dup < 1, -rounds >= 1, -batch >= 0, -procs-c >= 1")
 	}
 	admin, err := sql.Open("pgx", o.dsn)
 	if err != nil {
@@ -148,7 +168,7 @@ func run(ctx context.Context, o options) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context, *sql.DB, options) error
-	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}} {
+	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}, {"scaleout", scaleoutSection}} {
 		if !o.sections[s.name] {
 			continue
 		}
