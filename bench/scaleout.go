@@ -401,7 +401,7 @@ func scaleOnce(ctx context.Context, admin *sql.DB, o options, bin string, b scal
 	var ps []*scaleProc
 	defer func() {
 		for _, sp := range ps {
-			stopProc(sp)
+			_ = stopProc(sp) // a run that failed already returns its own error
 		}
 	}()
 	for range procs {
