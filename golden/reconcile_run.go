@@ -18,6 +18,14 @@ type ReconcileOptions struct {
 	// Calibrate compares two copies of the legacy side: every column that
 	// differs is noise (Report.Noise), no rule applies.
 	Calibrate bool
+	// LegacyEvents compares only the events the legacy side has a row of
+	// (in any effect, before an outcome's absent row is filled in); the
+	// others are counted in Counts.Skipped. The reverse shadow's diff: the
+	// legacy bean on the copy saw only the messages since it started,
+	// production holds every event before them too (docs/shadow.md,
+	// "Switch over"). An event the legacy side has and production lacks
+	// is still compared, and unexpected.
+	LegacyEvents bool
 }
 
 // ReconcileReport is what Reconcile found; `inboxctl shadow diff -o json`
@@ -56,6 +64,9 @@ type Counts struct {
 	Identical  int64 `json:"identical"`
 	Expected   int64 `json:"expected"`
 	Unexpected int64 `json:"unexpected"`
+	// Skipped counts the events left out by ReconcileOptions.LegacyEvents
+	// (not in Events).
+	Skipped int64 `json:"skipped,omitempty"`
 }
 
 // Span is a time span.
@@ -149,6 +160,10 @@ func Reconcile(ctx context.Context, c *ReconcileConfig, legacy, shadow Side, opt
 				st.take()
 			}
 		}
+		if opt.LegacyEvents && !hasLegacyRow(ev) {
+			rep.Counts.Skipped++
+			continue
+		}
 		fillAbsent(ev, absent)
 		rep.Counts.Events++
 		if opt.Calibrate {
@@ -225,6 +240,17 @@ func (c *ReconcileConfig) absentRows(calibrate bool) [][2][]rrow {
 	return out
 }
 
+// hasLegacyRow says whether the legacy side has a row of ev in any
+// effect (called before fillAbsent).
+func hasLegacyRow(ev *event) bool {
+	for i := range ev.rows {
+		if len(ev.rows[i][0]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // fillAbsent gives an outcome effect's side without a row its absent row.
 func fillAbsent(ev *event, absent [][2][]rrow) {
 	for i := range ev.rows {
@@ -299,6 +325,9 @@ func (r *ReconcileReport) WriteText(w io.Writer, c *ReconcileConfig) {
 		fmt.Fprintf(w, "rows written from %s to %s\n", r.Span.From.Format(time.RFC3339), r.Span.To.Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "events %d: identical %d, expected %d, unexpected %d\n", r.Counts.Events, r.Counts.Identical, r.Counts.Expected, r.Counts.Unexpected)
+	if r.Counts.Skipped > 0 {
+		fmt.Fprintf(w, "skipped %d events only the shadow side has (--legacy-events)\n", r.Counts.Skipped)
+	}
 	if r.Calibration {
 		if len(r.Noise) == 0 {
 			fmt.Fprintln(w, "no noise: the legacy copies agree on every compared column")

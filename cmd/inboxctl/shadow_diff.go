@@ -14,7 +14,7 @@ import (
 
 func newShadowDiffCmd() *cobra.Command {
 	var legacyURL, shadowURL, copyURL, configPath, reportPath string
-	var calibrate, write bool
+	var calibrate, write, legacyEvents bool
 	var samples int
 	var o outputFlags
 	c := &cobra.Command{
@@ -32,7 +32,12 @@ Exit 0 when no event is unexpected, 1 naming the unexpected events and their col
 
 --calibrate compares the legacy side with a second legacy copy (--legacy-copy) that
 consumed the same messages: every column that differs is noise (timestamps, generated
-ids), printed as scrub entries for the config (--write puts them there).`,
+ids), printed as scrub entries for the config (--write puts them there).
+
+--legacy-events compares only the events the legacy side has a row of: the reverse
+shadow's diff, where the legacy bean on the copy saw only the messages since it
+started and production (--shadow) holds the events before them too (docs/shadow.md,
+"Switch over"). The events left out are counted as skipped.`,
 		Example: `  inboxctl shadow diff --legacy postgres://app@db/legacy --shadow postgres://app@db/shadow --config shadow.json
   inboxctl shadow diff --legacy postgres://app@db/legacy --shadow postgres://app@db/shadow --config shadow.json -o json --report diff.json
   inboxctl shadow diff --calibrate --legacy postgres://app@db/legacy --legacy-copy postgres://app@db/legacy2 --config shadow.json --write`,
@@ -55,6 +60,8 @@ ids), printed as scrub entries for the config (--write puts them there).`,
 				return usageErr("--shadow URL is required: the shadow consumer's database")
 			case !calibrate && (copyURL != "" || write):
 				return usageErr("--legacy-copy and --write belong to --calibrate")
+			case calibrate && legacyEvents:
+				return usageErr("--legacy-events belongs to a diff, not to --calibrate (the legacy copies saw the same messages)")
 			}
 			raw, err := os.ReadFile(configPath)
 			if err != nil {
@@ -82,7 +89,7 @@ ids), printed as scrub entries for the config (--write puts them there).`,
 			rep, err := golden.Reconcile(ctx, cfg,
 				golden.Side{DB: ldb, Dialect: lt.Dialect, Name: lt.Display},
 				golden.Side{DB: sdb, Dialect: st.Dialect, Name: st.Display},
-				golden.ReconcileOptions{Samples: samples, Calibrate: calibrate})
+				golden.ReconcileOptions{Samples: samples, Calibrate: calibrate, LegacyEvents: legacyEvents})
 			if err != nil {
 				return err
 			}
@@ -125,6 +132,7 @@ ids), printed as scrub entries for the config (--write puts them there).`,
 	c.Flags().StringVar(&reportPath, "report", "", "also write the JSON report to this file (what cutover check --shadow-report reads)")
 	c.Flags().BoolVar(&calibrate, "calibrate", false, "compare --legacy with --legacy-copy and report the noise columns as scrub entries")
 	c.Flags().BoolVar(&write, "write", false, "with --calibrate: add the noise columns to the config's \"scrub\" list")
+	c.Flags().BoolVar(&legacyEvents, "legacy-events", false, "compare only the events the legacy side has a row of (the reverse shadow: docs/shadow.md)")
 	c.Flags().IntVar(&samples, "samples", 10, "events shown per category with their differences")
 	o.register(c)
 	return c
