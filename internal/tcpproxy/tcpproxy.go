@@ -11,6 +11,8 @@
 //   - Limit it: at most a number of bytes per second each way (a thin link);
 //   - Garble it: every byte one way is replaced by garbage (a hostile or
 //     broken peer, a middlebox that corrupts), open connections too;
+//   - GarbleAfter: each connection turns to garbage one way after a number
+//     of frames (a peer that behaves for a while, then goes bad);
 //   - Restore it: new connections go through again, without delay or
 //     limit.
 //
@@ -72,6 +74,7 @@ type Proxy struct {
 	delay     atomic.Int64   // time.Duration added to every chunk
 	limit     atomic.Int64   // bytes per second each way; 0: no limit
 	garbled   [2]atomic.Bool // per Direction: bytes replaced by garbage
+	after     [2]atomic.Pointer[garbleRule]
 	forwarded atomic.Int64
 	dropped   atomic.Int64
 }
@@ -135,8 +138,25 @@ func (p *Proxy) Limit(bytesPerSecond int64) { p.limit.Store(bytesPerSecond) }
 // protocol sees frames it must refuse).
 func (p *Proxy) Garble(dir Direction) { p.garbled[dir].Store(true) }
 
-// Restore ends Cut, Hang, Delay, Limit and Garble: new connections, and
-// bytes on the open ones, go through again at full speed.
+// garbleRule is a GarbleAfter in force: n frames, each ended by delim.
+type garbleRule struct {
+	delim byte
+	n     int
+}
+
+// GarbleAfter lets n frames, each ended by the byte delim (NUL for STOMP),
+// through intact in dir on every connection, then replaces every later
+// byte of that connection in dir by garbage, as Garble does. The frames are
+// counted on each connection from the moment the rule applies to it (from
+// now on for open connections, from their first byte for new ones), so
+// every connection the client opens again goes bad after n frames too,
+// until Restore.
+func (p *Proxy) GarbleAfter(dir Direction, delim byte, n int) {
+	p.after[dir].Store(&garbleRule{delim: delim, n: n})
+}
+
+// Restore ends Cut, Hang, Delay, Limit, Garble and GarbleAfter: new
+// connections, and bytes on the open ones, go through again at full speed.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.cut = false
@@ -146,6 +166,8 @@ func (p *Proxy) Restore() {
 	p.limit.Store(0)
 	p.garbled[ToTarget].Store(false)
 	p.garbled[ToClient].Store(false)
+	p.after[ToTarget].Store(nil)
+	p.after[ToClient].Store(nil)
 }
 
 // IsCut reports whether Cut is in force.
@@ -256,8 +278,9 @@ func (p *Proxy) pipe(dir Direction, dst, src net.Conn) {
 	wrote := make(chan struct{})
 	go func() {
 		defer close(wrote)
+		var frames frameCount
 		for c := range chunks {
-			if !p.forward(dir, dst, c) {
+			if !p.forward(dir, dst, c, &frames) {
 				p.drop(dst, src) // ends the reader's Read
 				close(stop)
 				for range chunks { // let the reader finish
@@ -292,9 +315,36 @@ func (p *Proxy) pipe(dir Direction, dst, src net.Conn) {
 	}
 }
 
+// frameCount is one connection's count of frames in one direction under
+// a GarbleAfter rule.
+type frameCount struct {
+	rule *garbleRule // the rule counted under; another one starts again at 0
+	n    int
+}
+
+// pass returns how many leading bytes of b may go through intact under
+// rule (nil: all of them), counting the frames b ends.
+func (f *frameCount) pass(rule *garbleRule, b []byte) int {
+	if rule == nil {
+		return len(b)
+	}
+	if f.rule != rule {
+		f.rule, f.n = rule, 0
+	}
+	for i, x := range b {
+		if f.n >= rule.n {
+			return i
+		}
+		if x == rule.delim {
+			f.n++
+		}
+	}
+	return len(b)
+}
+
 // forward gives one chunk to dst when it is due, at the proxy's rate, or
 // drops it when the proxy hangs by then. It reports false when dst failed.
-func (p *Proxy) forward(dir Direction, dst net.Conn, c chunk) bool {
+func (p *Proxy) forward(dir Direction, dst net.Conn, c chunk, frames *frameCount) bool {
 	time.Sleep(time.Until(c.due))
 	if p.hung.Load() {
 		p.dropped.Add(int64(len(c.b)))
@@ -302,6 +352,8 @@ func (p *Proxy) forward(dir Direction, dst net.Conn, c chunk) bool {
 	}
 	if p.garbled[dir].Load() {
 		garble(c.b)
+	} else if n := frames.pass(p.after[dir].Load(), c.b); n < len(c.b) {
+		garble(c.b[n:])
 	}
 	if limit := p.limit.Load(); limit > 0 {
 		time.Sleep(time.Duration(int64(len(c.b)) * int64(time.Second) / limit))

@@ -191,3 +191,33 @@ func TestGarble(t *testing.T) {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
+
+// GarbleAfter lets each connection's first n frames through intact, then
+// garbles the rest of it; a new connection gets n frames again; Restore
+// ends it.
+func TestGarbleAfter(t *testing.T) {
+	p := tcpproxy.Start(t, echoServer(t))
+	p.GarbleAfter(tcpproxy.ToClient, 0, 2)
+	const sent = "one\x00two\x00three\x00four\x00\n"
+	for i := range 2 {
+		c := dial(t, p)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(sent)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(sent))
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatal(err)
+		}
+		if want := "one\x00two\x00"; string(got[:len(want)]) != want {
+			t.Fatalf("connection %d: the first two frames came back as %q, want them intact", i, got[:len(want)])
+		}
+		if string(got[8:]) == sent[8:] {
+			t.Fatalf("connection %d: the frames after the second came back unchanged: %q", i, got)
+		}
+	}
+	p.Restore()
+	if err := echo(t, dial(t, p), 10*time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
