@@ -24,10 +24,16 @@ type result struct {
 	restarts                              int
 	dbRestarts, brokerRestarts            int
 	restartErrs                           []string
+	faults                                []string // the service faults run (soak.go)
+	stopped                               int      // SIGSTOPs
+	stopFor                               time.Duration
+	garbleAfter                           int   // the hostile STOMP peer's frames per connection (0: none)
+	garbled                               int64 // bytes it garbled
 	timedOut                              bool
 	duration                              time.Duration
 
 	lost, doubled, stuck []string // "event: what", one per event
+	validDeadLettered    int      // of lost: valid events DEAD_LETTERED
 	dlqCopies            int      // messages in the DLQ
 	dlqOther             int      // of them, not of a poison event
 	check                string   // inboxctl check output when it found something
@@ -98,6 +104,9 @@ func (r *rig) ledger(ctx context.Context) (*result, error) {
 			res.doubled = append(res.doubled, where)
 		case ev.kind == valid && (l == 0 || d == 0 || x.status != "PROCESSED"):
 			res.lost = append(res.lost, where)
+			if x.status == "DEAD_LETTERED" {
+				res.validDeadLettered++
+			}
 		case ev.kind != valid && (l > 0 || d > 0):
 			res.doubled = append(res.doubled, where)
 		case ev.kind == reject && x.status != "REJECTED":
@@ -195,6 +204,16 @@ func (r *result) print(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "messages: %d valid, %d rejects, %d poison; resends: %d in flight, %d after the first copy was final, %d more from re-sent chunks; %d DLQ copies (%d not of poison events); seed %d\n",
 		r.messages-r.rejects-r.poison, r.rejects, r.poison, r.resendsInFlight, r.resendsLate, r.producerRetries, r.dlqCopies, r.dlqOther, r.seed)
+	fmt.Fprintf(w, "valid events dead-lettered: %d (counted in lost)\n", r.validDeadLettered)
+	if r.stopped > 0 {
+		fmt.Fprintf(w, "SIGSTOP: %d consumer(s) stopped for %v each, then continued\n", r.stopped, r.stopFor)
+	}
+	if r.garbleAfter > 0 {
+		fmt.Fprintf(w, "hostile STOMP peer: consumer 0's connections garbage after %d frames; %d bytes garbled\n", r.garbleAfter, r.garbled)
+	}
+	for _, f := range r.faults {
+		fmt.Fprintln(w, "fault:", f)
+	}
 	if r.timedOut {
 		fmt.Fprintln(w, "TIMEOUT: the inbox was not quiet in time; what was open counts as stuck")
 	}

@@ -90,6 +90,15 @@ type config struct {
 	relayLease time.Duration
 	jsAckWait  time.Duration
 
+	// The soak (issue 29, item 4; soak.go).
+	soak         bool
+	cluster      string
+	dbOutage     time.Duration
+	brokerOutage time.Duration
+	stops        int
+	stopFor      time.Duration
+	garbleAfter  int
+
 	// The order scenario (--scenario order).
 	failPct      int
 	orderKey     string
@@ -189,6 +198,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.onPoison, "on-poison", "dead-letter", "order scenario: inboxctl run --on-poison: dead-letter (the poison key's later events wait for its dead letter, then run) or park-key (they follow it to the DLQ, KEY_PARKED)")
 	fs.BoolVar(&c.singleActive, "single-active", true, "order scenario on RabbitMQ: declare the queue single-active-consumer (?single-active-consumer=true); false: competing consumers")
 	fs.BoolVar(&c.exclusive, "exclusive", false, "order scenario on ActiveMQ: the consumers subscribe as exclusive consumers (?exclusive=true: one consumes, the others stand by); false: message groups share the keys out")
+	fs.BoolVar(&c.soak, "soak", false, "the long run: --messages 100000 --kills 50 --db-outage 60s --broker-outage 60s --stops 2 --timeout 3h (flags given win), with --cluster activemq also --garble-after 50 (docs/torture.md, Soak)")
+	fs.StringVar(&c.cluster, "cluster", "", "rabbitmq, nats or activemq: run on the private cluster of scripts/rabbit-cluster (quorum queue), scripts/nats-cluster (3 replicas) or scripts/activemq-pair, with its node kills, and on the private PostgreSQL of scripts/torture-services")
+	fs.DurationVar(&c.dbOutage, "db-outage", 0, "instead of a restart, stop the private PostgreSQL at 40 % of the run for this long (implies --restart-db)")
+	fs.DurationVar(&c.brokerOutage, "broker-outage", 0, "instead of a restart, stop the broker (the whole --cluster) at 60 % of the run for this long (implies --restart-broker)")
+	fs.IntVar(&c.stops, "stops", 0, "SIGSTOP of a random consumer this many times at random points, each for --stop-for, then SIGCONT")
+	fs.DurationVar(&c.stopFor, "stop-for", 45*time.Second, "how long a --stops consumer stays stopped: past the store-then-process lease and JetStream's AckWait (30s) and the heartbeats")
+	fs.IntVar(&c.garbleAfter, "garble-after", 0, "STOMP only: consumer 0 talks to the broker through a proxy that, from 30 % to 45 %% of the run, turns each of its connections to garbage after this many frames (0: none)")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))
@@ -203,6 +219,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	known := brokers
+	if c.cluster != "" && !set["db"] {
+		c.private = true // the cluster's runs use the private PostgreSQL
+	}
 	if c.private {
 		var db string
 		db, known = privateServices()
@@ -225,6 +244,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	} else {
 		return c, fmt.Errorf("--broker %q: use stomp, rabbitmq, nats or a URL", c.broker)
+	}
+	if (c.soak || c.cluster != "" || c.stops > 0 || c.garbleAfter > 0) && c.scenario != "invoice" {
+		return c, errors.New("--soak, --cluster, --stops and --garble-after are for the invoice scenario")
+	}
+	if err := applySoak(&c, set); err != nil {
+		return c, err
 	}
 	if c.scenario == "order" {
 		// The order scenario's defaults: issue 28's run.

@@ -33,8 +33,9 @@ type supervisor struct {
 	env      []string
 	logDir   string
 	logf     func(string, ...any)
-	startMu  sync.Mutex // held while (re)starting; stop takes it to end restarts
-	stopped  bool       // under startMu and mu
+	startMu  sync.Mutex    // held while (re)starting; stop takes it to end restarts
+	stopping chan struct{} // made by the first pause, closed by stop
+	stopped  bool          // under startMu and mu
 
 	mu       sync.Mutex
 	procs    []*proc
@@ -49,6 +50,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	began  time.Time
 	killed bool // by the rig
+	paused bool // stopped with SIGSTOP by the rig, not yet continued
 	fp     string
 	done   chan struct{}
 }
@@ -178,12 +180,57 @@ func (s *supervisor) kill(slot int) bool {
 		return false
 	default:
 	}
+	if p.paused {
+		s.mu.Unlock()
+		return false // a paused process is there to be found past its lease
+	}
 	p.killed = true
 	s.mu.Unlock()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return false
 	}
 	return true
+}
+
+// pause sends SIGSTOP to slot's live process and SIGCONT d later (at
+// once when stop comes first); false when it is not running. The process
+// keeps its connections and its leases and does nothing meanwhile: the
+// broker's heartbeat or ack timeout, or the store's lease, hands its work
+// to the others, and the process finds out when it wakes. done is closed
+// once the process continues (or ended).
+func (s *supervisor) pause(slot int, d time.Duration) (done chan struct{}, ok bool) {
+	s.mu.Lock()
+	p := s.procs[slot]
+	select {
+	case <-p.done:
+		s.mu.Unlock()
+		return nil, false
+	default:
+	}
+	if p.paused || p.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+		s.mu.Unlock()
+		return nil, false
+	}
+	p.paused = true
+	if s.stopping == nil {
+		s.stopping = make(chan struct{})
+	}
+	stopping := s.stopping
+	s.mu.Unlock()
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-time.After(d):
+		case <-p.done:
+		case <-stopping:
+		}
+		s.mu.Lock()
+		p.paused = false
+		s.mu.Unlock()
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}()
+	return done, true
 }
 
 // stop ends restarts, sends SIGTERM to every live process (they drain)
@@ -193,6 +240,9 @@ func (s *supervisor) stop(grace time.Duration) {
 	s.mu.Lock()
 	s.stopped = true
 	procs := append([]*proc(nil), s.procs...)
+	if s.stopping != nil {
+		close(s.stopping) // paused processes continue, to take the SIGTERM
+	}
 	s.mu.Unlock()
 	s.startMu.Unlock()
 	for _, p := range procs {

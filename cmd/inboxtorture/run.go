@@ -46,7 +46,12 @@ type rig struct {
 	lateSent    atomic.Int64
 	publishDone atomic.Bool
 
+	// faults are the run's service faults besides the restarts (watch).
+	faults  []fault
+	stopped int // consumers stopped with SIGSTOP
+
 	mu             sync.Mutex
+	faultsDone     []string // each fault run, when, and how long it took
 	dbRestarts     int
 	brokerRestarts int
 	restartErrs    []string
@@ -141,6 +146,7 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.seed = r.cfg.seed // setup chose it when --seed was 0
 	defer cleanup()
 	r.queue, r.dlq = "torture."+runID, "DLQ.torture."+runID
 
@@ -157,6 +163,20 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 	args := []string{"run", "--db", r.dbURL, "--broker", cfg.brokerURL, "--queue", r.queue, "--dlq", r.dlq,
 		"--concurrency", fmt.Sprint(cfg.concurrency), "--batch", fmt.Sprint(cfg.batch), "--mode", cfg.mode, "--max-attempts", fmt.Sprint(cfg.maxAttempts), "--log-format", "json"}
 	r.sup = newSupervisor(r.inboxctl, args, []string{failpoint.EnvVar + "=" + cfg.failpoints}, logDir, r.log)
+	var peer *hostile
+	if cfg.garbleAfter > 0 {
+		if peer, err = newHostile(cfg.brokerURL); err != nil {
+			return nil, err
+		}
+		defer peer.close()
+		r.sup.slotArgs = func(slot int) []string {
+			if slot == 0 {
+				return []string{"--broker", peer.url} // the last --broker wins
+			}
+			return nil
+		}
+	}
+	r.faults = r.soakFaults(peer)
 	for i := 0; i < cfg.consumers; i++ {
 		if err := r.sup.start(i, 0); err != nil {
 			r.sup.stop(10 * time.Second)
@@ -195,6 +215,13 @@ func run(ctx context.Context, cfg config, stderr io.Writer) (*result, error) {
 	res.deaths, res.restarts = r.sup.counts()
 	res.dbRestarts, res.brokerRestarts, res.restartErrs = r.dbRestarts, r.brokerRestarts, r.restartErrs
 	res.timedOut = timedOut
+	res.faults, res.stopped, res.stopFor = r.faultsDone, r.stopped, cfg.stopFor
+	if cfg.cluster != "" {
+		res.broker = cfg.cluster + " cluster"
+	}
+	if peer != nil {
+		res.garbleAfter, res.garbled = cfg.garbleAfter, peer.garbled()
+	}
 	res.duration = time.Since(start)
 	if !res.ok() {
 		r.keepDB = true
@@ -371,6 +398,12 @@ func (r *rig) torture(ctx context.Context, rnd *rand.Rand) (kills int, timedOut 
 		at[i] = 0.03 + 0.85*rnd.Float64()
 	}
 	sort.Float64s(at)
+	stopAt := make([]float64, cfg.stops)
+	for i := range stopAt {
+		stopAt[i] = 0.05 + 0.8*rnd.Float64()
+	}
+	sort.Float64s(stopAt)
+	var paused []chan struct{}
 	var lastKill time.Time
 	timedOut = r.watch(ctx, func() (float64, bool, string, error) {
 		s, err := r.snapshot(ctx)
@@ -390,24 +423,58 @@ func (r *rig) torture(ctx context.Context, rnd *rand.Rand) (kills int, timedOut 
 				}
 			}
 		}
-		return progress, len(at) > 0 || s.final < cfg.messages || s.open > 0, s.sig, nil
+		if len(stopAt) > 0 && progress >= stopAt[0] {
+			slot := rnd.IntN(cfg.consumers)
+			for i := 0; i < cfg.consumers; i++ {
+				if done, ok := r.sup.pause((slot+i)%cfg.consumers, cfg.stopFor); ok {
+					stopAt = stopAt[1:]
+					paused = append(paused, done)
+					r.stopped++
+					r.log("SIGSTOP of consumer %d for %v at %.0f%% final", (slot+i)%cfg.consumers, cfg.stopFor, 100*progress)
+					break
+				}
+			}
+		}
+		for len(paused) > 0 && isClosed(paused[0]) {
+			paused = paused[1:]
+		}
+		return progress, len(at) > 0 || len(stopAt) > 0 || len(paused) > 0 || s.final < cfg.messages || s.open > 0, s.sig, nil
 	})
 	return kills, timedOut
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // watch is a torture run's supervising loop. Every 250 ms it calls poll,
 // which does the scenario's killing and returns the progress (0 to 1),
 // whether work is left, and a signature of the state (an error skips the
-// tick: the database may be restarting). It restarts the database at 40 %
-// and the broker at 60 % of the progress when asked, and returns false
-// once nothing is left to do, the producer is done and the signature has
-// not changed for --quiet; true when ctx ends or --timeout passes first.
-// It returns after the restarts it began.
+// tick: the database may be restarting). It runs the service faults one
+// at a time as the progress reaches them: the database's restart at 40 %
+// and the broker's at 60 % when asked, and r.faults (a cluster's node
+// kills, the hostile peer). It returns false once nothing is left to do,
+// every fault is done, the producer is done and the signature has not
+// changed for --quiet; true when ctx ends or --timeout passes first. It
+// returns after the fault it began.
 func (r *rig) watch(ctx context.Context, poll func() (progress float64, busy bool, sig string, err error)) (timedOut bool) {
 	cfg := r.cfg
-	dbDone, brokerDone := !cfg.restartDB, !cfg.restartBrk
-	var restarts sync.WaitGroup
-	defer restarts.Wait()
+	faults := append([]fault(nil), r.faults...)
+	if cfg.restartDB {
+		faults = append(faults, fault{at: 0.4, name: "database restart", run: func() error { return r.restart("database", cfg.dbRestart, &r.dbRestarts) }})
+	}
+	if cfg.restartBrk {
+		faults = append(faults, fault{at: 0.6, name: "broker restart", run: func() error { return r.restart("broker", cfg.brkRestart, &r.brokerRestarts) }})
+	}
+	sort.SliceStable(faults, func(i, j int) bool { return faults[i].at < faults[j].at })
+	var running sync.WaitGroup
+	var faultBusy atomic.Bool
+	defer running.Wait()
 	deadline := time.Now().Add(cfg.timeout)
 	var quietSince time.Time
 	var lastSig string
@@ -427,17 +494,18 @@ func (r *rig) watch(ctx context.Context, poll func() (progress float64, busy boo
 		if err != nil {
 			continue
 		}
-		if !dbDone && progress >= 0.4 {
-			dbDone = true
-			restarts.Add(1)
-			go func() { defer restarts.Done(); r.restart("database", cfg.dbRestart, &r.dbRestarts) }()
+		if len(faults) > 0 && progress >= faults[0].at && !faultBusy.Load() {
+			f := faults[0]
+			faults = faults[1:]
+			faultBusy.Store(true)
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer faultBusy.Store(false)
+				r.runFault(f, progress)
+			}()
 		}
-		if !brokerDone && progress >= 0.6 {
-			brokerDone = true
-			restarts.Add(1)
-			go func() { defer restarts.Done(); r.restart("broker", cfg.brkRestart, &r.brokerRestarts) }()
-		}
-		if busy || !dbDone || !brokerDone || !r.publishDone.Load() || sig != lastSig {
+		if busy || len(faults) > 0 || faultBusy.Load() || !r.publishDone.Load() || sig != lastSig {
 			quietSince, lastSig = time.Now(), sig
 			continue
 		}
@@ -447,18 +515,31 @@ func (r *rig) watch(ctx context.Context, poll func() (progress float64, busy boo
 	}
 }
 
-func (r *rig) restart(what, command string, count *int) {
-	r.log("restarting the %s: %s", what, command)
-	cmd := exec.Command("bash", "-c", command)
-	out, err := cmd.CombinedOutput()
+// runFault runs f, begun at progress, and records it (or its error) for
+// the ledger.
+func (r *rig) runFault(f fault, progress float64) {
+	r.log("fault at %.0f%%: %s", 100*progress, f.name)
+	began := time.Now()
+	err := f.run()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.restartErrs = append(r.restartErrs, fmt.Sprintf("%s restart (%s): %v: %s", what, command, err, bytes.TrimSpace(out)))
+		r.restartErrs = append(r.restartErrs, fmt.Sprintf("%s: %v", f.name, err))
 		return
 	}
+	r.faultsDone = append(r.faultsDone, fmt.Sprintf("%s at %.0f%% (%.1fs)", f.name, 100*progress, time.Since(began).Seconds()))
+}
+
+func (r *rig) restart(what, command string, count *int) error {
+	r.log("restarting the %s: %s", what, command)
+	if err := shell(command); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	*count++
 	r.log("%s restarted", what)
+	return nil
 }
 
 // brokerAnswers fails early, naming the start command, when nothing
@@ -468,7 +549,12 @@ func brokerAnswers(raw string, private bool) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("--broker %q is not a URL with a host", raw)
 	}
-	c, err := net.DialTimeout("tcp", u.Host, 3*time.Second)
+	var c net.Conn
+	for _, host := range strings.Split(u.Host, ",") { // a cluster's node list: one node answering is enough
+		if c, err = net.DialTimeout("tcp", host, 3*time.Second); err == nil {
+			break
+		}
+	}
 	if err != nil {
 		start := map[string]string{"stomp": "scripts/activemq start", "amqp": "rabbitmq-server -detached",
 			"nats": "start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log"}[u.Scheme]

@@ -77,6 +77,7 @@ type Proxy struct {
 	after     [2]atomic.Pointer[garbleRule]
 	forwarded atomic.Int64
 	dropped   atomic.Int64
+	spoiled   atomic.Int64 // bytes garbled by GarbleAfter
 }
 
 // New listens on 127.0.0.1:0 and forwards every accepted connection to
@@ -184,6 +185,10 @@ func (p *Proxy) Forwarded() int64 { return p.forwarded.Load() }
 // Dropped is the number of bytes dropped while hung: above 0 once a side
 // has sent something into a hung connection.
 func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
+
+// GarbledAfter is the number of bytes GarbleAfter has garbled so far:
+// above 0 once a connection went past its frames under the rule.
+func (p *Proxy) GarbledAfter() int64 { return p.spoiled.Load() }
 
 // Close stops the proxy, closes every connection and waits for its
 // goroutines. It may be called more than once.
@@ -354,6 +359,7 @@ func (p *Proxy) forward(dir Direction, dst net.Conn, c chunk, frames *frameCount
 		garble(c.b)
 	} else if n := frames.pass(p.after[dir].Load(), c.b); n < len(c.b) {
 		garble(c.b[n:])
+		p.spoiled.Add(int64(len(c.b) - n))
 	}
 	if limit := p.limit.Load(); limit > 0 {
 		time.Sleep(time.Duration(int64(len(c.b)) * int64(time.Second) / limit))

@@ -216,6 +216,9 @@ func TestGarbleAfter(t *testing.T) {
 			t.Fatalf("connection %d: the frames after the second came back unchanged: %q", i, got)
 		}
 	}
+	if got, want := p.GarbledAfter(), int64(2*(len(sent)-8)); got != want {
+		t.Errorf("GarbledAfter() = %d, want %d (the bytes after two frames, two connections)", got, want)
+	}
 	p.Restore()
 	if err := echo(t, dial(t, p), 10*time.Second); err != nil {
 		t.Fatalf("after Restore: %v", err)
