@@ -294,3 +294,39 @@ func TestOrderFlags(t *testing.T) {
 		t.Fatalf("3 poison events over 2 keys: %v", err)
 	}
 }
+
+// --soak gives the long run's defaults (a flag given wins); --cluster puts
+// the run on a cluster's node list with outages of the whole cluster and
+// the private PostgreSQL; the hostile peer is refused off STOMP.
+func TestSoakFlags(t *testing.T) {
+	t.Setenv("INBOXKIT_RABBITC_PORT", "5781")
+	cfg, err := parseFlags([]string{"--soak", "--cluster", "rabbitmq", "--kills", "60"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.messages != 100000 || cfg.kills != 60 || cfg.stops != 2 || cfg.stopFor != 45*time.Second || !cfg.restartDB || !cfg.restartBrk ||
+		cfg.garbleAfter != 0 || cfg.broker != "rabbitmq" {
+		t.Fatalf("soak defaults: %+v", cfg)
+	}
+	if cfg.brokerURL != "amqp://guest:guest@127.0.0.1:5781,127.0.0.1:5782,127.0.0.1:5783/?queue-type=quorum" ||
+		cfg.adminDB != "postgres://postgres@127.0.0.1:5433/postgres?sslmode=disable" ||
+		cfg.brkRestart != "scripts/rabbit-cluster stop && sleep 60 && scripts/rabbit-cluster start" ||
+		cfg.dbRestart != "scripts/torture-services stop pg && sleep 60 && scripts/torture-services start pg" {
+		t.Fatalf("--cluster rabbitmq: broker %s, db %s, outages %q %q", cfg.brokerURL, cfg.adminDB, cfg.brkRestart, cfg.dbRestart)
+	}
+	cfg, err = parseFlags([]string{"--soak", "--cluster", "activemq", "--messages", "20000"}, os.Stderr)
+	if err != nil || cfg.messages != 20000 || cfg.garbleAfter != 50 || !strings.HasPrefix(cfg.brokerURL, "stomp://127.0.0.1:61713,127.0.0.1:61715") {
+		t.Fatalf("--soak --cluster activemq: %v %+v", err, cfg)
+	}
+	for _, args := range [][]string{
+		{"--garble-after", "5", "--broker", "rabbitmq"},
+		{"--db-outage", "10s"},
+		{"--cluster", "kafka"},
+		{"--cluster", "nats", "--broker", "nats"},
+		{"--scenario", "outbox", "--soak"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("%q: accepted", args)
+		}
+	}
+}
