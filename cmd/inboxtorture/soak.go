@@ -100,7 +100,9 @@ func clusters(name string) (cluster, bool) {
 		s := "scripts/activemq-pair"
 		return cluster{
 			kind: "stomp", url: fmt.Sprintf("stomp://127.0.0.1:%d,127.0.0.1:%d?heartbeat=2s", p, p+2),
-			stop: s + " stop", start: s + " start",
+			// A JVM's start took over 60 s (scripts/activemq's default wait)
+			// on the loaded machine: the rig waits up to 5 minutes.
+			stop: s + " stop", start: "INBOXKIT_ACTIVEMQ_TIMEOUT=300 " + s + " start",
 			nodeFaults: func(*rig) []fault {
 				return []fault{{at: 0.3, name: "kill -9 of the ActiveMQ master", run: func() error {
 					return killAndRestart(s+" kill master", s+" start")
