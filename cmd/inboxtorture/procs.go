@@ -180,9 +180,9 @@ func (s *supervisor) kill(slot int) bool {
 		return false
 	default:
 	}
-	if p.paused {
+	if p.paused || p.killed {
 		s.mu.Unlock()
-		return false // a paused process is there to be found past its lease
+		return false // paused: there to be found past its lease; killed: not reaped yet, one kill each
 	}
 	p.killed = true
 	s.mu.Unlock()
