@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/inboxkit/inboxkit/broker/jetstream"
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/internal/tcpproxy"
 )
 
@@ -80,7 +80,11 @@ func clusters(name string) (cluster, bool) {
 		u := fmt.Sprintf("nats://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?replicas=3", p+1, p+2, p+3)
 		kill := func(r *rig, leader bool) func() error {
 			return func() error {
-				node, err := streamNode(u, jetstream.StreamName(r.queue), leader)
+				parsed, err := brokerurl.Parse(u)
+				if err != nil {
+					return err
+				}
+				node, err := streamNode(u, (&brokerurl.Broker{URL: parsed}).StreamName(r.queue), leader)
 				if err != nil {
 					return err
 				}
