@@ -40,6 +40,7 @@ type step struct {
 
 var steps = []step{
 	{version: 1, description: "outbox table (one row per message) and its key table (per key: sequence, progress, lease)", statements: createTables},
+	{version: 2, description: "a message without a key is claimed by its own row (NEXT_AT, LEASE_OWNER), without a key row", statements: ownRowClaims},
 }
 
 // SchemaVersion is the outbox schema version this build needs.
@@ -89,6 +90,28 @@ func createTables(d inbox.Dialect, table string) []string {
 		"LEASE_OWNER " + v(120),
 		"CONSTRAINT " + k + "_PK PRIMARY KEY (MSG_KEY)",
 	}, [][2]string{{"NEXT", "NEXT_AT"}})...)
+}
+
+// ownRowClaims gives the outbox table the claim columns of the key table,
+// for the messages without a key that Add writes with SEQ 0 and no key row
+// (see queries), and the index of their due rows: partial where the
+// dialect has partial indexes (Oracle leaves NULLs out of it anyway).
+func ownRowClaims(d inbox.Dialect, table string) []string {
+	ty := typesOf(d)
+	cols := []string{"NEXT_AT " + nullTime(d, ty), "LEASE_OWNER " + fmt.Sprintf(ty.varchar, 120)}
+	ix := table + "_NEXT ON " + table + " (NEXT_AT)"
+	switch d.Name() {
+	case "oracle":
+		return []string{"ALTER TABLE " + table + " ADD (" + strings.Join(cols, ", ") + ")", "CREATE INDEX " + ix}
+	case "sqlite": // transactional DDL: the step runs whole or not at all
+		return []string{"ALTER TABLE " + table + " ADD COLUMN " + cols[0], "ALTER TABLE " + table + " ADD COLUMN " + cols[1],
+			"CREATE INDEX IF NOT EXISTS " + ix + " WHERE NEXT_AT IS NOT NULL"}
+	case "mysql":
+		return []string{"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS " + cols[0] + ", ADD COLUMN IF NOT EXISTS " + cols[1],
+			"CREATE INDEX IF NOT EXISTS " + ix}
+	}
+	return []string{"ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS " + cols[0] + ", ADD COLUMN IF NOT EXISTS " + cols[1],
+		"CREATE INDEX IF NOT EXISTS " + ix + " WHERE NEXT_AT IS NOT NULL"}
 }
 
 func nullTime(d inbox.Dialect, ty types) string {

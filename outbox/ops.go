@@ -225,6 +225,9 @@ func (s *Store) repairKey(ctx context.Context, k string, ps []parked, retry bool
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	if len(ps) == 1 && ps[0].seq == 0 {
+		return s.repairOwn(ctx, tx, ps[0].id, retry)
+	}
 	kt := keyTable(s.cfg.Table)
 	lock := `SELECT LAST_SEQ, DONE_SEQ FROM ` + kt + ` WHERE MSG_KEY = ?`
 	if s.d.Name() != "sqlite" {
@@ -268,6 +271,29 @@ func (s *Store) repairKey(ctx context.Context, k string, ps []parked, retry bool
 		}
 	}
 	return n, tx.Commit()
+}
+
+// repairOwn retries or drops the parked message without a key id (SEQ 0,
+// claimed by its own row, see queries): a retry makes its row due now.
+func (s *Store) repairOwn(ctx context.Context, tx *sql.Tx, id string, retry bool) (int, error) {
+	now := s.t(s.now())
+	q := `UPDATE ` + s.cfg.Table + ` SET STATUS = 'DROPPED', UPDATED_AT = ?, NEXT_AT = NULL WHERE MESSAGE_ID = ? AND STATUS = 'PARKED'`
+	args := []any{now, id}
+	if retry {
+		q = `UPDATE ` + s.cfg.Table + ` SET STATUS = 'PENDING', ATTEMPTS = 0, UPDATED_AT = ?, NEXT_AT = ` + cast(s.d, "?", "TIMESTAMP") + ` WHERE MESSAGE_ID = ? AND STATUS = 'PARKED'`
+		args = []any{now, now, id}
+	}
+	res, err := tx.ExecContext(ctx, s.d.Rebind(q), args...)
+	if err != nil {
+		return 0, err
+	}
+	if retry && s.q.notify != "" {
+		if _, err := tx.ExecContext(ctx, s.q.notify); err != nil {
+			return 0, err
+		}
+	}
+	n, _ := res.RowsAffected()
+	return int(n), tx.Commit()
 }
 
 // Counts are the outbox rows of one destination and status.
@@ -334,7 +360,8 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 	t, k := s.cfg.Table, keyTable(s.cfg.Table)
 	// Only rows the key's progress has passed: the rows after DONE_SEQ are
 	// read by their numbers, which must stay without gaps.
-	done := `STATUS IN ('SENT', 'DROPPED') AND CREATED_AT < ? AND SEQ <= (SELECT k.DONE_SEQ FROM ` + k + ` k WHERE k.MSG_KEY = ` + t + `.MSG_KEY)`
+	// A message without a key row (SEQ 0) is passed once it is settled.
+	done := `STATUS IN ('SENT', 'DROPPED') AND CREATED_AT < ? AND (SEQ = 0 OR SEQ <= (SELECT k.DONE_SEQ FROM ` + k + ` k WHERE k.MSG_KEY = ` + t + `.MSG_KEY))`
 	if opt.DryRun {
 		var n int64
 		err := s.db.QueryRowContext(ctx, s.d.Rebind(`SELECT COUNT(*) FROM `+t+` WHERE `+done), cutoff).Scan(&n)

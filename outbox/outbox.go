@@ -265,7 +265,7 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	now := s.t(s.now())
 	args := addArgs{key: key, now: now, id: m.ID, destination: m.Destination, headers: headers, body: m.Body,
 		cause: nullString(cut(m.CauseEventID, MaxIDLength)), correlation: nullString(cut(m.CorrelationID, MaxIDLength))}
-	for _, st := range s.addStatements() {
+	for _, st := range s.addStatements(m.Key == "") {
 		if _, err := tx.ExecContext(ctx, st.sql, st.args(args)...); err != nil {
 			return "", fmt.Errorf("outbox: add message %s to %s: %w", m.ID, m.Destination, err)
 		}
@@ -273,18 +273,23 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	return m.ID, nil
 }
 
-// addStatements are Add's statements: with a NOTIFY when the store
-// notifies and its last notification is NotifyInterval old.
-func (s *Store) addStatements() []stmt {
-	if s.q.addNotify == nil {
-		return s.q.add
+// addStatements are Add's statements for a message with a key or without
+// one (own): with a NOTIFY when the store notifies and its last
+// notification is NotifyInterval old.
+func (s *Store) addStatements(own bool) []stmt {
+	add, notify := s.q.add, s.q.addNotify
+	if own {
+		add, notify = s.q.addOwn, s.q.addOwnNotify
+	}
+	if notify == nil {
+		return add
 	}
 	now := time.Now().UnixNano()
 	last := s.lastNotify.Load()
 	if now-last < int64(s.cfg.NotifyInterval) || !s.lastNotify.CompareAndSwap(last, now) {
-		return s.q.add
+		return add
 	}
-	return s.q.addNotify
+	return notify
 }
 
 func (m Message) validate() error {

@@ -142,8 +142,13 @@ func TestAddCommitsWithTheTransaction(t *testing.T) {
 			if a, b := byID[ids[0]], byID[ids[1]]; a.Seq != 1 || b.Seq != 2 || a.Key != "K" || string(a.Body) != "one" || a.Headers["type"] != "LetterRequested" || a.CorrelationID != "order-7" {
 				t.Errorf("key K: %+v, %+v: want seq 1 and 2, the body, headers and correlation id kept", a, b)
 			}
-			if r := byID[ids[2]]; r.Key != "" || r.CorrelationID != "own-corr" || r.Seq != 1 {
-				t.Errorf("keyless message: %+v: want no key, seq 1 and its own correlation id", r)
+			// Without a key: no key row, SEQ 0 (claimed by its own row).
+			if r := byID[ids[2]]; r.Key != "" || r.CorrelationID != "own-corr" || r.Seq != 0 {
+				t.Errorf("keyless message: %+v: want no key, seq 0 and its own correlation id", r)
+			}
+			var keyRows int
+			if err := st.DB().QueryRowContext(ctx, st.Dialect().Rebind(`SELECT COUNT(*) FROM `+st.KeyTable()+` WHERE MSG_KEY = ?`), ids[2]).Scan(&keyRows); err != nil || keyRows != 0 {
+				t.Errorf("keyless message: %d key rows (%v), want none", keyRows, err)
 			}
 		})
 	}

@@ -253,7 +253,9 @@ func (r *Relay) Config() RelayConfig { return r.cfg }
 // claimed is a key held by one claim, with the messages read after its
 // DONE_SEQ.
 type claimed struct {
-	key      string
+	key string
+	// own: the key is a keyless message's own row (see queries).
+	own      bool
 	token    string
 	done     int64
 	rows     []row
@@ -270,6 +272,7 @@ type row struct {
 // settled is what a send round did to one key, written by record.
 type settled struct {
 	key, token string
+	own        bool
 	// sent are the ids of the messages confirmed.
 	sent    []string
 	done    int64
@@ -409,9 +412,17 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 	until := now.Add(r.cfg.Lease)
 	token := fmt.Sprintf("%s-%d", r.owner, r.n.Add(1))
 	c := &claimRows{token: token, leaseEnd: until, byKey: map[string]int{}}
+	// Key rows and own rows (see queries) are claimed together, up to n in
+	// all; every other claim takes own rows first, so that neither kind
+	// waits while the other has more than n due.
+	ownFirst := r.n.Load()%2 == 0
 	switch s.d.Name() {
 	case "postgres":
-		if err := c.query(ctx, s.db, s.q.claimRead, token, s.t(until), s.t(now), n, r.cfg.PerKey); err != nil {
+		q := s.q.claimRead[0]
+		if ownFirst {
+			q = s.q.claimRead[1]
+		}
+		if err := c.query(ctx, s.db, q, token, s.t(until), s.t(now), n, r.cfg.PerKey); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
 		return c.keys, nil
@@ -421,31 +432,74 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		names, err := queryStrings(ctx, tx, s.q.claimSelect, s.t(now), n)
-		if err != nil || len(names) == 0 {
-			return nil, wrapErr("outbox: claim keys", err)
+		kinds := [2]claimKind{
+			{sel: s.q.claimSelect, update: s.q.claimUpdate, read: s.q.readRows, perKey: true},
+			{sel: s.q.claimOwnSelect, update: s.q.claimOwnUpdate, read: s.q.readOwn},
 		}
-		args := append([]any{token, s.t(until)}, anys(names)...)
-		if _, err := tx.ExecContext(ctx, inList(s.q.claimUpdate, len(names)), args...); err != nil {
-			return nil, fmt.Errorf("outbox: claim keys: %w", err)
+		if ownFirst {
+			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
-		if err := c.query(ctx, tx, inList(s.q.readRows, len(names)), append([]any{r.cfg.PerKey}, anys(names)...)...); err != nil {
-			return nil, fmt.Errorf("outbox: read messages: %w", err)
+		for _, kind := range kinds {
+			if len(c.keys) == n {
+				break
+			}
+			names, err := queryStrings(ctx, tx, kind.sel, s.t(now), n-len(c.keys))
+			if err != nil {
+				return nil, fmt.Errorf("outbox: claim keys: %w", err)
+			}
+			if len(names) == 0 {
+				continue
+			}
+			args := append([]any{token, s.t(until)}, anys(names)...)
+			if _, err := tx.ExecContext(ctx, inList(kind.update, len(names)), args...); err != nil {
+				return nil, fmt.Errorf("outbox: claim keys: %w", err)
+			}
+			if err := c.query(ctx, tx, inList(kind.read, len(names)), kind.readArgs(r.cfg.PerKey, names)...); err != nil {
+				return nil, fmt.Errorf("outbox: read messages: %w", err)
+			}
+		}
+		if len(c.keys) == 0 {
+			return nil, nil
 		}
 		if err := tx.Commit(); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: commit: %w", err)
 		}
 		return c.keys, nil
 	default: // sqlite
-		names, err := queryStrings(ctx, s.db, s.q.claim, token, s.t(until), s.t(now), n)
-		if err != nil || len(names) == 0 {
-			return nil, wrapErr("outbox: claim keys", err)
+		kinds := [2]claimKind{{sel: s.q.claim, read: s.q.readRows, perKey: true}, {sel: s.q.claimOwn, read: s.q.readOwn}}
+		if ownFirst {
+			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
-		if err := c.query(ctx, s.db, inList(s.q.readRows, len(names)), append([]any{r.cfg.PerKey}, anys(names)...)...); err != nil {
-			return nil, fmt.Errorf("outbox: read messages: %w", err)
+		for _, kind := range kinds {
+			if len(c.keys) == n {
+				break
+			}
+			names, err := queryStrings(ctx, s.db, kind.sel, token, s.t(until), s.t(now), n-len(c.keys))
+			if err != nil {
+				return c.keys, fmt.Errorf("outbox: claim keys: %w", err)
+			}
+			if len(names) == 0 {
+				continue
+			}
+			if err := c.query(ctx, s.db, inList(kind.read, len(names)), kind.readArgs(r.cfg.PerKey, names)...); err != nil {
+				return c.keys, fmt.Errorf("outbox: read messages: %w", err)
+			}
 		}
 		return c.keys, nil
 	}
+}
+
+// claimKind is how MySQL and SQLite claim one kind: key rows or own rows.
+type claimKind struct {
+	sel, update, read string
+	perKey            bool // read takes PerKey before the names
+}
+
+func (k claimKind) readArgs(perKey int, names []string) []any {
+	if k.perKey {
+		return append([]any{perKey}, anys(names)...)
+	}
+	return anys(names)
 }
 
 // claimRows collects the keys of one claim with their messages, from rows
@@ -465,6 +519,7 @@ func (c *claimRows) query(ctx context.Context, q querier, query string, args ...
 	}
 	defer rows.Close()
 	for rows.Next() {
+		var own bool
 		var key string
 		var done int64
 		var id, okey, dest, status sql.NullString
@@ -472,14 +527,14 @@ func (c *claimRows) query(ctx context.Context, q querier, query string, args ...
 		var headers, cause, corr sql.NullString
 		var body []byte
 		var created inbox.NullTime
-		if err := rows.Scan(&key, &done, &id, &okey, &seq, &dest, &headers, &body, &cause, &corr, &status, &attempts, &created); err != nil {
+		if err := rows.Scan(&own, &key, &done, &id, &okey, &seq, &dest, &headers, &body, &cause, &corr, &status, &attempts, &created); err != nil {
 			return err
 		}
 		i, ok := c.byKey[key]
 		if !ok {
 			i = len(c.keys)
 			c.byKey[key] = i
-			c.keys = append(c.keys, claimed{key: key, token: c.token, done: done, leaseEnd: c.leaseEnd})
+			c.keys = append(c.keys, claimed{key: key, own: own, token: c.token, done: done, leaseEnd: c.leaseEnd})
 		}
 		if !id.Valid {
 			continue
@@ -503,7 +558,7 @@ func (c *claimRows) query(ctx context.Context, q querier, query string, args ...
 // previous one was confirmed, until one fails, the lease nears its end or
 // stop is done, and returns what record must write.
 func (r *Relay) sendKey(work, stop context.Context, k claimed) settled {
-	st := settled{key: k.key, token: k.token, done: k.done}
+	st := settled{key: k.key, own: k.own, token: k.token, done: k.done}
 	now := r.now()
 	st.next = &now
 	if len(k.rows) == 0 {
@@ -758,20 +813,33 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 			return fmt.Errorf("outbox: record failed send: %w", err)
 		}
 	}
-	for rest := batch; len(rest) > 0; {
-		n := min(len(rest), maxInList/4)
-		args := make([]any, 0, 4*n)
-		for _, st := range rest[:n] {
-			var next any
-			if st.next != nil {
-				next = s.t(*st.next)
+	var keys, owns []settled
+	for _, st := range batch {
+		if st.own {
+			owns = append(owns, st)
+		} else {
+			keys = append(keys, st)
+		}
+	}
+	for _, kind := range []struct {
+		rest    []settled
+		release func(int) string
+	}{{keys, s.q.release}, {owns, s.q.releaseOwn}} {
+		for rest := kind.rest; len(rest) > 0; {
+			n := min(len(rest), maxInList/4)
+			args := make([]any, 0, 4*n)
+			for _, st := range rest[:n] {
+				var next any
+				if st.next != nil {
+					next = s.t(*st.next)
+				}
+				args = append(args, st.key, st.done, next, st.token)
 			}
-			args = append(args, st.key, st.done, next, st.token)
+			if _, err := tx.ExecContext(ctx, kind.release(n), args...); err != nil {
+				return fmt.Errorf("outbox: release keys: %w", err)
+			}
+			rest = rest[n:]
 		}
-		if _, err := tx.ExecContext(ctx, s.q.release(n), args...); err != nil {
-			return fmt.Errorf("outbox: release keys: %w", err)
-		}
-		rest = rest[n:]
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: record sends: commit: %w", err)

@@ -242,7 +242,8 @@ func fastRetry(attempts int) inboxkit.RetryPolicy {
 // key waits behind it, with SkipMessage its key goes on; every other key
 // flows meanwhile. Retry sends it (ParkKey: before the key's later
 // messages), Drop lets the key go on without it. A message the destination
-// refuses for good is parked at its first attempt.
+// refuses for good is parked at its first attempt. A message without a key
+// (claimed by its own row) is parked and retried the same way.
 func TestPoisonParksOnlyItsKey(t *testing.T) {
 	for _, backend := range dbtest.All {
 		for _, policy := range []outbox.PoisonPolicy{outbox.ParkKey, outbox.SkipMessage} {
@@ -262,12 +263,14 @@ func TestPoisonParksOnlyItsKey(t *testing.T) {
 					return nil
 				}}
 				poisoned.Store("K1", true)
+				poisoned.Store("X1", true)
 				add(t, ctx, st,
 					outbox.Message{Destination: "q", Key: "K", Body: []byte("K1")},
 					outbox.Message{Destination: "q", Key: "K", Body: []byte("K2")},
 					outbox.Message{Destination: "q", Key: "L", Body: []byte("L1")},
 					outbox.Message{Destination: "q", Key: "M", Body: []byte("refused")},
 					outbox.Message{Destination: "q", Key: "M", Body: []byte("M2")},
+					outbox.Message{Destination: "q", Body: []byte("X1")},
 				)
 				relay := newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, Retry: fastRetry(3), OnPoison: policy})
 				wantSent := 1 // L1
@@ -275,14 +278,15 @@ func TestPoisonParksOnlyItsKey(t *testing.T) {
 					wantSent = 3 // and K2, M2
 				}
 				runRelays(t, func() bool {
-					return countStatus(t, st, outbox.StatusParked) == 2 && countStatus(t, st, outbox.StatusSent) == wantSent
+					return countStatus(t, st, outbox.StatusParked) == 3 && countStatus(t, st, outbox.StatusSent) == wantSent
 				}, relay)
-				parked := list(t, st, outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusParked}})
-				for _, p := range parked {
+				parked := map[string]outbox.Row{}
+				for _, p := range list(t, st, outbox.ListOptions{Statuses: []outbox.Status{outbox.StatusParked}}) {
+					parked[string(p.Body)] = p
 					switch string(p.Body) {
-					case "K1":
+					case "K1", "X1":
 						if p.Attempts != 3 || p.LastError != "destination says no" {
-							t.Errorf("K1 parked after %d attempts with %q, want 3 and the destination's error", p.Attempts, p.LastError)
+							t.Errorf("%s parked after %d attempts with %q, want 3 and the destination's error", p.Body, p.Attempts, p.LastError)
 						}
 					case "refused":
 						if p.Attempts != 1 || !strings.Contains(p.LastError, "400 Bad Request") {
@@ -296,13 +300,16 @@ func TestPoisonParksOnlyItsKey(t *testing.T) {
 					t.Errorf("Retry of a key with nothing parked: %v, want ErrNotParked", err)
 				}
 				poisoned.Delete("K1")
-				if n, err := st.Retry(ctx, outbox.Selector{MessageID: parked[0].ID}); err != nil || n != 1 {
-					t.Fatalf("Retry: %d, %v", n, err)
+				poisoned.Delete("X1")
+				for _, body := range []string{"K1", "X1"} {
+					if n, err := st.Retry(ctx, outbox.Selector{MessageID: parked[body].ID}); err != nil || n != 1 {
+						t.Fatalf("Retry of %s: %d, %v", body, n, err)
+					}
 				}
 				if n, err := st.Drop(ctx, outbox.Selector{Key: "M"}); err != nil || n != 1 {
 					t.Fatalf("Drop: %d, %v", n, err)
 				}
-				runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == 4 }, relay)
+				runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == 5 }, relay)
 				var order []string
 				for _, m := range dst.sent() {
 					order = append(order, string(m.Body))

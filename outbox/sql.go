@@ -31,19 +31,36 @@ type addArgs struct {
 // (sent, dropped, or parked and skipped); NEXT_AT, when a relay may take the
 // key next (NULL: nothing to send, or parked; a claim sets it to the end of
 // its lease); LEASE_OWNER, the claim that holds it.
+//
+// A message without a key (schema step 2) has no key row: Add writes it
+// with SEQ 0 and its own NEXT_AT, and relays claim it by its row
+// (LEASE_OWNER, NEXT_AT on the outbox table) as a key of one message,
+// which is settled once the message is (NEXT_AT NULL). It is ordered with
+// nothing, so it needs no sequence and no lock beyond its own row: Add
+// writes one row and three index entries for it instead of two rows and
+// six. Keyless messages written before step 2 keep their key rows.
 type queries struct {
 	add []stmt
 	// addNotify is add with a NOTIFY of the relays at commit (PostgreSQL;
 	// nil elsewhere or with Config.NoNotify).
 	addNotify []stmt
-	// claimRead (PostgreSQL) claims up to ?4 due keys and reads up to ?5
-	// messages of each after DONE_SEQ, in one statement.
-	claimRead string
+	// addOwn and addOwnNotify are add and addNotify for a message without
+	// a key.
+	addOwn, addOwnNotify []stmt
+	// claimRead (PostgreSQL) claims up to ?4 due keys, key rows and
+	// keyless messages' own rows together, and reads up to ?5 messages of
+	// each key after DONE_SEQ, in one statement; [0] takes key rows
+	// first, [1] own rows first (a relay alternates, so neither kind waits
+	// for the other to run out).
+	claimRead [2]string
 	// claim claims up to ?4 due keys (SQLite: UPDATE ... RETURNING);
-	// claimSelect + claimUpdate do it in a transaction (MySQL).
-	claim, claimSelect, claimUpdate string
-	// readRows reads the next messages of the keys of an IN list (@keys).
-	readRows string
+	// claimSelect + claimUpdate do it in a transaction (MySQL); claimOwn,
+	// claimOwnSelect and claimOwnUpdate are the same for own rows.
+	claim, claimSelect, claimUpdate          string
+	claimOwn, claimOwnSelect, claimOwnUpdate string
+	// readRows reads the next messages of the keys of an IN list (@keys);
+	// readOwn the messages of own rows by MESSAGE_ID.
+	readRows, readOwn string
 	// notify wakes the relays at commit (PostgreSQL; "" elsewhere or with
 	// Config.NoNotify).
 	notify string
@@ -54,14 +71,21 @@ type queries struct {
 	markSent func(n int) string
 	markFail string
 	// release(n) releases n keys, each given as (key, DONE_SEQ, NEXT_AT
-	// when messages remain, claim token).
-	release func(n int) string
+	// when messages remain, claim token); releaseOwn(n) the same for own
+	// rows (DONE_SEQ 1: settled).
+	release, releaseOwn func(n int) string
 }
 
 // maxInList bounds the values of one statement's IN or VALUES list.
 const maxInList = 400
 
+// rowCols are a message's columns as claims read them, after the columns
+// OWN (1 for an own row), MSG_KEY and DONE_SEQ.
 const rowCols = `o.MESSAGE_ID, o.MSG_KEY, o.SEQ, o.DESTINATION, o.HEADERS, o.BODY, o.CAUSE_EVENT_ID, o.CORRELATION_ID, o.STATUS, o.ATTEMPTS, o.CREATED_AT`
+
+// ownCols are rowCols of an own row: its key's progress is 0 and it is the
+// key's message number 1.
+var ownCols = `1, o.MSG_KEY, 0, ` + strings.Replace(rowCols, "o.SEQ", "1", 1)
 
 func buildQueries(d inbox.Dialect, table string, notify bool) queries {
 	k := keyTable(table)
@@ -71,6 +95,13 @@ func buildQueries(d inbox.Dialect, table string, notify bool) queries {
 	}
 	var q queries
 	insertRow := `INSERT INTO {t} (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, HEADERS, BODY, CAUSE_EVENT_ID, CORRELATION_ID, STATUS, ATTEMPTS, CREATED_AT)`
+	insertOwn := `INSERT INTO {t} (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, HEADERS, BODY, CAUSE_EVENT_ID, CORRELATION_ID, STATUS, ATTEMPTS, CREATED_AT, NEXT_AT)`
+	ownArgs := func(a addArgs) []any {
+		return []any{a.id, a.key, a.destination, a.headers, a.body, a.cause, a.correlation, a.now, a.now}
+	}
+	if d.Name() != "postgres" {
+		q.addOwn = []stmt{{sql: r(insertOwn + ` VALUES (?, ?, 0, ?, ?, ?, ?, ?, 'PENDING', 0, ?, ?)`), args: ownArgs}}
+	}
 	switch d.Name() {
 	case "postgres":
 		add := func(final string) []stmt {
@@ -86,15 +117,36 @@ m AS (` + insertRow + ` SELECT ?, ?, k.LAST_SEQ, ?, ?, ?, ?, ?, 'PENDING', 0, CA
 			}}
 		}
 		q.add = add(`SELECT 1 FROM m`)
+		own := func(final string) []stmt {
+			return []stmt{{
+				sql:  r(`WITH m AS (` + insertOwn + ` VALUES (?, ?, 0, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP)) RETURNING 1) ` + final),
+				args: ownArgs,
+			}}
+		}
+		q.addOwn = own(`SELECT 1 FROM m`)
 		if notify {
 			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
 			q.addNotify = add(q.notify + ` FROM m`)
+			q.addOwnNotify = own(q.notify + ` FROM m`)
 		}
-		q.claimRead = r(`WITH c AS (UPDATE {k} SET LEASE_OWNER = ?, NEXT_AT = CAST(? AS TIMESTAMP)
-WHERE MSG_KEY IN (SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= CAST(? AS TIMESTAMP) ORDER BY NEXT_AT LIMIT ? FOR UPDATE SKIP LOCKED)
-RETURNING MSG_KEY, DONE_SEQ)
-SELECT c.MSG_KEY, c.DONE_SEQ, ` + rowCols + ` FROM c LEFT JOIN {t} o ON o.MSG_KEY = c.MSG_KEY AND o.SEQ > c.DONE_SEQ AND o.SEQ <= c.DONE_SEQ + ?
-ORDER BY c.MSG_KEY, o.SEQ`)
+		// Both kinds are claimed together, up to ?4 in all: the first
+		// kind up to ?4, the second what is left.
+		keys := func(limit string) string {
+			return `UPDATE {k} SET LEASE_OWNER = $1, NEXT_AT = CAST($2 AS TIMESTAMP)
+WHERE MSG_KEY IN (SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= CAST($3 AS TIMESTAMP) ORDER BY NEXT_AT LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED)
+RETURNING MSG_KEY, DONE_SEQ`
+		}
+		owns := func(limit string) string {
+			return `UPDATE {t} SET LEASE_OWNER = $1, NEXT_AT = CAST($2 AS TIMESTAMP)
+WHERE MESSAGE_ID IN (SELECT MESSAGE_ID FROM {t} WHERE NEXT_AT <= CAST($3 AS TIMESTAMP) ORDER BY NEXT_AT LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED)
+RETURNING ` + strings.ReplaceAll(rowCols, "o.", "")
+		}
+		read := `
+SELECT 0, c.MSG_KEY, c.DONE_SEQ, ` + rowCols + ` FROM c LEFT JOIN {t} o ON o.MSG_KEY = c.MSG_KEY AND o.SEQ > c.DONE_SEQ AND o.SEQ <= c.DONE_SEQ + $5
+UNION ALL SELECT ` + ownCols + ` FROM w o
+ORDER BY 2, 6`
+		q.claimRead[0] = r(`WITH c AS (` + keys("$4") + `), w AS (` + owns("$4 - (SELECT COUNT(*) FROM c)") + `)` + read)
+		q.claimRead[1] = r(`WITH w AS (` + owns("$4") + `), c AS (` + keys("$4 - (SELECT COUNT(*) FROM w)") + `)` + read)
 	case "mysql":
 		q.add = []stmt{
 			{
@@ -112,6 +164,8 @@ ON DUPLICATE KEY UPDATE NEXT_AT = IF(LAST_SEQ = DONE_SEQ, VALUES(NEXT_AT), NEXT_
 		}
 		q.claimSelect = r(`SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ? FOR UPDATE SKIP LOCKED`)
 		q.claimUpdate = r(`UPDATE {k} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MSG_KEY IN (@keys)`)
+		q.claimOwnSelect = r(`SELECT MESSAGE_ID FROM {t} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ? FOR UPDATE SKIP LOCKED`)
+		q.claimOwnUpdate = r(`UPDATE {t} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MESSAGE_ID IN (@keys)`)
 	case "sqlite":
 		q.add = []stmt{
 			{
@@ -127,10 +181,12 @@ ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = LAST_SEQ + 1, NEXT_AT = CASE WHEN
 			},
 		}
 		q.claim = r(`UPDATE {k} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MSG_KEY IN (SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ?) RETURNING MSG_KEY`)
+		q.claimOwn = r(`UPDATE {t} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MESSAGE_ID IN (SELECT MESSAGE_ID FROM {t} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ?) RETURNING MESSAGE_ID`)
 	}
-	q.readRows = r(`SELECT k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
+	q.readRows = r(`SELECT 0, k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
 WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
-	q.nextDue = r(`SELECT MIN(NEXT_AT) FROM {k}`)
+	q.readOwn = r(`SELECT ` + ownCols + ` FROM {t} o WHERE o.MESSAGE_ID IN (@keys) ORDER BY o.MSG_KEY`)
+	q.nextDue = r(`SELECT MIN(n) FROM (SELECT MIN(NEXT_AT) AS n FROM {k} UNION ALL SELECT MIN(NEXT_AT) AS n FROM {t}) x`)
 	markSent := r(`UPDATE {t} SET STATUS = 'SENT', ATTEMPTS = ATTEMPTS + 1, SENT_AT = ?, UPDATED_AT = ? WHERE MESSAGE_ID IN (@ids) AND STATUS = 'PENDING'`)
 	q.markSent = func(n int) string { return placeholdersFrom(d, markSent, "@ids", 3, n, 1, "") }
 	q.markFail = r(`UPDATE {t} SET STATUS = ?, ATTEMPTS = ATTEMPTS + 1, LAST_ERROR = ?, UPDATED_AT = ? WHERE MESSAGE_ID = ? AND STATUS = 'PENDING'`)
@@ -139,16 +195,23 @@ WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
 	// that holds it, and NEXT_AT is computed from LAST_SEQ under the row's
 	// lock, so a message added meanwhile keeps its key due.
 	next := "CASE WHEN {k}.LAST_SEQ > v.done THEN v.next ELSE NULL END"
-	var release string
+	// An own row is released by its MESSAGE_ID, and settled (NEXT_AT
+	// NULL) once its message is (done 1).
+	nextOwn := "CASE WHEN v.done > 0 THEN NULL ELSE v.next END"
+	var release, releaseOwn string
 	switch d.Name() {
 	case "mysql":
 		release = `UPDATE {k} JOIN (@rows) v ON {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token SET {k}.NEXT_AT = ` + next + `, {k}.DONE_SEQ = v.done, {k}.LEASE_OWNER = NULL`
+		releaseOwn = `UPDATE {t} JOIN (@rows) v ON {t}.MESSAGE_ID = v.k AND {t}.LEASE_OWNER = v.token SET {t}.NEXT_AT = ` + nextOwn + `, {t}.LEASE_OWNER = NULL`
 	default:
 		release = `UPDATE {k} SET NEXT_AT = ` + next + `, DONE_SEQ = v.done, LEASE_OWNER = NULL FROM (@rows) v WHERE {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token`
+		releaseOwn = `UPDATE {t} SET NEXT_AT = ` + nextOwn + `, LEASE_OWNER = NULL FROM (@rows) v WHERE {t}.MESSAGE_ID = v.k AND {t}.LEASE_OWNER = v.token`
 	}
-	release = strings.NewReplacer("{t}", table, "{k}", k).Replace(release)
+	names := strings.NewReplacer("{t}", table, "{k}", k)
+	release, releaseOwn = names.Replace(release), names.Replace(releaseOwn)
 	row := "SELECT ? AS k, " + cast(d, "?", "BIGINT") + " AS done, " + cast(d, "?", "TIMESTAMP") + " AS next, ? AS token"
 	q.release = func(n int) string { return placeholdersFrom(d, release, "@rows", 1, n, 4, row) }
+	q.releaseOwn = func(n int) string { return placeholdersFrom(d, releaseOwn, "@rows", 1, n, 4, row) }
 	return q
 }
 

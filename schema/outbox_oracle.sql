@@ -1,4 +1,4 @@
--- inboxkit schema of INBOXKIT_OUTBOX (oracle): version 0 -> 1
+-- inboxkit schema of INBOXKIT_OUTBOX (oracle): version 0 -> 2
 CREATE TABLE INBOXKIT_SCHEMA_VERSION (
     TABLE_NAME VARCHAR2(30) NOT NULL,
     VERSION NUMBER(10) NOT NULL,
@@ -44,4 +44,12 @@ CREATE TABLE INBOXKIT_OUTBOX_KEY (
 CREATE INDEX INBOXKIT_OUTBOX_KEY_NEXT ON INBOXKIT_OUTBOX_KEY (NEXT_AT)
 /
 INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOXKIT_OUTBOX', 1, 'outbox table (one row per message) and its key table (per key: sequence, progress, lease)')
+/
+
+-- step 2: a message without a key is claimed by its own row (NEXT_AT, LEASE_OWNER), without a key row
+ALTER TABLE INBOXKIT_OUTBOX ADD (NEXT_AT TIMESTAMP, LEASE_OWNER VARCHAR2(120))
+/
+CREATE INDEX INBOXKIT_OUTBOX_NEXT ON INBOXKIT_OUTBOX (NEXT_AT)
+/
+INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOXKIT_OUTBOX', 2, 'a message without a key is claimed by its own row (NEXT_AT, LEASE_OWNER), without a key row')
 /
