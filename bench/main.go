@@ -27,7 +27,14 @@
 //	         (-c goroutines); a relay to RabbitMQ draining -outbox-n
 //	         messages (keyless, 100 keys, beside -outbox-sent SENT rows), and
 //	         its write-to-confirm lag at -outbox-rate msg/s and at
-//	         saturation (-big-c writers) for -d.
+//	         saturation (-big-c writers) for -d; -outbox-backlog n: the
+//	         relay's first -outbox-n sends of n pending messages, without
+//	         and beside -outbox-sent SENT rows (generate_series).
+//	         outbox-write and outbox-relay are its two halves.
+//	outbox-peer  inboxkit's relay beside Watermill's SQL publisher +
+//	         Forwarder (one letter row + one message per transaction, to
+//	         RabbitMQ with confirms): a drain of -outbox-n, -outbox-rate
+//	         msg/s and -big-c writers for -d; throughput and lag.
 //	scaleout -procs (1,2,4) `inboxctl run` processes (--concurrency
 //	         -procs-c each) on a quorum queue of a 3-node RabbitMQ
 //	         cluster and on a 3-replica stream of a 3-node JetStream
@@ -76,6 +83,7 @@ type options struct {
 	bigSchema         string
 	outboxN           int
 	outboxSent        int
+	outboxBacklog     int
 	outboxRate        int
 	rabbitCluster     string
 	natsCluster       string
@@ -110,13 +118,14 @@ func main() {
 	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
 	flag.IntVar(&o.outboxN, "outbox-n", 20000, "outbox: messages of each relay drain")
 	flag.IntVar(&o.outboxSent, "outbox-sent", 1_000_000, "outbox: SENT rows beside the backlog of the third drain")
+	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 0, "outbox: with n > 0, the third and fourth drains time the first -outbox-n of n pending messages (generate_series), without and beside -outbox-sent SENT rows")
 	flag.IntVar(&o.outboxRate, "outbox-rate", 500, "outbox: messages a second the paced writer adds")
 	flag.StringVar(&o.rabbitCluster, "rabbit-cluster", rabbitClusterURL(), "scaleout: URL of the 3-node RabbitMQ cluster (scripts/rabbit-cluster; default from $INBOXKIT_RABBITC_PORT)")
 	flag.StringVar(&o.natsCluster, "nats-cluster", natsClusterURL(), "scaleout: URL of the 3-node JetStream cluster (scripts/nats-cluster; default from $INBOXKIT_NATSC_PORT)")
 	flag.StringVar(&procs, "procs", "1,2,4", "scaleout: numbers of inboxctl run processes")
 	flag.IntVar(&o.scaleConc, "procs-c", 2, "scaleout: --concurrency of each inboxctl run process")
 	flag.StringVar(&o.inboxctl, "inboxctl", "", "scaleout: inboxctl binary (default: built from ../cmd/inboxctl)")
-	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
+	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox,outbox-peer", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
 	flag.Parse()
 	var err error
 	if o.handlers, err = ints(handlers); err != nil {
@@ -142,10 +151,10 @@ func parseSections(list string) (map[string]bool, error) {
 	m := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "e2e", "library", "big", "purge", "outbox", "scaleout":
+		case "e2e", "library", "big", "purge", "outbox", "outbox-write", "outbox-relay", "outbox-peer", "scaleout":
 			m[s] = true
 		default:
-			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox, scaleout)", s)
+			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox, outbox-write, outbox-relay, outbox-peer, scaleout)", s)
 		}
 	}
 	return m, nil
@@ -168,7 +177,7 @@ func run(ctx context.Context, o options) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context, *sql.DB, options) error
-	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}, {"scaleout", scaleoutSection}} {
+	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}, {"outbox-write", outboxWriteCost}, {"outbox-relay", outboxRelay}, {"outbox-peer", outboxPeerSection}, {"scaleout", scaleoutSection}} {
 		if !o.sections[s.name] {
 			continue
 		}

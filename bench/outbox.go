@@ -57,8 +57,10 @@ func outboxStores(ctx context.Context, admin *sql.DB, o options, conns int, cfg 
 }
 
 // processWithAdd is processFirst whose handler also adds one outbox
-// message (keyless, a 200-byte body).
-func processWithAdd(s *inbox.Store, ob *outbox.Store) op {
+// message (a 200-byte body): keyless, or with ownKey a key of its own, which
+// writes a key row beside the message as every keyless message did before
+// outbox schema step 2.
+func processWithAdd(s *inbox.Store, ob *outbox.Store, ownKey bool) op {
 	body := make([]byte, 200)
 	return func(ctx context.Context, _ int) error {
 		id := newID()
@@ -66,7 +68,11 @@ func processWithAdd(s *inbox.Store, ob *outbox.Store) op {
 			if err := letterHandler(id)(ctx, tx); err != nil {
 				return err
 			}
-			_, err := ob.Add(ctx, tx, outbox.Message{Destination: "letters", Body: body, CauseEventID: id, CorrelationID: "corr"})
+			m := outbox.Message{Destination: "letters", Body: body, CauseEventID: id, CorrelationID: "corr"}
+			if ownKey {
+				m.Key = id
+			}
+			_, err := ob.Add(ctx, tx, m)
 			return err
 		})
 		if err != nil {
@@ -95,18 +101,19 @@ func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
 	}
 	m, err := interleaved(ctx, o, "outbox write", []namedOp{
 		{"alone", processFirst(s)},
-		{"add", processWithAdd(s, ob)},
-		{"add, no notify", processWithAdd(s, quiet)},
+		{"add", processWithAdd(s, ob, false)},
+		{"add, no notify", processWithAdd(s, quiet, false)},
+		{"add, key row", processWithAdd(s, ob, true)},
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add\tratio\tProcess + Add, no NOTIFY\tratio\t\n")
+	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\t\n")
 	for _, c := range o.concs {
-		a, w, q := m("alone", c), m("add", c), m("add, no notify", c)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a))
+		a, w, q, k := m("alone", c), m("add", c), m("add, no notify", c), m("add, key row", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a), k, ratio(k, a))
 	}
 	return tw.Flush()
 }
@@ -187,27 +194,36 @@ func addBacklog(ctx context.Context, db *sql.DB, ob *outbox.Store, queue string,
 	return nil
 }
 
-// generateSent inserts n SENT rows, each its own key (settled), as a relay
-// leaves keyless messages until purge.
-func generateSent(ctx context.Context, db *sql.DB, n int) error {
+// generateOutboxRows inserts sent SENT rows and pending PENDING rows (due
+// now) of keyless messages for queue, as Add writes them (SEQ 0, no key
+// row): one INSERT ... SELECT FROM generate_series per million rows.
+func generateOutboxRows(ctx context.Context, db *sql.DB, log io.Writer, queue string, sent, pending int) error {
 	const chunk = 1_000_000
-	for lo := 1; lo <= n; lo += chunk {
-		hi := min(lo+chunk-1, n)
-		if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, BODY, STATUS, ATTEMPTS, CREATED_AT, UPDATED_AT, SENT_AT)
-SELECT 'sent-' || i, 'sent-' || i, 1, 'letters', decode(repeat('00', 200), 'hex'), 'SENT', 1, now() - interval '1 day', now(), now() FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi); err != nil {
-			return fmt.Errorf("generate SENT rows: %w", err)
-		}
-		if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX_KEY (MSG_KEY, LAST_SEQ, DONE_SEQ) SELECT 'sent-' || i, 1, 1 FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi); err != nil {
-			return fmt.Errorf("generate key rows: %w", err)
+	began := time.Now()
+	for _, g := range []struct {
+		prefix, status, settled string
+		n                       int
+	}{
+		{"sent-", "SENT", "1, now() - interval '1 day', now(), now(), NULL", sent},
+		{"pend-", "PENDING", "0, now(), NULL, NULL, now()", pending},
+	} {
+		for lo := 1; lo <= g.n; lo += chunk {
+			hi := min(lo+chunk-1, g.n)
+			if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, BODY, STATUS, ATTEMPTS, CREATED_AT, UPDATED_AT, SENT_AT, NEXT_AT)
+SELECT '`+g.prefix+`' || i, '`+g.prefix+`' || i, 0, $3, decode(repeat('00', 200), 'hex'), '`+g.status+`', `+g.settled+` FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi, queue); err != nil {
+				return fmt.Errorf("generate %s rows: %w", g.status, err)
+			}
+			fmt.Fprintf(log, "outbox: %d of %d %s rows generated, %s\n", hi, g.n, g.status, time.Since(began).Round(time.Second))
 		}
 	}
 	// The measurement starts after the bulk insert's autovacuum and
 	// checkpoint, not beside them.
-	for _, q := range []string{`VACUUM ANALYZE INBOXKIT_OUTBOX`, `VACUUM ANALYZE INBOXKIT_OUTBOX_KEY`, `CHECKPOINT`} {
+	for _, q := range []string{`VACUUM ANALYZE INBOXKIT_OUTBOX`, `CHECKPOINT`} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	fmt.Fprintf(log, "outbox: %d SENT and %d PENDING rows ready, %s\n", sent, pending, time.Since(began).Round(time.Second))
 	return nil
 }
 
@@ -226,19 +242,27 @@ func outboxQueue(ctx context.Context, admin *sql.DB, o options, conn *amqp.Conne
 	return sc, ob, queue, func() { deleteQueues(conn, queue); sc.drop(admin) }, nil
 }
 
-// drain measures how fast a relay sends a backlog of n messages.
-func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, keys, sent int) (relayRun, error) {
+// drain measures how fast a relay sends a backlog: -outbox-n messages
+// added by outbox.Add (keyless, or over keys), or, with pending > 0, pending
+// keyless messages made by generateRows of which the relay's first
+// -outbox-n confirms are timed; sent SENT rows lie beside them.
+func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, keys, sent, pending int) (relayRun, error) {
 	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, 24)
 	if err != nil {
 		return relayRun{}, err
 	}
 	defer done()
-	if sent > 0 {
-		if err := generateSent(ctx, sc.DB, sent); err != nil {
-			return relayRun{}, err
+	if pending > 0 {
+		err = generateOutboxRows(ctx, sc.DB, o.log, queue, sent, pending)
+	} else {
+		if sent > 0 {
+			err = generateOutboxRows(ctx, sc.DB, o.log, queue, sent, 0)
+		}
+		if err == nil {
+			err = addBacklog(ctx, sc.DB, ob, queue, o.outboxN, keys)
 		}
 	}
-	if err := addBacklog(ctx, sc.DB, ob, queue, o.outboxN, keys); err != nil {
+	if err != nil {
 		return relayRun{}, err
 	}
 	lags := &lagObserver{}
@@ -339,12 +363,22 @@ func outboxRelay(ctx context.Context, admin *sql.DB, o options) error {
 		run  func() (relayRun, error)
 	}
 	cells := []cell{
-		{"drain, keyless, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0) }},
-		{"drain, 100 keys, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 100, 0) }},
-		{fmt.Sprintf("drain, keyless, beside %d SENT rows", o.outboxSent), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, o.outboxSent) }},
+		{"drain, keyless, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0, 0) }},
+		{"drain, 100 keys, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 100, 0, 0) }},
+	}
+	if o.outboxBacklog > 0 {
+		cells = append(cells,
+			cell{fmt.Sprintf("first %d of %d pending, no SENT rows", o.outboxN, o.outboxBacklog), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0, o.outboxBacklog) }},
+			cell{fmt.Sprintf("first %d of %d pending, beside %d SENT rows", o.outboxN, o.outboxBacklog, o.outboxSent), func() (relayRun, error) {
+				return drain(ctx, admin, o, conn, pub, 0, o.outboxSent, o.outboxBacklog)
+			}})
+	} else {
+		cells = append(cells, cell{fmt.Sprintf("drain, keyless, beside %d SENT rows", o.outboxSent), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, o.outboxSent, 0) }})
+	}
+	cells = append(cells, []cell{
 		{fmt.Sprintf("%d msg/s, 1 writer", o.outboxRate), func() (relayRun, error) { return flow(ctx, admin, o, conn, pub, o.outboxRate, 1) }},
 		{fmt.Sprintf("saturation, %d writers", o.bigConc), func() (relayRun, error) { return flow(ctx, admin, o, conn, pub, 0, o.bigConc) }},
-	}
+	}...)
 	results := map[string][]relayRun{}
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range cells {
@@ -361,19 +395,25 @@ func outboxRelay(ctx context.Context, admin *sql.DB, o options) error {
 	fmt.Fprintf(tw, "cell\tmsgs/s\tvs empty keyless drain\tlag p50\tlag p95\t\n")
 	base := 0.0
 	for i, c := range cells {
-		rs := results[c.name]
-		sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
-		m := rs[len(rs)/2]
+		m := medianRun(results[c.name])
 		if i == 0 {
 			base = m.rate()
 		}
-		lag := func(d time.Duration) string {
-			if d == 0 {
-				return "-"
-			}
-			return d.Round(100 * time.Microsecond).String()
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t\n", c.name, m.rate(), ratio(m.rate(), base), lag(m.p50), lag(m.p95))
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t\n", c.name, m.rate(), ratio(m.rate(), base), lagString(m.p50), lagString(m.p95))
 	}
 	return tw.Flush()
+}
+
+// medianRun is the run of median rate.
+func medianRun(rs []relayRun) relayRun {
+	rs = append([]relayRun(nil), rs...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
+	return rs[len(rs)/2]
+}
+
+func lagString(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return d.Round(100 * time.Microsecond).String()
 }
