@@ -280,84 +280,40 @@ func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection,
 	return relayRun{sent: lags.sent.Load(), seconds: elapsed.Seconds()}, nil
 }
 
-// flow measures the lag with writers adding at rate messages a second
-// (0: as fast as writers goroutines can) for d.
+// flow measures the lag with writers adding one message per transaction
+// (no business row) at perSecond messages a second (0: as fast as they
+// can) for -d.
 func flow(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, perSecond, writers int) (relayRun, error) {
-	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, writers+24)
+	p, err := inboxkitPeer(ctx, admin, o, conn, pub, writers+24)
 	if err != nil {
 		return relayRun{}, err
 	}
-	defer done()
-	lags := &lagObserver{}
-	stop := startBenchRelay(ctx, sc, ob, pub, lags)
-	body := make([]byte, 200)
-	var added atomic.Int64
-	wctx, cancel := context.WithTimeout(ctx, o.dur)
-	defer cancel()
-	var wg sync.WaitGroup
-	var werr error
-	var once sync.Once
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			interval := time.Duration(0)
-			if perSecond > 0 {
-				interval = time.Duration(writers) * time.Second / time.Duration(perSecond)
-			}
-			next := time.Now()
-			for wctx.Err() == nil {
-				if interval > 0 {
-					next = next.Add(interval)
-					time.Sleep(time.Until(next))
-				}
-				tx, err := sc.DB.BeginTx(wctx, nil)
-				if err == nil {
-					_, err = ob.Add(wctx, tx, outbox.Message{Destination: queue, Body: body})
-					if err == nil {
-						err = tx.Commit()
-					} else {
-						_ = tx.Rollback()
-					}
-				}
-				if err != nil {
-					if wctx.Err() == nil {
-						once.Do(func() { werr = err })
-					}
-					return
-				}
-				added.Add(1)
-			}
-		}()
+	defer p.done()
+	p.noLetter = true
+	return peerFlow(ctx, p, o.dur, perSecond, writers)
+}
+
+// openRabbit connects to RabbitMQ at -amqp: a connection for queues and
+// inboxkit's adapter for the relay.
+func openRabbit(ctx context.Context, o options) (*amqp.Connection, *rabbitmq.Adapter, func(), error) {
+	conn, err := amqp.Dial(o.amqp)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
 	}
-	began := time.Now()
-	wg.Wait()
-	writing := time.Since(began)
-	for lags.sent.Load() < added.Load() && ctx.Err() == nil {
-		time.Sleep(5 * time.Millisecond)
+	pub, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: o.amqp})
+	if err != nil {
+		conn.Close()
+		return nil, nil, nil, err
 	}
-	elapsed := time.Since(began)
-	stop()
-	if werr != nil {
-		return relayRun{}, werr
-	}
-	r := relayRun{sent: lags.sent.Load(), seconds: elapsed.Seconds()}
-	r.p50, r.p95 = lags.percentiles()
-	r.extra = fmt.Sprintf("written %.0f/s for %s; drained %.2fs after", float64(added.Load())/writing.Seconds(), writing.Round(time.Millisecond), (elapsed - writing).Seconds())
-	return r, nil
+	return conn, pub, func() { pub.Close(); conn.Close() }, nil
 }
 
 func outboxRelay(ctx context.Context, admin *sql.DB, o options) error {
-	conn, err := amqp.Dial(o.amqp)
-	if err != nil {
-		return fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
-	}
-	defer conn.Close()
-	pub, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: o.amqp})
+	conn, pub, closeRabbit, err := openRabbit(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer closeRabbit()
 	type cell struct {
 		name string
 		run  func() (relayRun, error)

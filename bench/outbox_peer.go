@@ -54,6 +54,9 @@ type peerSide struct {
 	done  func()
 	queue string
 	db    *sql.DB
+	// noLetter leaves the business row out: a transaction of the message
+	// alone.
+	noLetter bool
 }
 
 // confirmClock is the Forwarder's outgoing publisher: watermill-amqp's,
@@ -82,11 +85,10 @@ func (c confirmClock) Close() error { return c.pub.Close() }
 
 // inboxkitPeer is inboxkit's side on a fresh schema and queue.
 func inboxkitPeer(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, conns int) (*peerSide, error) {
-	sc, s, ob, err := outboxStores(ctx, admin, o, conns, outbox.Config{})
+	sc, _, ob, err := outboxStores(ctx, admin, o, conns, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
-	_ = s
 	queue := "inboxbench.peer." + suffix()
 	if err := declareQueue(conn, queue); err != nil {
 		sc.drop(admin)
@@ -179,10 +181,11 @@ func writeOne(ctx context.Context, p *peerSide) error {
 	if err != nil {
 		return err
 	}
-	id := newID()
-	if _, err := tx.ExecContext(ctx, insertLetter, id, "I-1", "C-1"); err != nil {
-		_ = tx.Rollback()
-		return err
+	if !p.noLetter {
+		if _, err := tx.ExecContext(ctx, insertLetter, newID(), "I-1", "C-1"); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
 	}
 	if err := p.write(ctx, tx, p.queue); err != nil {
 		_ = tx.Rollback()
@@ -283,7 +286,7 @@ func peerFlow(ctx context.Context, p *peerSide, d time.Duration, perSecond, writ
 	elapsed := time.Since(began)
 	r := relayRun{sent: p.lags.sent.Load(), seconds: elapsed.Seconds()}
 	r.p50, r.p95 = p.lags.percentiles()
-	r.extra = fmt.Sprintf("written %.0f/s; drained %.2fs after", float64(added.Load())/writing.Seconds(), (elapsed - writing).Seconds())
+	r.extra = fmt.Sprintf("written %.0f/s for %s; drained %.2fs after", float64(added.Load())/writing.Seconds(), writing.Round(time.Millisecond), (elapsed - writing).Seconds())
 	return r, nil
 }
 
@@ -292,16 +295,11 @@ func peerFlow(ctx context.Context, p *peerSide, d time.Duration, perSecond, writ
 // queue: a drain of -outbox-n messages written before, a writer at
 // -outbox-rate msg/s for -d, and -big-c writers at full speed for -d.
 func outboxPeerSection(ctx context.Context, admin *sql.DB, o options) error {
-	conn, err := amqp.Dial(o.amqp)
-	if err != nil {
-		return fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
-	}
-	defer conn.Close()
-	pub, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: o.amqp})
+	conn, pub, closeRabbit, err := openRabbit(ctx, o)
 	if err != nil {
 		return err
 	}
-	defer pub.Close()
+	defer closeRabbit()
 	conns := o.bigConc + 24
 	sides := []struct {
 		name string
