@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/inboxkit/inbox"
@@ -89,5 +90,52 @@ func TestNewRefuses(t *testing.T) {
 		if _, err := outbox.New(db.DB, tc.d, outbox.Config{Table: tc.table}); err == nil {
 			t.Errorf("New(%q, %q) accepted", tc.d.Name(), tc.table)
 		}
+	}
+}
+
+// TestStep2KeepsKeylessMessagesWrittenBefore: an outbox at version 1 with a
+// keyless message pending (its key row, SEQ 1) is upgraded by Migrate; a
+// relay then sends it and a keyless message added after the upgrade (its
+// own row, no key row), each once.
+func TestStep2KeepsKeylessMessagesWrittenBefore(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			st, db := setup(t, backend)
+			ctx := context.Background()
+			// Back to version 1: step 2's index, columns and record undone.
+			for _, q := range []string{
+				map[string]string{"mysql": "DROP INDEX INBOXKIT_OUTBOX_NEXT ON INBOXKIT_OUTBOX"}[backend],
+				"ALTER TABLE INBOXKIT_OUTBOX DROP COLUMN NEXT_AT",
+				"ALTER TABLE INBOXKIT_OUTBOX DROP COLUMN LEASE_OWNER",
+				"DELETE FROM INBOXKIT_SCHEMA_VERSION WHERE TABLE_NAME = 'INBOXKIT_OUTBOX' AND VERSION = 2",
+				"INSERT INTO INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, BODY, STATUS, ATTEMPTS, CREATED_AT) VALUES ('old', 'old', 1, 'q', NULL, 'PENDING', 0, CURRENT_TIMESTAMP)",
+				"INSERT INTO INBOXKIT_OUTBOX_KEY (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES ('old', 1, 0, CURRENT_TIMESTAMP)",
+			} {
+				if backend != "mysql" && strings.HasPrefix(q, "ALTER TABLE INBOXKIT_OUTBOX DROP COLUMN NEXT_AT") {
+					if _, err := db.ExecContext(ctx, "DROP INDEX INBOXKIT_OUTBOX_NEXT"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if q == "" {
+					continue
+				}
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if err := st.CheckSchema(ctx); err == nil {
+				t.Fatal("CheckSchema at version 1: nil, want a SchemaError")
+			}
+			if p, err := st.Migrate(ctx); err != nil || p.Current != 1 || len(p.Steps) != 1 {
+				t.Fatalf("upgrade: %+v, %v; want step 2 alone", p, err)
+			}
+			add(t, ctx, st, outbox.Message{ID: "new", Destination: "q"})
+			dst := &recorder{}
+			runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == 2 }, newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send}))
+			if sent := dst.sent(); len(sent) != 2 {
+				t.Errorf("%d sends, want old and new once each", len(sent))
+			}
+		})
 	}
 }

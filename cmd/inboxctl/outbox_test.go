@@ -52,7 +52,7 @@ func outboxStatus(t *testing.T, st *outbox.Store, id string) outbox.Status {
 func TestRelayCommand(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
-	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 0 -> 1")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 0 -> 2")
 	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 1 -> 1")
 
 	var down, refuse atomic.Bool
