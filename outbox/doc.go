@@ -42,7 +42,9 @@
 // key's messages after DONE_SEQ in order, and in one transaction marks them
 // SENT and moves DONE_SEQ on. No database lock is held while a message is
 // on its way; the lease keeps other relays off the key, and a relay that
-// dies loses the key when its lease ends. On PostgreSQL Add also notifies
+// dies loses the key when its lease ends. A message without a key has no
+// key row: it is its own key, with NEXT_AT and LEASE_OWNER on its row (SEQ
+// 0), claimed beside the key rows. On PostgreSQL Add also notifies
 // the relays with the commit (LISTEN/NOTIFY, [Store.NotifyChannel]); the
 // others poll.
 //
