@@ -53,7 +53,7 @@ func TestRelayCommand(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
 	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 0 -> 2")
-	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 1 -> 1")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--no-invoice-tables"), 0, "migrated outbox INBOXKIT_OUTBOX: schema version 2 -> 2")
 
 	var down, refuse atomic.Bool
 	down.Store(true)
