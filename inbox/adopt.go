@@ -35,7 +35,7 @@ func isOpen(st inboxkit.Status) bool {
 // (see orphanCond).
 func (s *Store) orphan(ctx context.Context, q execer, e Entry) (bool, error) {
 	var n int
-	if err := s.q.selectOrphan.queryRow(ctx, q, e.key(nil)).Scan(&n); err != nil {
+	if err := s.q.selectOrphan.queryRow(ctx, q, e.key()).Scan(&n); err != nil {
 		return false, fmt.Errorf("inbox: read the row of event %q: %w", e.EventID, err)
 	}
 	return n == 1, nil

@@ -66,7 +66,7 @@ func scanRecord(sc rowScanner) (Record, error) {
 
 // Get returns the row of one event for one consumer, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, eventID, consumerName string) (Record, error) {
-	r, err := scanRecord(s.q.selectOne.queryRow(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(nil)))
+	r, err := scanRecord(s.q.selectOne.queryRow(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Record{}, fmt.Errorf("%w: event %q for consumer %q", ErrNotFound, eventID, consumerName)
 	}

@@ -103,7 +103,7 @@ func (s *Store) ProcessBatch(ctx context.Context, items []BatchItem) ([]Result, 
 func (s *Store) batchJobs(ctx context.Context, items []BatchItem) ([]*job, []int, error) {
 	jobs := make([]*job, 0, len(items))
 	dupOf := make([]int, len(items))
-	first := make(map[string]int, len(items))
+	first := make(map[jobKey]int, len(items))
 	for i, it := range items {
 		dupOf[i] = -1
 		e, poison, err := normalize(it.Entry)
@@ -162,7 +162,7 @@ func (s *Store) unprocess(ctx context.Context, tx *txn, j *job) error {
 	if j == nil || !j.first {
 		return nil
 	}
-	if _, err := s.q.unprocess.exec(ctx, tx, j.e.key(nil)); err != nil {
+	if _, err := s.q.unprocess.exec(ctx, tx, j.e.key()); err != nil {
 		return fmt.Errorf("inbox: roll back a batch item: %w", err)
 	}
 	return nil

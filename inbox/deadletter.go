@@ -90,8 +90,8 @@ func (s *Store) deadArgs(dl DeadLetter, bare bool) args {
 	if bare {
 		e.CorrelationID, e.PayloadHash, e.EventIDSource = "", "", ""
 	}
-	return e.row(args{"reason": nullString(dl.Reason), "class": string(class), "error": msg, "now": s.t(s.now()),
-		"attempts": 1}) // a new row: the delivery that found the poison, or the one that failed
+	return e.row(arg{"reason", nullString(dl.Reason)}, arg{"class", string(class)}, arg{"error", msg}, arg{"now", s.t(s.now())},
+		arg{"attempts", 1}) // a new row: the delivery that found the poison, or the one that failed
 }
 
 // ResetForReplay prepares a DEAD_LETTERED row for a replay from the
@@ -100,7 +100,7 @@ func (s *Store) deadArgs(dl DeadLetter, bare bool) args {
 // then processed once more; any other copy stays a duplicate once it is
 // processed. It reports false when the row is not DEAD_LETTERED (or absent).
 func (s *Store) ResetForReplay(ctx context.Context, eventID, consumerName string) (bool, error) {
-	res, err := s.q.resetForReplay.exec(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now())}))
+	res, err := s.q.resetForReplay.exec(ctx, s.db, Entry{EventID: eventID, ConsumerName: consumerName}.key(arg{"now", s.t(s.now())}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: reset for replay: %w", err)
 	}
@@ -121,7 +121,7 @@ func (s *Store) ReopenRejected(ctx context.Context, eventID, consumerName string
 
 // reopenRejectedOn is ReopenRejected on q (the pool or a transaction).
 func (s *Store) reopenRejectedOn(ctx context.Context, q execer, eventID, consumerName string) (bool, error) {
-	r, err := scanRecord(s.q.selectOne.queryRow(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key(nil)))
+	r, err := scanRecord(s.q.selectOne.queryRow(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -138,7 +138,7 @@ func (s *Store) reopenRejectedOn(ctx context.Context, q execer, eventID, consume
 	case r.LastError != "":
 		story += ": " + r.LastError
 	}
-	res, err := s.q.reopenRejected.exec(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key(args{"now": s.t(s.now()), "error": s.truncate(story)}))
+	res, err := s.q.reopenRejected.exec(ctx, q, Entry{EventID: eventID, ConsumerName: consumerName}.key(arg{"now", s.t(s.now())}, arg{"error", s.truncate(story)}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: reopen rejected: %w", err)
 	}

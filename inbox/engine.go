@@ -1,10 +1,12 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/inboxkit/inboxkit"
 )
@@ -73,9 +75,28 @@ type job struct {
 	// rounds counts the runs alone of a job that lost its row to a
 	// competing delivery (jobAgain).
 	rounds int
+	// one holds the job itself: alone's batch of one, without an
+	// allocation of its own.
+	one [1]*job
 }
 
-func (j *job) key() string { return j.e.EventID + "\x00" + j.e.ConsumerName }
+// alone is the job as a batch of one.
+func (j *job) alone() []*job {
+	j.one[0] = j
+	return j.one[:]
+}
+
+// key is the job's row key.
+func (j *job) key() jobKey { return jobKey{j.e.EventID, j.e.ConsumerName} }
+
+// jobKey is a row's key: event id and consumer name.
+type jobKey struct{ event, consumer string }
+
+// byKey orders jobs by key (event id, then consumer name): the order in
+// which a batch takes its rows' locks.
+func byKey(a, b *job) int {
+	return cmp.Or(strings.Compare(a.e.EventID, b.e.EventID), strings.Compare(a.e.ConsumerName, b.e.ConsumerName))
+}
 
 // runs reports whether the job runs its handler in the business
 // transaction.
@@ -258,7 +279,7 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 				tx.rollback()
 				return nil
 			}
-			return undo()
+			return undo.do()
 		}
 	}
 	j.herr = j.h(j.ctx, tx.Tx)
@@ -268,48 +289,63 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	case j.v.Row == inboxkit.StatusProcessed && j.claim != nil:
 		// On PostgreSQL this UPDATE also fails when the handler returned
 		// nil after a failed statement (the transaction is aborted).
-		return s.recordInTx(ctx, tx, j, undo, j.claim.lease().args(args{"now": s.t(s.now())}))
+		return s.recordInTx(ctx, tx, j, undo, j.claim.lease().args(args{{"now", s.t(s.now())}}))
 	case j.v.Row == inboxkit.StatusProcessed:
 		return nil // an aborted transaction shows at the next statement
 	case j.v.Row == inboxkit.StatusRejected && !alone:
-		if err := undo(); err != nil {
+		if err := undo.do(); err != nil {
 			return err
 		}
 		return s.recordInTx(ctx, tx, j, undo, s.rejectArgs(j))
 	}
-	return undo() // recorded apart, after the business transaction
+	return undo.do() // recorded apart, after the business transaction
 }
 
-// undoPoint returns undo, which takes the transaction back to before job
-// j: in a batch to its savepoint (set now; it stays, so undo may run
-// again), a first delivery's row turned into the marker it skipped;
-// alone the whole transaction is rolled back (a first delivery then has
-// no row: rowless).
-func (s *Store) undoPoint(ctx context.Context, tx *txn, j, prev *job, alone bool) (undo func() error, err error) {
+// undoPoint sets the point undo takes the transaction back to, before
+// job j: in a batch its savepoint (set now; it stays, so undo may run
+// again); alone the start of the transaction.
+func (s *Store) undoPoint(ctx context.Context, tx *txn, j, prev *job, alone bool) (undo, error) {
+	u := undo{s: s, ctx: ctx, tx: tx, j: j, alone: alone}
 	if alone {
-		return func() error {
-			tx.rollback()
-			return nil
-		}, nil
+		return u, nil
 	}
-	_, err = tx.ExecContext(ctx, s.q.savepointItem)
+	_, err := tx.ExecContext(ctx, s.q.savepointItem)
 	if err != nil && prev != nil && s.q.releaseItem != "" {
 		// The previous handler returned nil but left the transaction
 		// aborted: it is the one that failed.
 		if err := s.aborted(ctx, tx, prev, err); err != nil {
-			return nil, err
+			return undo{}, err
 		}
 		_, err = tx.ExecContext(ctx, s.q.savepointItem)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inbox: savepoint: %w", err)
+		return undo{}, fmt.Errorf("inbox: savepoint: %w", err)
 	}
-	return func() error {
-		if _, err := tx.ExecContext(ctx, s.q.rollbackItem); err != nil {
-			return fmt.Errorf("inbox: roll back a batch item: %w", err)
-		}
-		return s.unprocess(ctx, tx, j)
-	}, nil
+	return u, nil
+}
+
+// undo takes the transaction back to before its job (undoPoint): in a
+// batch to the job's savepoint, a first delivery's row turned into the
+// marker it skipped; alone the whole transaction is rolled back (a first
+// delivery then has no row: rowless). A value, not a closure: the engine
+// makes one per job.
+type undo struct {
+	s     *Store
+	ctx   context.Context
+	tx    *txn
+	j     *job
+	alone bool
+}
+
+func (u undo) do() error {
+	if u.alone {
+		u.tx.rollback()
+		return nil
+	}
+	if _, err := u.tx.ExecContext(u.ctx, u.s.q.rollbackItem); err != nil {
+		return fmt.Errorf("inbox: roll back a batch item: %w", err)
+	}
+	return u.s.unprocess(u.ctx, u.tx, u.j)
 }
 
 // aborted makes j, whose handler returned nil, a technical failure of its
@@ -334,12 +370,12 @@ func (s *Store) aborted(ctx context.Context, tx *txn, j *job, err error) error {
 // rejection. When that fails, undo takes the job's writes back and the job
 // becomes: a lost lease, an outcome to give back (the publish failed, a
 // transactional job), or a technical failure recorded apart.
-func (s *Store) recordInTx(ctx context.Context, tx *txn, j *job, undo func() error, set args) error {
+func (s *Store) recordInTx(ctx context.Context, tx *txn, j *job, undo undo, set args) error {
 	err := s.recordRow(ctx, tx, j, set)
 	if err == nil && j.v.Row == inboxkit.StatusRejected && s.publishes(rejection) {
 		j.res = j.v.result(inboxkit.StatusRejected, j.started, j.herr)
 		if err = s.send(rejection, j, Record{}); err != nil && j.claim == nil {
-			if uerr := undo(); uerr != nil {
+			if uerr := undo.do(); uerr != nil {
 				return uerr
 			}
 			j.state, j.err = jobBack, err
@@ -349,7 +385,7 @@ func (s *Store) recordInTx(ctx context.Context, tx *txn, j *job, undo func() err
 	if err == nil {
 		return nil
 	}
-	if uerr := undo(); uerr != nil {
+	if uerr := undo.do(); uerr != nil {
 		return uerr
 	}
 	switch {
@@ -387,11 +423,11 @@ func (s *Store) recordRow(ctx context.Context, q execer, j *job, set args) error
 
 // rejectArgs are the arguments of j's rejection UPDATE.
 func (s *Store) rejectArgs(j *job) args {
-	set := args{"reason": j.v.Reason, "error": nullString(s.truncate(j.herr.Error())), "now": s.t(s.now())}
+	set := args{{"reason", j.v.Reason}, {"error", nullString(s.truncate(j.herr.Error()))}, {"now", s.t(s.now())}}
 	if j.claim != nil {
 		return j.claim.lease().args(set)
 	}
-	return j.e.row(set)
+	return j.e.row(set...)
 }
 
 // settle records what the job's state and verdict leave to record after
@@ -464,7 +500,7 @@ func (s *Store) again(ctx context.Context, j *job) {
 	}
 	j.state, j.first, j.started, j.v, j.herr = jobNew, false, 0, verdict{}, nil
 	j.e.FirstDelivery = false // it ran, or its event has a row: the marked path
-	if err := s.run(ctx, []*job{j}); err != nil {
+	if err := s.run(ctx, j.alone()); err != nil {
 		j.done(Result{}, err)
 	}
 }

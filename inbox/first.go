@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -100,7 +99,7 @@ func (s *Store) runFirst(ctx context.Context, jobs []*job, alone bool) (bool, er
 // duplicate from a retry. It does not read the row it found (why:
 // docs/decisions.md, 2026-12-01, 897690b).
 func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
-	r, err := s.q.insertFirst.exec(ctx, tx, e.row(args{"now": s.t(now)}))
+	r, err := s.q.insertFirst.exec(ctx, tx, e.row(arg{"now", s.t(now)}))
 	if err != nil {
 		if s.d.IsDuplicate(err) {
 			return false, nil
@@ -139,39 +138,40 @@ func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
 // statement and returns the keys it inserted. Where the dialect has no
 // doNothing (MySQL), one existing row fails the whole statement: nil, and
 // the batch takes the marked path.
-func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now time.Time) (map[string]bool, error) {
+func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now time.Time) (map[jobKey]bool, error) {
 	// Rows in key order, as markBatch takes them: two batches with events
 	// in common wait for each other instead of deadlocking.
 	order := slices.DeleteFunc(slices.Clone(jobs), func(j *job) bool { return j.state != jobNew })
-	slices.SortFunc(order, func(a, b *job) int { return strings.Compare(a.key(), b.key()) })
-	values, a := rowsOf(firstRow, order, s.t(now))
+	slices.SortFunc(order, byKey)
+	a := args{{"now", s.t(now)}}
 	if s.d.doNothing == "" {
-		_, err := compile(s.d, s.q.insertFirstRows+values).exec(ctx, tx, a)
+		st := compileListed(s.d, s.q.insertFirstRows, firstRow, "", len(order))
+		_, err := tx.ExecContext(ctx, st.text, st.bindRows(a, rowArgs(order))...)
 		switch {
 		case s.d.IsDuplicate(err):
 			return nil, nil
 		case err != nil:
 			return nil, fmt.Errorf("inbox: insert events: %w", err)
 		}
-		inserted := make(map[string]bool, len(jobs))
+		inserted := make(map[jobKey]bool, len(jobs))
 		for _, j := range jobs {
 			inserted[j.key()] = true
 		}
 		return inserted, nil
 	}
-	st := compile(s.d, s.q.insertFirstRows+values+s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME")
-	rows, err := tx.QueryContext(ctx, st.text, st.bind(a)...)
+	st := compileListed(s.d, s.q.insertFirstRows, firstRow, s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME", len(order))
+	rows, err := tx.QueryContext(ctx, st.text, st.bindRows(a, rowArgs(order))...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: insert events: %w", err)
 	}
 	defer rows.Close()
-	inserted := make(map[string]bool, len(jobs))
+	inserted := make(map[jobKey]bool, len(jobs))
 	for rows.Next() {
 		var e Entry
 		if err := rows.Scan(&e.EventID, &e.ConsumerName); err != nil {
 			return nil, fmt.Errorf("inbox: insert events: %w", err)
 		}
-		inserted[(&job{e: e}).key()] = true
+		inserted[jobKey{e.EventID, e.ConsumerName}] = true
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: insert events: %w", err)

@@ -171,7 +171,7 @@ var errAgain = errors.New("inbox: the row changed")
 // tables) is left as it is: the message is published all the same. bare
 // leaves the entry's optional values out.
 func (s *Store) deadRow(ctx context.Context, tx *txn, j *job, bare bool) (Record, inboxkit.Status, error) {
-	r, err := scanRecord(s.q.selectOne.queryRow(ctx, tx, j.e.key(nil)))
+	r, err := scanRecord(s.q.selectOne.queryRow(ctx, tx, j.e.key()))
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return Record{}, "", fmt.Errorf("inbox: dead-letter: %w", err)
@@ -244,11 +244,11 @@ func (s *Store) letterClaim(ctx context.Context, j *job, k letterKind) {
 		msg = s.truncate(cause.Error())
 	}
 	sent, err := s.inLetterTx(ctx, j, deadLetter, func(tx *txn) (Record, error) {
-		r, err := scanRecord(s.q.selectOne.queryRow(ctx, tx, Entry{EventID: c.Message.ID, ConsumerName: c.ConsumerName}.key(nil)))
+		r, err := scanRecord(s.q.selectOne.queryRow(ctx, tx, Entry{EventID: c.Message.ID, ConsumerName: c.ConsumerName}.key()))
 		if err != nil {
 			return Record{}, fmt.Errorf("inbox: dead-letter: %w", err)
 		}
-		set := args{"reason": nullString(j.v.Reason), "class": string(j.v.Class), "error": msg, "now": s.t(s.now())}
+		set := args{{"reason", nullString(j.v.Reason)}, {"class", string(j.v.Class)}, {"error", msg}, {"now", s.t(s.now())}}
 		if err := c.lease().record(ctx, s, tx, s.qq.deadLettered, set); err != nil {
 			return Record{}, err
 		}

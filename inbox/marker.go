@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +76,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 		return s.markUpsert(ctx, q, e)
 	}
 	now := s.now()
-	res, err := s.q.startAttempt.exec(ctx, q, e.key(args{"marker": markerError, "now": s.t(now), "max": s.cfg.Retry.MaxAttempts}))
+	res, err := s.q.startAttempt.exec(ctx, q, e.key(arg{"marker", markerError}, arg{"now", s.t(now)}, arg{"max", s.cfg.Retry.MaxAttempts}))
 	if err != nil {
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	}
@@ -99,7 +97,7 @@ func (s *Store) mark(ctx context.Context, q execer, e Entry) (marked, error) {
 	if ok {
 		return s.found(ctx, q, e, st, attempts)
 	}
-	_, err = s.q.insertStarted.exec(ctx, q, e.row(args{"now": s.t(now)}))
+	_, err = s.q.insertStarted.exec(ctx, q, e.row(arg{"now", s.t(now)}))
 	if err == nil {
 		return marked{started: 1}, nil
 	}
@@ -145,7 +143,7 @@ func (s *Store) found(ctx context.Context, q execer, e Entry, st inboxkit.Status
 func (s *Store) silentAttempt(ctx context.Context, q execer, e Entry) bool {
 	var class sql.NullString
 	var attempts int
-	err := s.q.selectMarker.queryRow(ctx, q, e.key(nil)).Scan(&class, &attempts)
+	err := s.q.selectMarker.queryRow(ctx, q, e.key()).Scan(&class, &attempts)
 	return err == nil && class.String == "" && attempts > 0
 }
 
@@ -207,7 +205,7 @@ func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, erro
 	var st string
 	var attempts int
 	var counted bool
-	err := s.q.markUpsert.queryRow(ctx, q, e.row(args{"marker": markerError, "now": s.t(s.now()), "max": s.cfg.Retry.MaxAttempts})).
+	err := s.q.markUpsert.queryRow(ctx, q, e.row(arg{"marker", markerError}, arg{"now", s.t(s.now())}, arg{"max", s.cfg.Retry.MaxAttempts})).
 		Scan(&st, &attempts, &counted)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -240,7 +238,7 @@ func (s *Store) markBatch(ctx context.Context, all []*job) error {
 		}
 	}
 	order := slices.Clone(jobs)
-	slices.SortFunc(order, func(a, b *job) int { return strings.Compare(a.key(), b.key()) })
+	slices.SortFunc(order, byKey)
 	for round := 0; round < 5; round++ {
 		again, err := s.markAll(ctx, order)
 		if err != nil || !again {
@@ -310,7 +308,7 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	now := s.t(s.now())
 	if !s.d.multiRowInsert {
 		for _, j := range jobs {
-			if _, err := s.q.insertStarted.exec(ctx, q, j.e.row(args{"now": now})); err != nil {
+			if _, err := s.q.insertStarted.exec(ctx, q, j.e.row(arg{"now", now})); err != nil {
 				return err
 			}
 		}
@@ -319,23 +317,14 @@ func (s *Store) insertMarkers(ctx context.Context, q execer, jobs []*job) error 
 	if len(jobs) == 0 {
 		return nil
 	}
-	values, a := rowsOf(startedRow, jobs, now)
-	_, err := compile(s.d, s.q.insertStartedRows+values).exec(ctx, q, a)
+	st := compileListed(s.d, s.q.insertStartedRows, startedRow, "", len(jobs))
+	_, err := q.ExecContext(ctx, st.text, st.bindRows(args{{"now", now}}, rowArgs(jobs))...)
 	return err
 }
 
-// rowsOf is the VALUES list of row (startedRow, firstRow) for jobs, in
-// their order, and its arguments (@now is now).
-func rowsOf(row string, jobs []*job, now any) (string, args) {
-	values, a := make([]string, len(jobs)), args{"now": now}
-	for i, j := range jobs {
-		k := strconv.Itoa(i)
-		values[i] = rowN(row, k)
-		for name, v := range j.e.row(nil) {
-			a[name+k] = v
-		}
-	}
-	return strings.Join(values, ", "), a
+// rowArgs returns the row arguments (Entry.row) of jobs[i], for bindRows.
+func rowArgs(jobs []*job) func(i int) args {
+	return func(i int) args { return jobs[i].e.row() }
 }
 
 // presentRow is the status and attempts of a row present reads.
@@ -348,25 +337,24 @@ type presentRow struct {
 // attempts, in one statement. It only routes: the INSERT or the
 // conditional UPDATE that follows decides, or a terminal row reports a
 // duplicate.
-func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]presentRow, error) {
-	ids, a := make([]string, len(jobs)), args{}
-	for i, j := range jobs {
-		ids[i] = "@id" + strconv.Itoa(i)
-		a["id"+strconv.Itoa(i)] = j.e.EventID
-	}
+func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[jobKey]presentRow, error) {
 	if tx, ok := q.(*txn); ok && s.d.customPlans != "" && !tx.customPlans {
 		if _, err := tx.ExecContext(ctx, s.d.customPlans); err != nil {
 			return nil, fmt.Errorf("inbox: start attempts: %w", err)
 		}
 		tx.customPlans = true
 	}
-	st := compile(s.d, s.q.presentPrefix+strings.Join(ids, ", ")+")")
-	rows, err := q.QueryContext(ctx, st.text, st.bind(a)...)
+	st := compileListed(s.d, s.q.presentPrefix, "@event", ")", len(jobs))
+	id := args{{}}
+	rows, err := q.QueryContext(ctx, st.text, st.bindRows(nil, func(i int) args {
+		id[0] = arg{"event", jobs[i].e.EventID}
+		return id
+	})...)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: start attempts: %w", err)
 	}
 	defer rows.Close()
-	present := map[string]presentRow{}
+	present := make(map[jobKey]presentRow, len(jobs))
 	for rows.Next() {
 		var e Entry
 		var status string
@@ -374,7 +362,7 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]
 		if err := rows.Scan(&e.EventID, &e.ConsumerName, &status, &attempts); err != nil {
 			return nil, fmt.Errorf("inbox: start attempts: %w", err)
 		}
-		present[(&job{e: e}).key()] = presentRow{inboxkit.Status(status), attempts}
+		present[jobKey{e.EventID, e.ConsumerName}] = presentRow{inboxkit.Status(status), attempts}
 	}
 	return present, rows.Err()
 }
@@ -385,7 +373,7 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[string]
 // event) makes the job a duplicate; an error leaves nothing recorded and
 // nothing counted (rule 5).
 func (s *Store) insertMarker(ctx context.Context, j *job) {
-	_, err := s.q.insertStarted.exec(ctx, s.db, j.e.row(args{"now": s.t(s.now())}))
+	_, err := s.q.insertStarted.exec(ctx, s.db, j.e.row(arg{"now", s.t(s.now())}))
 	switch {
 	case err == nil:
 	case s.d.IsDuplicate(err):
@@ -399,7 +387,7 @@ func (s *Store) insertMarker(ctx context.Context, j *job) {
 // takeBack takes back the marker of a delivery whose handler did not run
 // because another process claimed the row after the marker.
 func (s *Store) takeBack(ctx context.Context, e Entry) error {
-	if _, err := s.q.takeBackAttempt.exec(ctx, s.db, e.key(args{"marker": markerError})); err != nil {
+	if _, err := s.q.takeBackAttempt.exec(ctx, s.db, e.key(arg{"marker", markerError})); err != nil {
 		return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
 	}
 	return nil
@@ -417,7 +405,7 @@ func (s *Store) ForgetAttempt(ctx context.Context, e Entry, n int) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(args{"attempts": n})); err != nil {
+	if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(arg{"attempts", n})); err != nil {
 		s.remember(e, n)
 	}
 }
@@ -450,7 +438,7 @@ func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 		n = attempts
 	}
 	if n > 0 {
-		if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(args{"attempts": n})); err != nil {
+		if _, err := s.q.forgetAttempt.exec(ctx, s.db, e.key(arg{"attempts", n})); err != nil {
 			return fmt.Errorf("inbox: take back an attempt that did not run: %w", err)
 		}
 	}

@@ -186,7 +186,7 @@ func (s *Store) single(j *job) (Result, error) {
 		s.letter(j.ctx, j, deadLetter)
 		return j.res, j.err
 	}
-	err := s.run(j.ctx, []*job{j})
+	err := s.run(j.ctx, j.alone())
 	if err == nil {
 		err = j.err
 	}

@@ -64,7 +64,7 @@ func terminalList() string {
 }
 
 // insertStartedRows + startedRow is the attempt marker of an event without
-// a row; ProcessBatch appends one startedRow per event (see rowN).
+// a row; ProcessBatch appends one startedRow per event (compileListed).
 const (
 	insertStartedRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES `
 	startedRow        = `(@event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source, @okey)`
@@ -77,12 +77,6 @@ const (
 	insertFirstRows = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) VALUES `
 	firstRow        = `(@event, @consumer, 'PROCESSED', @corr, @now, @now, @now, 1, @hash, @source, @okey)`
 )
-
-// rowN is a row of VALUES (startedRow, firstRow) with the parameters of
-// the k-th event (@eventK, ...; @now is shared).
-func rowN(row, k string) string {
-	return strings.NewReplacer("@event", "@event"+k, "@consumer", "@consumer"+k, "@corr", "@corr"+k, "@hash", "@hash"+k, "@source", "@source"+k, "@okey", "@okey"+k).Replace(row)
-}
 
 func buildQueries(d Dialect, table string) queries {
 	r := func(format string, args ...any) string {

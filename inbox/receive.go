@@ -225,7 +225,7 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 	// A few rounds: a duplicate row can vanish (retention purge) between
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {
-		a := e.row(args{"payload": payload, "headers": hdr, "now": s.t(s.now()), "created": s.t(created)})
+		a := e.row(arg{"payload", payload}, arg{"headers", hdr}, arg{"now", s.t(s.now())}, arg{"created", s.t(created)})
 		_, err = q.insertReceived.exec(ctx, s.db, a)
 		if err == nil {
 			return true, inboxkit.StatusReceived, nil
@@ -266,7 +266,7 @@ func (s *Store) arrival(ctx context.Context, e Entry) (time.Time, error) {
 		return now, nil
 	}
 	var last dbTime
-	if err := s.qq.lastOpen.queryRow(ctx, s.db, e.row(nil)).Scan(&last); err != nil {
+	if err := s.qq.lastOpen.queryRow(ctx, s.db, e.row()).Scan(&last); err != nil {
 		return time.Time{}, fmt.Errorf("inbox: receive: the newest open entry of order key %q: %w", e.OrderKey, err)
 	}
 	if last.Valid && !now.After(last.Time) {

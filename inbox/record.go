@@ -30,7 +30,7 @@ func (s *Store) classify(err error) inboxkit.Decision {
 // reports false when the row was no longer TECHNICAL_FAILURE (another
 // delivery claimed it).
 func (s *Store) claim(ctx context.Context, tx *txn, e Entry) (bool, error) {
-	res, err := s.q.processFromFail.exec(ctx, tx, e.row(args{"now": s.t(s.now())}))
+	res, err := s.q.processFromFail.exec(ctx, tx, e.row(arg{"now", s.t(s.now())}))
 	if err != nil {
 		return false, fmt.Errorf("inbox: claim event: %w", err)
 	}
@@ -57,7 +57,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	}
 	defer tx.rollback()
 
-	failure := e.row(args{"delta": delta, "reason": reason, "class": string(dec.Class), "error": msg, "now": s.t(now)})
+	failure := e.row(arg{"delta", delta}, arg{"reason", reason}, arg{"class", string(dec.Class)}, arg{"error", msg}, arg{"now", s.t(now)})
 	res, err := s.verdict(ctx, tx, s.q.updateFailure, failure)
 	if err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: %w (handler error: %v)", err, herr)
@@ -82,7 +82,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 	}
 	if n == 0 {
 		first := 1 + delta // the row vanished (a purge?): this attempt ran
-		failure["attempts"] = first
+		failure = failure.set("attempts", first)
 		_, err := s.verdict(ctx, tx, s.q.insertFailure, failure)
 		if err != nil {
 			tx.rollback()
@@ -94,7 +94,7 @@ func (s *Store) recordFailure(ctx context.Context, e Entry, herr error) (Result,
 		}
 	}
 	var attempts int
-	if err := s.q.selectAttempts.queryRow(ctx, tx, e.key(nil)).Scan(&attempts); err != nil {
+	if err := s.q.selectAttempts.queryRow(ctx, tx, e.key()).Scan(&attempts); err != nil {
 		return Result{}, fmt.Errorf("inbox: record failure: read attempts: %w", err)
 	}
 	if err := tx.commit(); err != nil {
@@ -121,7 +121,7 @@ func (s *Store) duplicateResult(ctx context.Context, e Entry) (Result, error) {
 func (s *Store) status(ctx context.Context, q execer, e Entry) (inboxkit.Status, int, bool, error) {
 	var st string
 	var attempts int
-	err := s.q.selectStatus.queryRow(ctx, q, e.key(nil)).Scan(&st, &attempts)
+	err := s.q.selectStatus.queryRow(ctx, q, e.key()).Scan(&st, &attempts)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", 0, false, nil
 	}

@@ -479,7 +479,7 @@ func (s *Store) ReopenForJob(ctx context.Context, jobID int64, eventID, consumer
 		ok, err = s.reopenRejectedOn(ctx, tx, eventID, consumerName)
 	} else {
 		var res sql.Result
-		if res, err = s.q.resetForReplay.exec(ctx, tx, key.key(args{"now": s.t(now)})); err == nil {
+		if res, err = s.q.resetForReplay.exec(ctx, tx, key.key(arg{"now", s.t(now)})); err == nil {
 			n, _ := res.RowsAffected()
 			ok = n == 1
 		}
@@ -490,7 +490,7 @@ func (s *Store) ReopenForJob(ctx context.Context, jobID int64, eventID, consumer
 	if !ok {
 		var status string
 		var attempts int
-		err := s.q.selectStatus.queryRow(ctx, tx, key.key(nil)).Scan(&status, &attempts)
+		err := s.q.selectStatus.queryRow(ctx, tx, key.key()).Scan(&status, &attempts)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 		case err != nil:

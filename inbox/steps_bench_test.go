@@ -100,7 +100,7 @@ func BenchmarkProcessSteps(b *testing.B) {
 						b.Fatal(err)
 					}
 					now := upsert.t(upsert.now())
-					if _, err := upsert.q.processFromFail.exec(ctx, tx, entry(ids[i]).row(args{"now": now})); err != nil {
+					if _, err := upsert.q.processFromFail.exec(ctx, tx, entry(ids[i]).row(arg{"now", now})); err != nil {
 						b.Fatal(err)
 					}
 					if savepoint {
@@ -128,7 +128,7 @@ func BenchmarkProcessSteps(b *testing.B) {
 					b.Fatal(err)
 				}
 				now := upsert.t(upsert.now())
-				if _, err := upsert.q.processFromFail.exec(ctx, tx, e.row(args{"now": now})); err != nil {
+				if _, err := upsert.q.processFromFail.exec(ctx, tx, e.row(arg{"now", now})); err != nil {
 					b.Fatal(err)
 				}
 				if err := business(e.EventID)(ctx, tx); err != nil {
@@ -147,7 +147,7 @@ func BenchmarkProcessSteps(b *testing.B) {
 					b.Fatal(err)
 				}
 				now := upsert.t(upsert.now())
-				if _, err := upsert.q.insertStarted.exec(ctx, tx, e.row(args{"now": now})); err != nil {
+				if _, err := upsert.q.insertStarted.exec(ctx, tx, e.row(arg{"now", now})); err != nil {
 					b.Fatal(err)
 				}
 				if err := business(e.EventID)(ctx, tx); err != nil {

@@ -12,7 +12,7 @@ func TestStmtBindsByName(t *testing.T) {
 	if st.text != `UPDATE t SET A = $1, B = $2 WHERE C = $3` {
 		t.Errorf("text = %s", st.text)
 	}
-	if got := st.bind(args{"y": 2, "x": 1, "unused": 3}); !reflect.DeepEqual(got, []any{1, 2, 1}) {
+	if got := st.bind(args{{"y", 2}, {"x", 1}, {"unused", 3}}); !reflect.DeepEqual(got, []any{1, 2, 1}) {
 		t.Errorf("bind = %v", got)
 	}
 	defer func() {
@@ -20,7 +20,7 @@ func TestStmtBindsByName(t *testing.T) {
 			t.Errorf("a missing value: recovered %v", r)
 		}
 	}()
-	st.bind(args{"x": 1})
+	st.bind(args{{"x", 1}})
 }
 
 // Every statement of every dialect names only parameters its callers give.
@@ -57,5 +57,26 @@ func TestStmtNames(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A listed statement is the text one compile of its rows gives, and each
+// row binds its own values, the others from the head's arguments.
+func TestListedBindsEachRow(t *testing.T) {
+	t.Parallel()
+	st := compileListed(Postgres, `INSERT INTO t (A, B, C) SELECT @x, `, `(@event, @now)`, ` RETURNING A`, 3)
+	if want := `INSERT INTO t (A, B, C) SELECT $1, ($2, $3), ($4, $5), ($6, $7) RETURNING A`; st.text != want {
+		t.Errorf("text = %s, want %s", st.text, want)
+	}
+	rows := []args{{{"event", "e0"}}, {{"event", "e1"}, {"now", 8}}, {{"event", "e2"}}}
+	got := st.bindRows(args{{"x", 1}, {"now", 9}}, func(i int) args { return rows[i] })
+	if want := []any{1, "e0", 9, "e1", 8, "e2", 9}; !reflect.DeepEqual(got, want) {
+		t.Errorf("bindRows = %v, want %v", got, want)
+	}
+	if again := compileListed(Postgres, `INSERT INTO t (A, B, C) SELECT @x, `, `(@event, @now)`, ` RETURNING A`, 3); !reflect.DeepEqual(again, st) {
+		t.Errorf("compiled again: %+v", again)
+	}
+	if v, _ := (args{{"x", 1}}).set("x", 2).get("x"); v != 2 {
+		t.Errorf("set x to 2, then x = %v", v)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -211,20 +210,22 @@ func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 	}
 	defer tx.rollback()
 
-	claim := args{"consumer": w.cfg.ConsumerName, "owner": w.cfg.Owner, "until": s.t(until), "now": s.t(now), "n": n}
+	claim := args{{"consumer", w.cfg.ConsumerName}, {"owner", w.cfg.Owner}, {"until", s.t(until)}, {"now", s.t(now)}, {"n", n}}
 	out, err := w.scanClaims(tx.QueryContext(ctx, w.q.claim.text, w.q.claim.bind(claim)...))
 	if err != nil {
 		return nil, err
 	}
 	if !w.q.claimUpdates && len(out) > 0 {
 		// The SELECT locked the rows; claim them by id.
-		ids := make([]string, len(out))
 		for i := range out {
 			out[i].Attempts++ // the SELECT read the value before the claim
-			ids[i] = "@id" + strconv.Itoa(i)
-			claim["id"+strconv.Itoa(i)] = out[i].Message.ID
 		}
-		res, err := compile(s.d, w.q.claimUpdate+strings.Join(ids, ", ")+")").exec(ctx, tx, claim)
+		st := compileListed(s.d, w.q.claimUpdate, "@id", ")", len(out))
+		id := args{{}}
+		res, err := tx.ExecContext(ctx, st.text, st.bindRows(claim, func(i int) args {
+			id[0] = arg{"id", out[i].Message.ID}
+			return id
+		})...)
 		if err != nil {
 			return nil, fmt.Errorf("inbox: claim: %w", err)
 		}
@@ -300,7 +301,7 @@ func (w *Worker) scanClaims(rows *sql.Rows, err error) ([]Claimed, error) {
 // its lease expires.
 func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 	j := w.job(ctx, c)
-	w.s.runClaims([]*job{j})
+	w.s.runClaims(j.alone())
 	return j.res, j.err
 }
 
@@ -344,8 +345,7 @@ func (c *Claimed) lease() lease {
 // args is the lease's named arguments (@event, @consumer, @owner,
 // @attempts), with more.
 func (l lease) args(more args) args {
-	more["event"], more["consumer"], more["owner"], more["attempts"] = l.EventID, l.ConsumerName, l.Owner, l.Attempts
-	return more
+	return append(more, arg{"event", l.EventID}, arg{"consumer", l.ConsumerName}, arg{"owner", l.Owner}, arg{"attempts", l.Attempts})
 }
 
 func (l lease) lost() error {
@@ -386,8 +386,7 @@ func (s *Store) retryLater(ctx context.Context, c *Claimed, class inboxkit.Class
 		return Result{}, fmt.Errorf("%w (handler error: %v)", err, cause)
 	}
 	defer tx.rollback()
-	err = c.lease().record(ctx, s, tx, s.qq.failed, args{"reason": nullString(reason), "class": string(class), "error": nullString(s.truncate(cause.Error())),
-		"next": s.t(now.Add(delay)), "now": s.t(now), "uncount": uncount})
+	err = c.lease().record(ctx, s, tx, s.qq.failed, args{{"reason", nullString(reason)}, {"class", string(class)}, {"error", nullString(s.truncate(cause.Error()))}, {"next", s.t(now.Add(delay))}, {"now", s.t(now)}, {"uncount", uncount}})
 	if err != nil {
 		return Result{}, err
 	}
@@ -406,7 +405,7 @@ func (s *Store) retryLater(ctx context.Context, c *Claimed, class inboxkit.Class
 func (w *Worker) Release(ctx context.Context, c Claimed) error {
 	s := w.s
 	now := s.now()
-	res, err := w.q.release.exec(ctx, s.db, c.lease().args(args{"now": s.t(now)}))
+	res, err := w.q.release.exec(ctx, s.db, c.lease().args(args{{"now", s.t(now)}}))
 	if err != nil {
 		return fmt.Errorf("inbox: release: %w", err)
 	}
