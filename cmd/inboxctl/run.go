@@ -228,6 +228,13 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 			if err != nil {
 				return err
 			}
+			if handlerVariant != nil {
+				if !f.shadow.on {
+					return usageErr("this inboxctl is a test build with a %s: it runs only with --shadow", handlerVariantName)
+				}
+				logger.Warn("shadow run with a handler variant", "variant", handlerVariantName)
+				h = handlerVariant(h, ob)
+			}
 			var pub dlq.Publisher = rec // a shadow run publishes nothing: it records
 			if rec == nil {
 				if pub, err = b.Publisher(ctx); err != nil {
