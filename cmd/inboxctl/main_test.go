@@ -96,7 +96,13 @@ func startCommand(ctx context.Context, t *testing.T, args ...string) (*exec.Cmd,
 // startCommandEnv is startCommand with env added to the clean environment.
 func startCommandEnv(ctx context.Context, t *testing.T, env []string, args ...string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	run := exec.CommandContext(ctx, binary, args...)
+	return startBinary(ctx, t, binary, env, args...)
+}
+
+// startBinary is startCommandEnv for another build of inboxctl (bin).
+func startBinary(ctx context.Context, t *testing.T, bin string, env []string, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	run := exec.CommandContext(ctx, bin, args...)
 	run.Env = append(cleanEnv(), env...)
 	logs := &lockedBuffer{}
 	run.Stdout, run.Stderr = logs, logs

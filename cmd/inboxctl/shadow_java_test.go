@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -202,16 +203,23 @@ func shadowJavaTest(t *testing.T, broker string) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	// The ticker paces the messages; four publishers, a connection each,
-	// send them, so that a receipt's wait slows the pace less (the rate
-	// reached is logged). A resend may overtake its neighbours: it is
-	// later than its original all the same.
+	// Message i is due at began + i/rate; publishers, a connection each,
+	// send them. A STOMP publish waits for the broker's receipt, so one
+	// connection sends at most 1/(receipt time) messages a second: with
+	// four connections and a ticker (which drops the ticks it could not
+	// deliver while every connection waited) the earlier runs reached
+	// 47-80 msg/s of 100. Now a late message is sent at once (the
+	// schedule, not the ticks, sets the pace) and there are enough
+	// connections for receipts of up to publishers/rate seconds; the
+	// receipt times are logged. A resend may overtake its neighbours: it
+	// is later than its original all the same.
+	const publishers = 16
 	began := time.Now()
-	tick := time.NewTicker(time.Second / time.Duration(rate))
 	next := make(chan javaEvent)
-	errs := make(chan error, 4)
+	errs := make(chan error, publishers)
+	receipts := make([][]time.Duration, publishers)
 	var wg sync.WaitGroup
-	for range 4 {
+	for p := range publishers {
 		pub, err := b.Publisher(ctx) // a connection each: one connection waits for one receipt at a time
 		if err != nil {
 			t.Fatal(err)
@@ -221,20 +229,21 @@ func shadowJavaTest(t *testing.T, broker string) {
 			defer wg.Done()
 			for m := range next {
 				h := map[string]string{"amq-msg-type": "text", "eventId": m.id, "correlationId": "corr-java"}
+				sent := time.Now()
 				if err := pub.Publish(ctx, queue, h, []byte(m.body)); err != nil {
 					errs <- err
 					return
 				}
+				receipts[p] = append(receipts[p], time.Since(sent))
 			}
 		}()
 	}
-	for _, m := range msgs {
-		<-tick.C
+	for i, m := range msgs {
+		time.Sleep(time.Until(began.Add(time.Duration(i) * time.Second / time.Duration(rate))))
 		next <- m
 	}
 	close(next)
 	wg.Wait()
-	tick.Stop()
 	select {
 	case err := <-errs:
 		t.Fatal(err)
@@ -275,8 +284,12 @@ func shadowJavaTest(t *testing.T, broker string) {
 	}
 	waitShadowDone(t, shadow, n, logs)
 	stopRun(t, run, logs)
-	t.Logf("%d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s); since the first message, the two legacy beans were done after %s, the shadow after %s",
-		n, len(msgs), resends, malformed, unknown, published.Round(time.Millisecond), float64(len(msgs))/published.Seconds(), legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
+	all := slices.Concat(receipts...)
+	slices.Sort(all)
+	t.Logf("%d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s, paced at %d; receipt median %s, p99 %s, max %s); since the first message, the two legacy beans were done after %s, the shadow after %s",
+		n, len(msgs), resends, malformed, unknown, published.Round(time.Millisecond), float64(len(msgs))/published.Seconds(), rate,
+		all[len(all)/2].Round(time.Millisecond), all[len(all)*99/100].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond),
+		legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
 
 	// The legacy side: what the bean does, warts included.
 	calls := letters.log()
@@ -325,10 +338,18 @@ func shadowJavaTest(t *testing.T, broker string) {
 	}
 
 	// The legacy side's outgoing effects, beside its business rows, for a diff.
-	keepLegacyCalls(ctx, t, prod, b, letters.URL, calls, "DLQ."+queue)
-	// The second copy's calls: its letter service stands in for the same
-	// service, so the destination is the same.
-	keepLegacyCalls(ctx, t, prod2, b, letters.URL, letters2.log(), "DLQ."+legacyCopyQueue)
+	for db, c := range map[*sql.DB]struct {
+		calls []letterCall
+		dlq   string
+	}{prod: {calls, "DLQ." + queue}, prod2: {letters2.log(), "DLQ." + legacyCopyQueue}} {
+		dead, err := b.Browse(ctx, c.dlq, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The second copy's letter service stands in for the same
+		// service, so the destination is the same.
+		keepLegacyCalls(ctx, t, db, inbox.Postgres, letters.URL, c.calls, c.dlq, dead)
+	}
 
 	// The reconciliation of the real schemas (item 5's join).
 	shadowJavaDiff(ctx, t, prodURL, prod2URL, shadowURL, shadow, msgs)
@@ -366,39 +387,8 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL,
 		return r, rep
 	}
 
-	// What the traffic puts where: per event id, and per invoice (the
-	// archived documents' key) for each valid event.
-	kinds, seen, resent := map[string]string{}, map[string]bool{}, map[string]bool{}
-	var cents []string // the valid events whose amount has cents: what rounding changes
-	for _, m := range msgs {
-		if seen[m.id] {
-			resent[m.id] = true
-			continue
-		}
-		seen[m.id] = true
-		kinds[m.id] = m.kind
-		var body struct{ Amount string }
-		if m.kind == "ok" && json.Unmarshal([]byte(m.body), &body) == nil && !strings.HasSuffix(body.Amount, ".00") {
-			cents = append(cents, m.id)
-		}
-	}
-	valid := 0
-	want := map[string]int64{}
-	for _, k := range kinds {
-		switch k {
-		case "ok":
-			valid++
-		case "malformed":
-			want[golden.RulePoisonAtOnce]++
-		case "unknown":
-			want[golden.RuleRejectionNotRetried]++
-		}
-	}
-	// A resend: the bean wrote the letter, the document and the call
-	// twice, the shadow once; as an event and as an invoice.
-	want[golden.RuleDuplicateSuppressed] = 2 * int64(len(resent))
-	events := int64(len(kinds) + valid)
-	identical := events - want[golden.RuleDuplicateSuppressed] - want[golden.RulePoisonAtOnce] - want[golden.RuleRejectionNotRetried]
+	exp := javaMixExpected(msgs)
+	want, events, identical, cents := exp.rules, exp.events, exp.identical, exp.cents
 
 	// The scrub list is the noise: the calibration against the second
 	// legacy copy finds exactly its columns, and without it exactly its
@@ -480,49 +470,105 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL,
 		t.Fatalf("seeded bug: exit %d, %d unexpected %v; want exit 1, exactly the %d events whose amount has cents %v\n%s",
 			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(cents), cents, r)
 	}
-	for _, s := range rep.Samples["unexpected"] {
-		for _, d := range s.Differences {
-			amount := d.Table == "letters" && d.Column == "body.amount"
-			resentCopy := d.Column == "*" && d.Rows == "legacy-only" && resent[s.Event] // a resend's second row on the legacy side
-			if !amount && !resentCopy {
-				t.Errorf("seeded bug: event %s differs in %s.%s (%s), want only letters.body.amount", s.Event, d.Table, d.Column, d.Rows)
-			}
-		}
-	}
-	// Exit 1 names the events and the column (-o json: on stderr).
-	for _, id := range cents {
-		if want := id + " (letters.body.amount)"; !resent[id] && !strings.Contains(r.stderr, want) {
-			t.Errorf("seeded bug: stderr lacks %q\n%s", want, r.stderr)
-		}
-	}
+	exp.wantOnlyAmount(t, rep, r.stderr)
 	first := sortedCopyOf(cents)[0]
 	text = inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", shadowJavaConfig, "--samples", "2")
 	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(cents), first), "event "+first+"\n", "letters.body.amount: legacy")
 	t.Logf("seeded bug:\n%s%s", text.stdout, text.stderr)
 }
 
-// keepLegacyCalls writes the letter service's call log and the legacy
-// queue's dead letters into INBOXKIT_LEGACY_CALLS of the legacy schema (the
-// columns of INBOXKIT_SHADOW_CALLS; created after the checks above, which
-// want the production schema as the bean left it).
-func keepLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, b *brokerurl.Broker, dest string, calls []letterCall, dlqName string) {
+// mixExpected is what a diff of a run of javaMix's traffic reports.
+type mixExpected struct {
+	rules             map[string]int64 // expected events per rule
+	events, identical int64
+	cents             []string        // the valid events whose amount has cents: what rounding changes
+	resent            map[string]bool // the events the producer resent
+}
+
+// javaMixExpected is what each category holds after a run of msgs: per
+// event id, and per invoice (the archived documents' key) for each valid
+// event.
+func javaMixExpected(msgs []javaEvent) mixExpected {
+	kinds, seen, resent := map[string]string{}, map[string]bool{}, map[string]bool{}
+	var cents []string
+	for _, m := range msgs {
+		if seen[m.id] {
+			resent[m.id] = true
+			continue
+		}
+		seen[m.id] = true
+		kinds[m.id] = m.kind
+		var body struct{ Amount string }
+		if m.kind == "ok" && json.Unmarshal([]byte(m.body), &body) == nil && !strings.HasSuffix(body.Amount, ".00") {
+			cents = append(cents, m.id)
+		}
+	}
+	valid := 0
+	want := map[string]int64{}
+	for _, k := range kinds {
+		switch k {
+		case "ok":
+			valid++
+		case "malformed":
+			want[golden.RulePoisonAtOnce]++
+		case "unknown":
+			want[golden.RuleRejectionNotRetried]++
+		}
+	}
+	// A resend: the bean wrote the letter, the document and the call
+	// twice, the shadow once; as an event and as an invoice.
+	want[golden.RuleDuplicateSuppressed] = 2 * int64(len(resent))
+	events := int64(len(kinds) + valid)
+	identical := events - want[golden.RuleDuplicateSuppressed] - want[golden.RulePoisonAtOnce] - want[golden.RuleRejectionNotRetried]
+	return mixExpected{rules: want, events: events, identical: identical, cents: cents, resent: resent}
+}
+
+// wantOnlyAmount checks the report of a diff against a shadow whose letter
+// amounts are rounded: every unexpected event differs in
+// letters.body.amount only (and, a resend, in the bean's second rows), and
+// stderr names each event with the column.
+func (e mixExpected) wantOnlyAmount(t *testing.T, rep golden.ReconcileReport, stderr string) {
 	t.Helper()
+	for _, s := range rep.Samples["unexpected"] {
+		for _, d := range s.Differences {
+			amount := d.Table == "letters" && d.Column == "body.amount"
+			resentCopy := d.Column == "*" && d.Rows == "legacy-only" && e.resent[s.Event] // a resend's second row on the legacy side
+			if !amount && !resentCopy {
+				t.Errorf("seeded bug: event %s differs in %s.%s (%s), want only letters.body.amount", s.Event, d.Table, d.Column, d.Rows)
+			}
+		}
+	}
+	// Exit 1 names the events and the column (-o json: on stderr).
+	for _, id := range e.cents {
+		if want := id + " (letters.body.amount)"; !e.resent[id] && !strings.Contains(stderr, want) {
+			t.Errorf("seeded bug: stderr lacks %q\n%s", want, stderr)
+		}
+	}
+}
+
+// keepLegacyCalls writes the letter service's call log and the legacy
+// queue's dead letters (dead, read from dlqName) into INBOXKIT_LEGACY_CALLS
+// of the legacy schema or database (the columns of INBOXKIT_SHADOW_CALLS;
+// created after the checks above, which want the production schema as the
+// bean left it).
+func keepLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, d inbox.Dialect, dest string, calls []letterCall, dlqName string, dead []inboxkit.Message) {
+	t.Helper()
+	blob := "BYTEA"
+	if d.Name() != inbox.Postgres.Name() {
+		blob = "LONGBLOB"
+	}
 	if _, err := db.ExecContext(ctx, `CREATE TABLE `+legacyCallsTable+` (KIND VARCHAR(20) NOT NULL, DESTINATION VARCHAR(400) NOT NULL,
-		MESSAGE_ID VARCHAR(200), CAUSE_EVENT_ID VARCHAR(200), CORRELATION_ID VARCHAR(200), ATTEMPT INTEGER NOT NULL, HEADERS TEXT, BODY BYTEA,
+		MESSAGE_ID VARCHAR(200), CAUSE_EVENT_ID VARCHAR(200), CORRELATION_ID VARCHAR(200), ATTEMPT INTEGER NOT NULL, HEADERS TEXT, BODY `+blob+`,
 		RECORDED_AT TIMESTAMP NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	ins := `INSERT INTO ` + legacyCallsTable + ` (KIND, DESTINATION, MESSAGE_ID, CAUSE_EVENT_ID, CORRELATION_ID, ATTEMPT, HEADERS, BODY, RECORDED_AT) VALUES ($1, $2, $3, $4, $5, 1, $6, $7, now())`
+	ins := d.Rebind(`INSERT INTO ` + legacyCallsTable + ` (KIND, DESTINATION, MESSAGE_ID, CAUSE_EVENT_ID, CORRELATION_ID, ATTEMPT, HEADERS, BODY, RECORDED_AT) VALUES (?, ?, ?, ?, ?, 1, ?, ?, CURRENT_TIMESTAMP)`)
 	for _, c := range calls {
 		var l invoice.LetterRequest
 		_ = json.Unmarshal(c.Body, &l)
 		if _, err := db.ExecContext(ctx, ins, "call", dest, l.LetterID, l.EventID, nil, `{"Content-Type":"application/json"}`, c.Body); err != nil {
 			t.Fatal(err)
 		}
-	}
-	dead, err := b.Browse(ctx, dlqName, 0)
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, m := range dead {
 		h, _ := json.Marshal(m.Headers)

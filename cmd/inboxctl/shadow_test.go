@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -32,17 +33,36 @@ import (
 
 // The shadow tests' own ActiveMQ (scripts/activemq with
 // INBOXKIT_ACTIVEMQ_SHADOW): the composite queues below copy each
-// production queue to its .shadow queue. Ports of this test's range;
-// INBOXKIT_SHADOW_ACTIVEMQ_PORT=P moves the broker to OpenWire P, STOMP P+1
-// and its own directory (two engineers' runs on one machine).
+// production queue to its .shadow queue. OpenWire on a free loopback port
+// P, STOMP on P+1, in a directory of P's own, so that two runs on one
+// machine do not meet; INBOXKIT_SHADOW_ACTIVEMQ_PORT=P sets P.
 var shadowAMQDir, shadowAMQOpenWire, shadowAMQStomp = shadowAMQPorts(os.Getenv("INBOXKIT_SHADOW_ACTIVEMQ_PORT"))
 
 func shadowAMQPorts(p string) (dir, openwire, stomp string) {
 	n, err := strconv.Atoi(p)
 	if err != nil || n < 1 || n > 65534 {
-		return "/tmp/inboxkit-activemq-shadowtest", "16161", "16162"
+		n = freePortPair()
 	}
-	return "/tmp/inboxkit-activemq-shadowtest-" + p, p, strconv.Itoa(n + 1)
+	return filepath.Join(os.TempDir(), "inboxkit-activemq-shadowtest-"+strconv.Itoa(n)), strconv.Itoa(n), strconv.Itoa(n + 1)
+}
+
+// freePortPair returns a loopback port P such that P and P+1 are free now.
+func freePortPair() int {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		n := l.Addr().(*net.TCPAddr).Port
+		if n < 65535 {
+			if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n+1)); err == nil {
+				l2.Close()
+				l.Close()
+				return n
+			}
+		}
+		l.Close()
+	}
 }
 
 const (
@@ -74,7 +94,10 @@ func startShadowActiveMQ(t *testing.T) string {
 	// A broker a killed run left behind may have another config; the
 	// cleanup also stops a JVM whose start timed out.
 	do("stop")
-	t.Cleanup(func() { do("stop") })
+	t.Cleanup(func() {
+		do("stop")
+		_ = os.RemoveAll(shadowAMQDir)
+	})
 	do("start")
 	return "stomp://127.0.0.1:" + shadowAMQStomp
 }

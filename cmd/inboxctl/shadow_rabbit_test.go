@@ -1,0 +1,404 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/golden"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/rabbittest"
+	"github.com/inboxkit/inboxkit/invoice"
+	"github.com/inboxkit/inboxkit/invoice/legacy"
+)
+
+// seededBugBinary builds, once, inboxctl with the build tag
+// inboxkit_seededbug (variant_seededbug.go): its run uses roundingHandler.
+var seededBugBinary = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(binary), "inboxctl-seededbug")
+	build := exec.Command("go", "build", "-tags", "inboxkit_seededbug", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build -tags inboxkit_seededbug: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// legacyDeliveryLimit is the production queue's x-delivery-limit: a message
+// the legacy bean threw back is redelivered this many times, then the
+// broker dead-letters it (the Java run's INBOXKIT_MAX_REDELIVERIES).
+const legacyDeliveryLimit = 2
+
+// TestShadowRabbitLegacy is issue 26, item 5, on RabbitMQ: the Go port of
+// the legacy bean (invoice/legacy) consumes the production queue (a quorum
+// queue whose delivery limit dead-letters what the bean keeps throwing
+// back, as the bean's broker does) into the production database and calls
+// the letter service; `shadow setup --apply` binds two copies; `run
+// --shadow` consumes one into a shadow database, and a build of inboxctl
+// with the seeded bug (build tag inboxkit_seededbug: the letter's amount
+// rounded) the other into a second one. The producer's traffic is the Java
+// run's (javaMix: 5 % resends, 2 % malformed, 1 % unknown customers), paced
+// at INBOXKIT_SHADOW_RATE (100 msg/s); INBOXKIT_SHADOW_EVENTS events
+// (default 200). Then `shadow diff` of the production database and the
+// shadow: exit 0, each event in the category the traffic put it in, 0
+// unexpected; of the production database and the seeded bug's: exit 1,
+// naming exactly the events whose amount has cents and letters.body.amount.
+// On PostgreSQL and MariaDB.
+func TestShadowRabbitLegacy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a live shadow run of tens of seconds per database: not under -short")
+	}
+	t.Parallel()
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			shadowRabbitLegacyTest(t, backend)
+		})
+	}
+}
+
+func shadowRabbitLegacyTest(t *testing.T, backend string) {
+	n, rate := envInt(t, envShadowEvents, 200), envInt(t, envShadowRate, 100)
+	bugBin, err := seededBugBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	broker := rabbittest.URL
+	sfx := strconv.FormatInt(time.Now().UnixNano(), 36)
+	exchange, queue := "shadowlive.x."+sfx, "shadowlive."+backend+"."+sfx
+	copyQueue, bugQueue, dlq := queue+shadowSuffix, queue+".rounded"+shadowSuffix, "DLQ."+queue
+	conn, err := amqp091.Dial(broker)
+	if err != nil {
+		t.Fatalf("RabbitMQ not reachable at 127.0.0.1:5672 (start it with rabbitmq-server -detached): %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(exchange, "direct", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp091.Table{"x-queue-type": "quorum",
+		"x-delivery-limit": legacyDeliveryLimit, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "invoice.created", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{queue, copyQueue, bugQueue, dlq} {
+			_, _ = ch.QueueDelete(q, false, false, false)
+		}
+		_ = ch.ExchangeDelete(exchange, false, false)
+	})
+	depth := func(q string) int {
+		t.Helper()
+		info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatalf("queue %s: %v", q, err)
+		}
+		return info.Messages
+	}
+
+	// The production database (the bean's business tables only) and two
+	// shadow databases.
+	prod, shadow, bug := dbtest.New(t, backend), dbtest.New(t, backend), dbtest.New(t, backend)
+	prodURL, shadowURL, bugURL := dbURL(t, prod), dbURL(t, shadow), dbURL(t, bug)
+	d, err := inbox.DialectByName(backend)
+	dbtest.Must(t, err, "dialect")
+	dbtest.Must(t, invoice.Migrate(ctx, prod.DB, backend), "invoice tables")
+	dbtest.Must(t, invoice.SeedCustomers(ctx, prod.DB, d), "customers")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", shadowURL, "--seed-customers"), 0, "migrated")
+	wantCode(t, inboxctl(t, "", "migrate", "--db", bugURL, "--seed-customers"), 0, "migrated")
+	letters := newLetterService(t)
+
+	// The legacy bean on the production queue: nil acknowledges, an error
+	// (the bean's thrown exception) hands the message back to the broker.
+	mdb, err := legacy.New(legacy.Config{DB: prod.DB, Dialect: d, Letters: httpLetters(letters.URL)})
+	dbtest.Must(t, err, "legacy bean")
+	legacyCtx, stopLegacy := context.WithCancel(ctx)
+	legacyDone := runLegacyBean(legacyCtx, t, conn, queue, mdb)
+	defer func() { stopLegacy(); <-legacyDone }()
+
+	// The two copies, configured while the traffic starts: each setup
+	// declares and binds its copy, then watches it grow.
+	msgs, valid, malformed, unknown, resends := javaMix(n)
+	var setups []*exec.Cmd
+	var setupOuts []*lockedBuffer
+	for _, q := range []string{copyQueue, bugQueue} {
+		setup := exec.Command(binary, "shadow", "setup", "--broker", broker, "--queue", queue, "--exchange", exchange,
+			"--routing-key", "invoice.created", "--shadow-queue", q, "--apply", "--watch", "3s")
+		setup.Env = cleanEnv()
+		out := &lockedBuffer{}
+		setup.Stdout, setup.Stderr = out, out
+		if err := setup.Start(); err != nil {
+			t.Fatal(err)
+		}
+		setups, setupOuts = append(setups, setup), append(setupOuts, out)
+	}
+	for _, out := range setupOuts {
+		waitFor(t, "setup's watch", func() bool { return strings.Contains(out.String(), "watching") }, out)
+	}
+	began := time.Now()
+	published := make(chan error, 1)
+	go func() { published <- publishPaced(ctx, conn, exchange, msgs, rate) }()
+	for i, setup := range setups {
+		if err := setup.Wait(); err != nil || !strings.Contains(setupOuts[i].String(), "verified:") {
+			t.Fatalf("shadow setup --apply: %v\n%s", err, setupOuts[i])
+		}
+	}
+
+	// The shadow runs on the copies: the refactored consumer, and its
+	// build with the seeded bug.
+	runArgs := func(db, q string) []string {
+		return []string{"run", "--shadow", "--db", db, "--production-db", prodURL, "--broker", broker, "--queue", q,
+			"--letter-service", letters.URL, "--reject-queue", q + ".rejected", "--concurrency", "4", "--log-format", "json"}
+	}
+	run, logs := startBinary(ctx, t, binary, nil, runArgs(shadowURL, copyQueue)...)
+	bugRun, bugLogs := startBinary(ctx, t, bugBin, nil, runArgs(bugURL, bugQueue)...)
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	pubTime := time.Since(began)
+
+	// Both sides process everything: the bean a letter per valid message,
+	// resends included, the broker's DLQ the rest after the delivery
+	// limit; each shadow a terminal row per event.
+	legacyLetters := valid + resends
+	deadline := time.Now().Add(max(2*time.Minute, time.Duration(len(msgs))*50*time.Millisecond))
+	for {
+		l, dl := count(t, prod.DB, `SELECT COUNT(*) FROM shipping_letters`), depth(dlq)
+		s, sb := shadowSettled(t, shadow.DB), shadowSettled(t, bug.DB)
+		if l == legacyLetters && dl == malformed+unknown && depth(queue) == 0 && s == n && sb == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done: the legacy bean has %d of %d letters, %d of %d dead letters, %d on its queue; the shadows %d and %d of %d events settled\n%s\n%s",
+				l, legacyLetters, dl, malformed+unknown, depth(queue), s, sb, n, logs, bugLogs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	waitShadowDone(t, shadow.DB, n, logs)
+	waitShadowDone(t, bug.DB, n, bugLogs)
+	stopRun(t, run, logs)
+	stopRun(t, bugRun, bugLogs)
+	stopLegacy()
+	<-legacyDone
+	t.Logf("%s: %d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s, paced at %d); all settled after %s",
+		backend, n, len(msgs), resends, malformed, unknown, pubTime.Round(time.Millisecond), float64(len(msgs))/pubTime.Seconds(), rate, time.Since(began).Round(time.Millisecond))
+	if !strings.Contains(bugLogs.String(), "handler variant") {
+		t.Errorf("the seeded bug's run did not log its handler variant\n%s", bugLogs)
+	}
+
+	// Nothing from the shadows in production: the letter service saw the
+	// bean's calls only (no Idempotency-Key: the shadow relay's would carry
+	// one), the production database has no table of theirs.
+	calls := letters.log()
+	if len(calls) != legacyLetters {
+		t.Errorf("the letter service got %d call(s), want %d (one per valid message, resends included)", len(calls), legacyLetters)
+	}
+	for _, c := range calls {
+		if c.Key != "" {
+			t.Errorf("the letter service got a call with Idempotency-Key %s: a shadow's relay sent for real (%s)", c.Key, c.Body)
+		}
+	}
+	if got := len(checksums(t, prod.DB, backend)); got != 3 {
+		t.Errorf("the production database has %d tables, want the bean's 3: %v", got, checksums(t, prod.DB, backend))
+	}
+	for _, q := range []string{copyQueue, bugQueue, "DLQ." + copyQueue, "DLQ." + bugQueue} {
+		if ok, err := brokerExists(broker, q); err != nil {
+			t.Fatal(err)
+		} else if ok && depth(q) != 0 {
+			t.Errorf("%d message(s) left on %s", depth(q), q)
+		}
+	}
+	for status, want := range map[string]int{"PROCESSED": valid, "REJECTED": unknown, "DEAD_LETTERED": malformed} {
+		for _, db := range []*sql.DB{shadow.DB, bug.DB} {
+			if got := count(t, db, d.Rebind(`SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = ?`), status); got != want {
+				t.Errorf("shadow inbox: %d %s row(s), want %d", got, status, want)
+			}
+		}
+	}
+
+	// The legacy side's outgoing effects beside its business rows.
+	var dead []inboxkit.Message
+	for {
+		m, ok, err := ch.Get(dlq, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		h := map[string]string{}
+		for k, v := range m.Headers {
+			if s, ok := v.(string); ok {
+				h[k] = s
+			}
+		}
+		dead = append(dead, inboxkit.Message{BrokerMessageID: m.MessageId, Headers: h, Body: m.Body})
+	}
+	keepLegacyCalls(ctx, t, prod.DB, d, letters.URL, calls, dlq, dead)
+
+	// The reconciliation: the expected categories, 0 unexpected.
+	exp := javaMixExpected(msgs)
+	diff := func(shadowURL string, args ...string) (result, golden.ReconcileReport) {
+		r := inboxctl(t, "", append([]string{"shadow", "diff", "--legacy", prodURL, "--shadow", shadowURL, "--config", shadowJavaConfig, "-o", "json"}, args...)...)
+		var rep golden.ReconcileReport
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("shadow diff -o json: %v\n%s", err, r)
+		}
+		return r, rep
+	}
+	r, rep := diff(shadowURL)
+	if r.code != 0 || rep.Counts.Unexpected != 0 || !mapsEqual(rep.Rules, exp.rules) || rep.Counts.Events != exp.events || rep.Counts.Identical != exp.identical {
+		t.Fatalf("shadow diff: exit %d, counts %+v, rules %v; want exit 0, %d events, %d identical, 0 unexpected, rules %v\n%s",
+			r.code, rep.Counts, rep.Rules, exp.events, exp.identical, exp.rules, r)
+	}
+	text := inboxctl(t, "", "shadow", "diff", "--legacy", prodURL, "--shadow", shadowURL, "--config", shadowJavaConfig)
+	wantCode(t, text, 0, "unexpected 0", "no unexpected differences")
+	t.Logf("%s: shadow diff:\n%s", backend, text.stdout)
+
+	// The seeded bug's shadow: exit 1, exactly the events whose amount has
+	// cents, in letters.body.amount.
+	r, rep = diff(bugURL, "--samples", strconv.Itoa(len(exp.cents)))
+	if r.code != 1 || rep.Counts.Unexpected != int64(len(exp.cents)) || !slices.Equal(sortedCopyOf(rep.UnexpectedEvents), sortedCopyOf(exp.cents)) {
+		t.Fatalf("seeded bug: exit %d, %d unexpected %v; want exit 1, exactly the %d events whose amount has cents %v\n%s",
+			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(exp.cents), exp.cents, r)
+	}
+	exp.wantOnlyAmount(t, rep, r.stderr)
+	first := sortedCopyOf(exp.cents)[0]
+	text = inboxctl(t, "", "shadow", "diff", "--legacy", prodURL, "--shadow", bugURL, "--config", shadowJavaConfig, "--samples", "2")
+	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(exp.cents), first), "letters.body.amount: legacy")
+	t.Logf("%s: seeded bug (the build with tag inboxkit_seededbug):\n%s%s", backend, text.stdout, text.stderr)
+}
+
+// httpLetters is the legacy bean's letter client: a POST of the letter
+// request to url, without an Idempotency-Key; anything but 2xx is thrown.
+func httpLetters(url string) invoice.LetterService {
+	return invoice.LetterServiceFunc(func(ctx context.Context, l invoice.Letter, _ string) error {
+		b, err := json.Marshal(invoice.NewLetterRequest(l))
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("letter service: %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// runLegacyBean consumes queue with the legacy bean as its container would:
+// two sessions, each message acknowledged when OnMessage returns nil and
+// handed back (nack, requeue) when it throws, until ctx ends. The channel
+// is closed when both sessions have stopped.
+func runLegacyBean(ctx context.Context, t *testing.T, conn *amqp091.Connection, queue string, mdb *legacy.MDB) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 2 {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Qos(1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := ch.ConsumeWithContext(ctx, queue, fmt.Sprintf("legacy-%d", i), false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer ch.Close()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case dl, ok := <-ds:
+					if !ok {
+						return
+					}
+					h := map[string]string{}
+					for k, v := range dl.Headers {
+						if s, ok := v.(string); ok {
+							h[k] = s
+						}
+					}
+					m := inboxkit.Message{ID: h["eventId"], Headers: h, Body: dl.Body, Redelivered: dl.Redelivered}
+					if mdb.OnMessage(ctx, m) == nil {
+						_ = dl.Ack(false)
+					} else {
+						_ = dl.Nack(false, true)
+					}
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// publishPaced publishes msgs to exchange with routing key
+// invoice.created, message i due at start + i/rate (a late one at once),
+// and waits for the broker's confirms.
+func publishPaced(ctx context.Context, conn *amqp091.Connection, exchange string, msgs []javaEvent, rate int) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	began := time.Now()
+	confirms := make([]*amqp091.DeferredConfirmation, 0, len(msgs))
+	for i, m := range msgs {
+		time.Sleep(time.Until(began.Add(time.Duration(i) * time.Second / time.Duration(rate))))
+		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "invoice.created", false, false, amqp091.Publishing{
+			Headers: amqp091.Table{"eventId": m.id, "correlationId": "corr-rabbit"}, Body: []byte(m.body), DeliveryMode: amqp091.Persistent})
+		if err != nil {
+			return err
+		}
+		confirms = append(confirms, c)
+	}
+	for i, c := range confirms {
+		if ok, err := c.WaitContext(ctx); err != nil || !ok {
+			return fmt.Errorf("RabbitMQ did not confirm message %s (%v)", msgs[i].id, err)
+		}
+	}
+	return nil
+}
