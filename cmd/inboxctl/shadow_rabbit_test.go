@@ -162,8 +162,13 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 		waitFor(t, "setup's watch", func() bool { return strings.Contains(out.String(), "watching") }, out)
 	}
 	began := time.Now()
+	var pubTime time.Duration
 	published := make(chan error, 1)
-	go func() { published <- publishPaced(ctx, conn, exchange, msgs, rate) }()
+	go func() {
+		var err error
+		pubTime, err = publishPaced(ctx, conn, exchange, msgs, rate)
+		published <- err
+	}()
 	for i, setup := range setups {
 		if err := setup.Wait(); err != nil || !strings.Contains(setupOuts[i].String(), "verified:") {
 			t.Fatalf("shadow setup --apply: %v\n%s", err, setupOuts[i])
@@ -181,7 +186,6 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}
-	pubTime := time.Since(began)
 
 	// Both sides process everything: the bean a letter per valid message,
 	// resends included, the broker's DLQ the rest after the delivery
@@ -252,13 +256,7 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 		if !ok {
 			break
 		}
-		h := map[string]string{}
-		for k, v := range m.Headers {
-			if s, ok := v.(string); ok {
-				h[k] = s
-			}
-		}
-		dead = append(dead, inboxkit.Message{BrokerMessageID: m.MessageId, Headers: h, Body: m.Body})
+		dead = append(dead, inboxkit.Message{BrokerMessageID: m.MessageId, Headers: stringHeaders(m.Headers), Body: m.Body})
 	}
 	keepLegacyCalls(ctx, t, prod.DB, d, letters.URL, calls, dlq, dead)
 
@@ -322,12 +320,15 @@ func httpLetters(url string) invoice.LetterService {
 
 // runLegacyBean consumes queue with the legacy bean as its container would:
 // two sessions, each message acknowledged when OnMessage returns nil and
-// handed back (nack, requeue) when it throws, until ctx ends. The channel
-// is closed when both sessions have stopped.
+// handed back (nack, requeue) when it throws. When ctx ends it cancels the
+// consumers, hands back what is still delivered and closes the channels
+// (amqp091 cannot close a channel while a delivery waits to be read); the
+// returned channel is closed then.
 func runLegacyBean(ctx context.Context, t *testing.T, conn *amqp091.Connection, queue string, mdb *legacy.MDB) <-chan struct{} {
 	t.Helper()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	var chans []*amqp091.Channel
 	for i := range 2 {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -336,53 +337,56 @@ func runLegacyBean(ctx context.Context, t *testing.T, conn *amqp091.Connection, 
 		if err := ch.Qos(1, 0, false); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := ch.ConsumeWithContext(ctx, queue, fmt.Sprintf("legacy-%d", i), false, false, false, false, nil)
+		tag := fmt.Sprintf("legacy-%d", i)
+		ds, err := ch.Consume(queue, tag, false, false, false, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		chans = append(chans, ch)
+		go func() {
+			<-ctx.Done()
+			_ = ch.Cancel(tag, false) // closes ds once the deliveries in flight are read
+		}()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer ch.Close()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case dl, ok := <-ds:
-					if !ok {
-						return
-					}
-					h := map[string]string{}
-					for k, v := range dl.Headers {
-						if s, ok := v.(string); ok {
-							h[k] = s
-						}
-					}
-					m := inboxkit.Message{ID: h["eventId"], Headers: h, Body: dl.Body, Redelivered: dl.Redelivered}
-					if mdb.OnMessage(ctx, m) == nil {
-						_ = dl.Ack(false)
-					} else {
-						_ = dl.Nack(false, true)
-					}
+			for dl := range ds {
+				if ctx.Err() != nil {
+					_ = dl.Nack(false, true)
+					continue
+				}
+				h := stringHeaders(dl.Headers)
+				m := inboxkit.Message{ID: h["eventId"], Headers: h, Body: dl.Body, Redelivered: dl.Redelivered}
+				if mdb.OnMessage(ctx, m) == nil {
+					_ = dl.Ack(false)
+				} else {
+					_ = dl.Nack(false, true)
 				}
 			}
 		}()
 	}
-	go func() { wg.Wait(); close(done) }()
+	go func() {
+		wg.Wait()
+		for _, ch := range chans {
+			_ = ch.Close()
+		}
+		close(done)
+	}()
 	return done
 }
 
 // publishPaced publishes msgs to exchange with routing key
 // invoice.created, message i due at start + i/rate (a late one at once),
-// and waits for the broker's confirms.
-func publishPaced(ctx context.Context, conn *amqp091.Connection, exchange string, msgs []javaEvent, rate int) error {
+// and waits for the broker's confirms. It returns the time from the first
+// publish to the last confirm.
+func publishPaced(ctx context.Context, conn *amqp091.Connection, exchange string, msgs []javaEvent, rate int) (time.Duration, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
-		return err
+		return 0, err
 	}
 	began := time.Now()
 	confirms := make([]*amqp091.DeferredConfirmation, 0, len(msgs))
@@ -391,14 +395,25 @@ func publishPaced(ctx context.Context, conn *amqp091.Connection, exchange string
 		c, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "invoice.created", false, false, amqp091.Publishing{
 			Headers: amqp091.Table{"eventId": m.id, "correlationId": "corr-rabbit"}, Body: []byte(m.body), DeliveryMode: amqp091.Persistent})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		confirms = append(confirms, c)
 	}
 	for i, c := range confirms {
 		if ok, err := c.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("RabbitMQ did not confirm message %s (%v)", msgs[i].id, err)
+			return 0, fmt.Errorf("RabbitMQ did not confirm message %s (%v)", msgs[i].id, err)
 		}
 	}
-	return nil
+	return time.Since(began), nil
+}
+
+// stringHeaders are the string-valued headers of an AMQP 0-9-1 message.
+func stringHeaders(t amqp091.Table) map[string]string {
+	h := map[string]string{}
+	for k, v := range t {
+		if s, ok := v.(string); ok {
+			h[k] = s
+		}
+	}
+	return h
 }
