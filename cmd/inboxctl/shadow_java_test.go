@@ -300,14 +300,7 @@ func shadowJavaTest(t *testing.T, broker string) {
 
 	// The legacy side: what the bean does, warts included.
 	calls := letters.log()
-	if len(calls) != legacyLetters {
-		t.Errorf("the letter service got %d call(s), want %d (one per valid message, resends included)", len(calls), legacyLetters)
-	}
-	for _, c := range calls {
-		if c.Key != "" {
-			t.Errorf("the letter service got a call with Idempotency-Key %s: the shadow's relay sent for real (%s)", c.Key, c.Body)
-		}
-	}
+	wantBeanCallsOnly(t, calls, legacyLetters)
 	if got := count(t, prod, `SELECT COUNT(*) FROM archived_documents`); got != legacyLetters {
 		t.Errorf("legacy archived_documents: %d, want %d", got, legacyLetters)
 	}
@@ -557,6 +550,21 @@ func (e mixExpected) wantOnlyAmount(t *testing.T, rep golden.ReconcileReport, st
 	for _, id := range e.cents {
 		if want := id + " (letters.body.amount)"; !e.resent[id] && !strings.Contains(stderr, want) {
 			t.Errorf("seeded bug: stderr lacks %q\n%s", want, stderr)
+		}
+	}
+}
+
+// wantBeanCallsOnly checks the letter service's calls: want of them (one
+// per valid message, resends included), none with an Idempotency-Key (a
+// shadow's relay would send one).
+func wantBeanCallsOnly(t *testing.T, calls []letterCall, want int) {
+	t.Helper()
+	if len(calls) != want {
+		t.Errorf("the letter service got %d call(s), want %d (one per valid message, resends included)", len(calls), want)
+	}
+	for _, c := range calls {
+		if c.Key != "" {
+			t.Errorf("the letter service got a call with Idempotency-Key %s: a shadow's relay sent for real (%s)", c.Key, c.Body)
 		}
 	}
 }
