@@ -338,18 +338,10 @@ func shadowJavaTest(t *testing.T, broker string) {
 	}
 
 	// The legacy side's outgoing effects, beside its business rows, for a diff.
-	for db, c := range map[*sql.DB]struct {
-		calls []letterCall
-		dlq   string
-	}{prod: {calls, "DLQ." + queue}, prod2: {letters2.log(), "DLQ." + legacyCopyQueue}} {
-		dead, err := b.Browse(ctx, c.dlq, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The second copy's letter service stands in for the same
-		// service, so the destination is the same.
-		keepLegacyCalls(ctx, t, db, inbox.Postgres, letters.URL, c.calls, c.dlq, dead)
-	}
+	keepLegacyCalls(ctx, t, prod, b, letters.URL, calls, "DLQ."+queue)
+	// The second copy's calls: its letter service stands in for the same
+	// service, so the destination is the same.
+	keepLegacyCalls(ctx, t, prod2, b, letters.URL, letters2.log(), "DLQ."+legacyCopyQueue)
 
 	// The reconciliation of the real schemas (item 5's join).
 	shadowJavaDiff(ctx, t, prodURL, prod2URL, shadowURL, shadow, msgs)
@@ -570,11 +562,22 @@ func wantBeanCallsOnly(t *testing.T, calls []letterCall, want int) {
 }
 
 // keepLegacyCalls writes the letter service's call log and the legacy
-// queue's dead letters (dead, read from dlqName) into INBOXKIT_LEGACY_CALLS
-// of the legacy schema or database (the columns of INBOXKIT_SHADOW_CALLS;
+// queue's dead letters (browsed on dlqName) into INBOXKIT_LEGACY_CALLS of
+// the legacy PostgreSQL schema (the columns of INBOXKIT_SHADOW_CALLS;
 // created after the checks above, which want the production schema as the
 // bean left it).
-func keepLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, d inbox.Dialect, dest string, calls []letterCall, dlqName string, dead []inboxkit.Message) {
+func keepLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, b *brokerurl.Broker, dest string, calls []letterCall, dlqName string) {
+	t.Helper()
+	dead, err := b.Browse(ctx, dlqName, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLegacyCalls(ctx, t, db, inbox.Postgres, dest, calls, dlqName, dead)
+}
+
+// writeLegacyCalls is keepLegacyCalls on a database of dialect d, with
+// the dead letters already read from dlqName.
+func writeLegacyCalls(ctx context.Context, t *testing.T, db *sql.DB, d inbox.Dialect, dest string, calls []letterCall, dlqName string, dead []inboxkit.Message) {
 	t.Helper()
 	blob := "BYTEA"
 	if d.Name() != inbox.Postgres.Name() {

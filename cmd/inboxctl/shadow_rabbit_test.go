@@ -250,7 +250,7 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 		}
 		dead = append(dead, inboxkit.Message{BrokerMessageID: m.MessageId, Headers: stringHeaders(m.Headers), Body: m.Body})
 	}
-	keepLegacyCalls(ctx, t, prod.DB, d, letters.URL, calls, dlq, dead)
+	writeLegacyCalls(ctx, t, prod.DB, d, letters.URL, calls, dlq, dead)
 
 	// The reconciliation: the expected categories, 0 unexpected.
 	exp := javaMixExpected(msgs)
