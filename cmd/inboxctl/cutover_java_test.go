@@ -547,7 +547,7 @@ func productionLedger(ctx context.Context, t *testing.T, prod *sql.DB, b *broker
 		_ = json.Unmarshal([]byte(m.body), &body)
 		invoices[m.id] = body.InvoiceNo
 	}
-	type rows struct{ bean, fresh, docs, calls, keyed, dead, rejected int }
+	type rows struct{ bean, fresh, calls, keyed, dead, rejected int }
 	per := map[string]*rows{}
 	get := func(id string) *rows {
 		if per[id] == nil {
@@ -570,7 +570,12 @@ func productionLedger(ctx context.Context, t *testing.T, prod *sql.DB, b *broker
 			get(ev).bean++
 		}
 	}
-	q.Close()
+	if err := q.Close(); err != nil {
+		return "", err
+	}
+	if err := q.Err(); err != nil {
+		return "", err
+	}
 	docs := map[string]int{}
 	q, err = prod.QueryContext(ctx, `SELECT invoice_no FROM archived_documents`)
 	if err != nil {
@@ -583,7 +588,12 @@ func productionLedger(ctx context.Context, t *testing.T, prod *sql.DB, b *broker
 		}
 		docs[inv]++
 	}
-	q.Close()
+	if err := q.Close(); err != nil {
+		return "", err
+	}
+	if err := q.Err(); err != nil {
+		return "", err
+	}
 	for _, c := range letters.log() {
 		var l invoice.LetterRequest
 		_ = json.Unmarshal(c.Body, &l)
@@ -615,7 +625,12 @@ func productionLedger(ctx context.Context, t *testing.T, prod *sql.DB, b *broker
 		}
 		get(id).rejected++
 	}
-	q.Close()
+	if err := q.Close(); err != nil {
+		return "", err
+	}
+	if err := q.Err(); err != nil {
+		return "", err
+	}
 	var beanLetters, newLetters, deadLetters, rejected int
 	for id, n := range msgs {
 		r := get(id)
