@@ -162,7 +162,7 @@ func parseSections(list string) (map[string]bool, error) {
 
 // run runs the selected sections and prints their tables to o.out.
 func run(ctx context.Context, o options) error {
-	if o.n < 2 || o.dup < 0 || o.dup >= 1 || o.rounds < 1 || o.batch < 0 || o.scaleConc < 1 {
+	if o.n < 2 || o.dup < 0 || o.dup >= 1 || o.rounds < 1 || o.batch < 0 || (o.sections["scaleout"] && o.scaleConc < 1) {
 		return fmt.Errorf("need -n >= 2, 0 <= -dup < 1, -rounds >= 1, -batch >= 0, -procs-c >= 1")
 	}
 	admin, err := sql.Open("pgx", o.dsn)
