@@ -129,13 +129,20 @@ func keptSchema(t *testing.T, name string) (*sql.DB, string) {
 // (testdata/legacy-java) consumes the production queue of the test's
 // ActiveMQ into the production schema and calls the letter service;
 // `inboxctl run --shadow` consumes the composite queue's copy into a shadow
-// schema. Both process everything, and nothing reaches production from the
-// shadow.
+// schema, and a build of inboxctl with the seeded bug (build tag
+// inboxkit_seededbug) a third copy into a second shadow schema. All process
+// everything, and nothing reaches production from the shadows.
 func shadowJavaTest(t *testing.T, broker string) {
 	if testing.Short() {
 		t.Skip("the Java shadow run starts a JVM and runs for tens of seconds: not under -short")
 	}
 	n, rate := envInt(t, envShadowEvents, 200), envInt(t, envShadowRate, 100)
+	type built struct {
+		bin string
+		err error
+	}
+	bugBuild := make(chan built, 1) // the build runs while the beans start
+	go func() { bin, err := seededBugBinary(); bugBuild <- built{bin, err} }()
 	cpOut, err := exec.Command(filepath.Join("..", "..", "scripts", "legacy-java"), "classpath").Output()
 	if err != nil {
 		t.Fatalf("scripts/legacy-java classpath: %v (run it by hand to see why)", err)
@@ -146,7 +153,8 @@ func shadowJavaTest(t *testing.T, broker string) {
 	prod, prodURL := keptSchema(t, "shadowjava_legacy_"+sfx)
 	prod2, prod2URL := keptSchema(t, "shadowjava_legacy2_"+sfx) // the second legacy copy, for the calibration
 	shadow, shadowURL := keptSchema(t, "shadowjava_shadow_"+sfx)
-	for _, db := range []*sql.DB{prod, prod2} { // the legacy schemas: business tables only
+	bug, bugURL := keptSchema(t, "shadowjava_rounded_"+sfx) // the seeded bug's shadow
+	for _, db := range []*sql.DB{prod, prod2} {             // the legacy schemas: business tables only
 		if err := invoice.Migrate(ctx, db, "postgres"); err != nil {
 			t.Fatal(err)
 		}
@@ -154,9 +162,11 @@ func shadowJavaTest(t *testing.T, broker string) {
 			t.Fatal(err)
 		}
 	}
-	wantCode(t, inboxctl(t, "", "migrate", "--db", shadowURL, "--seed-customers"), 0, "migrated")
+	for _, u := range []string{shadowURL, bugURL} {
+		wantCode(t, inboxctl(t, "", "migrate", "--db", u, "--seed-customers"), 0, "migrated")
+	}
 	letters, letters2 := newLetterService(t), newLetterService(t)
-	queue, copyQueue, legacyCopyQueue := shadowQueueJava, shadowQueueJava+shadowSuffix, shadowQueueJava+shadowCopySuffix
+	queue, copyQueue, legacyCopyQueue, bugQueue := shadowQueueJava, shadowQueueJava+shadowSuffix, shadowQueueJava+shadowCopySuffix, shadowQueueJava+shadowBugSuffix
 
 	// The legacy bean, as golden's black-box recorder starts it; a second
 	// one on the broker's second copy into the second legacy schema.
@@ -192,10 +202,15 @@ func shadowJavaTest(t *testing.T, broker string) {
 	waitFor(t, "the second Java bean listening", func() bool { return strings.Contains(javaOut2.String(), "listening on "+legacyCopyQueue) }, javaOut2)
 
 	// The shadow consumer on the copy, given the real letter service's URL:
-	// recorded, never called.
-	run, logs := startRun(ctx, t, "--shadow", "--db", shadowURL, "--production-db", prodURL, "--broker", broker, "--queue", copyQueue,
-		"--letter-service", letters.URL, "--reject-queue", copyQueue+".rejected", "--concurrency", "4", "--log-format", "json")
+	// recorded, never called; the seeded bug's build on the third copy.
+	bb := <-bugBuild
+	if bb.err != nil {
+		t.Fatal(bb.err)
+	}
+	run, logs := startBinary(ctx, t, binary, nil, shadowRunArgs(shadowURL, prodURL, broker, copyQueue, letters.URL)...)
+	bugRun, bugLogs := startBinary(ctx, t, bb.bin, nil, shadowRunArgs(bugURL, prodURL, broker, bugQueue, letters.URL)...)
 	waitFor(t, "the shadow run consuming", func() bool { return strings.Contains(logs.String(), `"msg":"consumer started"`) }, logs)
+	waitFor(t, "the seeded bug's run consuming", func() bool { return strings.Contains(bugLogs.String(), `"msg":"consumer started"`) }, bugLogs)
 
 	msgs, valid, malformed, unknown, resends := javaMix(n)
 	b, err := brokerurl.Open(broker, brokerurl.Options{})
@@ -253,7 +268,7 @@ func shadowJavaTest(t *testing.T, broker string) {
 
 	// Both sides process everything: the legacy bean a letter per message
 	// (resends included), the broker's DLQ the rest after its redeliveries;
-	// the shadow a terminal row per event.
+	// each shadow a terminal row per event.
 	legacyLetters := valid + resends
 	depth := func(q string) int {
 		d, _, err := b.Depth(ctx, q)
@@ -273,30 +288,34 @@ func shadowJavaTest(t *testing.T, broker string) {
 	const wait = 2 * time.Minute
 	deadline := time.Now().Add(wait)
 	var legacyDone, shadowDone time.Duration
-	var last [5]int
+	var last [6]int
 	for legacyDone == 0 || shadowDone == 0 {
 		l := count(t, prod, `SELECT COUNT(*) FROM shipping_letters`)
 		dl := depth("DLQ." + queue)
 		l2, dl2 := count(t, prod2, `SELECT COUNT(*) FROM shipping_letters`), depth("DLQ."+legacyCopyQueue)
-		if now := [5]int{l, dl, l2, dl2, shadowSettled(t, shadow)}; now != last {
+		s, sb := shadowSettled(t, shadow), shadowSettled(t, bug)
+		if now := [6]int{l, dl, l2, dl2, s, sb}; now != last {
 			last, deadline = now, time.Now().Add(wait)
 		}
 		if legacyDone == 0 && l == legacyLetters && dl == malformed+unknown && depth(queue) == 0 &&
 			l2 == legacyLetters && dl2 == malformed+unknown && depth(legacyCopyQueue) == 0 {
 			legacyDone = time.Since(began)
 		}
-		if shadowDone == 0 && shadowSettled(t, shadow) == n {
+		if shadowDone == 0 && s == n && sb == n {
 			shadowDone = time.Since(began)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no progress for %s: the legacy bean has %d of %d letters, %d of %d dead letters (its copy %d, %d); the shadow %d of %d events settled\n%s\n%s\n%s",
-				wait, l, legacyLetters, dl, malformed+unknown, l2, dl2, shadowSettled(t, shadow), n, javaOut, javaOut2, logs)
+			t.Fatalf("no progress for %s: the legacy bean has %d of %d letters, %d of %d dead letters (its copy %d, %d); the shadows %d and %d (seeded bug) of %d events settled\n%s\n%s\n%s\n%s",
+				wait, l, legacyLetters, dl, malformed+unknown, l2, dl2, s, sb, n, javaOut, javaOut2, logs, bugLogs)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	waitShadowDone(t, shadow, n, logs)
+	waitShadowDone(t, bug, n, bugLogs)
 	stopRun(t, run, logs)
-	t.Logf("since the first message, the two legacy beans were done after %s, the shadow after %s", legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
+	stopRun(t, bugRun, bugLogs)
+	t.Logf("since the first message, the two legacy beans were done after %s, the two shadows after %s", legacyDone.Round(time.Millisecond), shadowDone.Round(time.Millisecond))
+	wantVariantLogged(t, bugLogs)
 
 	// The legacy side: what the bean does, warts included.
 	calls := letters.log()
@@ -316,25 +335,19 @@ func shadowJavaTest(t *testing.T, broker string) {
 	if got := count(t, prod, `SELECT COUNT(*) FROM shipping_letters WHERE letter_id = ANY($1)`, ids); got != 0 {
 		t.Errorf("%d of the shadow's letters are in the production schema", got)
 	}
-	if d := depth("DLQ." + copyQueue); d != 0 {
-		t.Errorf("the shadow run left %d message(s) on DLQ.%s: it must only record its dead letters", d, copyQueue)
-	}
-	if d := depth(copyQueue); d != 0 {
-		t.Errorf("%d copies left on %s", d, copyQueue)
-	}
-
-	// The shadow side: the new consumer's answer to the same traffic.
-	for status, want := range map[string]int{"PROCESSED": valid, "REJECTED": unknown, "DEAD_LETTERED": malformed} {
-		if got := count(t, shadow, `SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = $1`, status); got != want {
-			t.Errorf("shadow inbox: %d %s row(s), want %d", got, status, want)
+	for _, q := range []string{copyQueue, bugQueue} {
+		if d := depth("DLQ." + q); d != 0 {
+			t.Errorf("the shadow run left %d message(s) on DLQ.%s: it must only record its dead letters", d, q)
+		}
+		if d := depth(q); d != 0 {
+			t.Errorf("%d copies left on %s", d, q)
 		}
 	}
-	if got := count(t, shadow, `SELECT COUNT(*) FROM shipping_letters`); got != valid {
-		t.Errorf("shadow shipping_letters: %d, want %d (one per event)", got, valid)
-	}
-	rec := shadowCalls(t, shadow)
-	if rec[shadowKindOutbox] != valid || rec[shadowKindDeadLetter] != malformed || rec[shadowKindReject] != unknown {
-		t.Errorf("shadow calls recorded %v, want %d outbox, %d dead-letter, %d reject", rec, valid, malformed, unknown)
+
+	// The shadow side: the new consumer's answer to the same traffic, and
+	// its build's with the seeded bug.
+	for _, db := range []*sql.DB{shadow, bug} {
+		wantShadowOutcomes(t, db, inbox.Postgres, valid, malformed, unknown)
 	}
 
 	// The legacy side's outgoing effects, beside its business rows, for a diff.
@@ -344,7 +357,45 @@ func shadowJavaTest(t *testing.T, broker string) {
 	keepLegacyCalls(ctx, t, prod2, b, letters.URL, letters2.log(), "DLQ."+legacyCopyQueue)
 
 	// The reconciliation of the real schemas (item 5's join).
-	shadowJavaDiff(ctx, t, prodURL, prod2URL, shadowURL, shadow, msgs)
+	shadowJavaDiff(t, prodURL, prod2URL, shadowURL, msgs)
+	wantSeededBugFound(t, "", prodURL, bugURL, javaMixExpected(msgs))
+}
+
+// shadowRunArgs are the arguments of `inboxctl run --shadow` on the copy q
+// into the shadow database db, beside the production database prodDB,
+// given the real letter service's URL (recorded, never called).
+func shadowRunArgs(db, prodDB, broker, q, letterService string) []string {
+	return []string{"run", "--shadow", "--db", db, "--production-db", prodDB, "--broker", broker, "--queue", q,
+		"--letter-service", letterService, "--reject-queue", q + ".rejected", "--concurrency", "4", "--log-format", "json"}
+}
+
+// wantVariantLogged checks that a run of the seeded bug's build logged its
+// handler variant.
+func wantVariantLogged(t *testing.T, logs fmt.Stringer) {
+	t.Helper()
+	if !strings.Contains(logs.String(), "handler variant") {
+		t.Errorf("the seeded bug's run did not log its handler variant\n%s", logs)
+	}
+}
+
+// wantShadowOutcomes checks a shadow database (dialect d) after a run of
+// javaMix's traffic: a terminal inbox row per event, a letter per valid
+// event, and the outgoing effects recorded (a letter request per valid
+// event, a dead letter per malformed one, a rejection per unknown customer).
+func wantShadowOutcomes(t *testing.T, db *sql.DB, d inbox.Dialect, valid, malformed, unknown int) {
+	t.Helper()
+	for status, want := range map[string]int{"PROCESSED": valid, "REJECTED": unknown, "DEAD_LETTERED": malformed} {
+		if got := count(t, db, d.Rebind(`SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = ?`), status); got != want {
+			t.Errorf("shadow inbox: %d %s row(s), want %d", got, status, want)
+		}
+	}
+	if got := count(t, db, `SELECT COUNT(*) FROM shipping_letters`); got != valid {
+		t.Errorf("shadow shipping_letters: %d, want %d (one per event)", got, valid)
+	}
+	rec := shadowCalls(t, db)
+	if rec[shadowKindOutbox] != valid || rec[shadowKindDeadLetter] != malformed || rec[shadowKindReject] != unknown {
+		t.Errorf("shadow calls recorded %v, want %d outbox, %d dead-letter, %d reject", rec, valid, malformed, unknown)
+	}
 }
 
 // shadowJavaConfig is the diff config of the Java run's schemas: the bean's
@@ -356,11 +407,8 @@ const shadowJavaConfig = "testdata/shadow-java.json"
 // shadow schemas: its scrub list is exactly the noise the calibration
 // against the second legacy copy finds, and exactly the columns that differ
 // without it; with it, every event is identical or in the expected category the
-// traffic put it in, 0 unexpected. Then a bug is seeded in the shadow's
-// recorded letters (their amounts rounded, as a handler rounding them would
-// have written them): exit 1, naming exactly the events whose amount has
-// cents and the column.
-func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL, shadowURL string, shadow *sql.DB, msgs []javaEvent) {
+// traffic put it in, 0 unexpected.
+func shadowJavaDiff(t *testing.T, legacyURL, legacyCopyURL, shadowURL string, msgs []javaEvent) {
 	t.Helper()
 	raw, err := os.ReadFile(shadowJavaConfig)
 	if err != nil {
@@ -370,17 +418,7 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL,
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		t.Fatalf("%s: %v", shadowJavaConfig, err)
 	}
-	diff := func(config string, args ...string) (result, golden.ReconcileReport) {
-		r := inboxctl(t, "", append([]string{"shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", config, "-o", "json"}, args...)...)
-		var rep golden.ReconcileReport
-		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-			t.Fatalf("shadow diff -o json: %v\n%s", err, r)
-		}
-		return r, rep
-	}
-
 	exp := javaMixExpected(msgs)
-	want, events, identical, cents := exp.rules, exp.events, exp.identical, exp.cents
 
 	// The scrub list is the noise: the calibration against the second
 	// legacy copy finds exactly its columns, and without it exactly its
@@ -406,7 +444,7 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL,
 	if got, want := sortedCopyOf(written.Scrub), sortedCopyOf(cfg.Scrub); !slices.Equal(got, want) {
 		t.Errorf("calibration found the noise %v; %s scrubs %v", got, shadowJavaConfig, want)
 	}
-	r, rep := diff(noScrubFile, "--samples", strconv.Itoa(int(events)))
+	r, rep := shadowDiffJSON(t, legacyURL, shadowURL, noScrubFile, "--samples", strconv.Itoa(int(exp.events)))
 	if r.code != 1 {
 		t.Fatalf("shadow diff without the scrub list: want exit 1 (ids and times differ)\n%s", r)
 	}
@@ -423,50 +461,54 @@ func shadowJavaDiff(ctx context.Context, t *testing.T, legacyURL, legacyCopyURL,
 	}
 
 	// The reconciliation.
-	r, rep = diff(shadowJavaConfig)
-	if r.code != 0 || rep.Counts.Unexpected != 0 || !mapsEqual(rep.Rules, want) || rep.Counts.Events != events || rep.Counts.Identical != identical {
+	wantReconciled(t, "", legacyURL, shadowURL, exp)
+}
+
+// shadowDiffJSON runs `inboxctl shadow diff -o json` of the legacy side
+// against the shadow with config and args, and decodes its report.
+func shadowDiffJSON(t *testing.T, legacyURL, shadowURL, config string, args ...string) (result, golden.ReconcileReport) {
+	t.Helper()
+	r := inboxctl(t, "", append([]string{"shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", config, "-o", "json"}, args...)...)
+	var rep golden.ReconcileReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("shadow diff -o json: %v\n%s", err, r)
+	}
+	return r, rep
+}
+
+// wantReconciled checks `shadow diff` of a run of javaMix's traffic with
+// shadowJavaConfig: exit 0, each event identical or in the expected
+// category the traffic put it in, 0 unexpected. It logs the text report,
+// prefixed by label.
+func wantReconciled(t *testing.T, label, legacyURL, shadowURL string, exp mixExpected) {
+	t.Helper()
+	r, rep := shadowDiffJSON(t, legacyURL, shadowURL, shadowJavaConfig)
+	if r.code != 0 || rep.Counts.Unexpected != 0 || !mapsEqual(rep.Rules, exp.rules) || rep.Counts.Events != exp.events || rep.Counts.Identical != exp.identical {
 		t.Fatalf("shadow diff: exit %d, counts %+v, rules %v; want exit 0, %d events, %d identical, 0 unexpected, rules %v\n%s",
-			r.code, rep.Counts, rep.Rules, events, identical, want, r)
+			r.code, rep.Counts, rep.Rules, exp.events, exp.identical, exp.rules, r)
 	}
 	text := inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", shadowJavaConfig)
 	wantCode(t, text, 0, "unexpected 0", "no unexpected differences")
-	t.Logf("shadow diff --config %s:\n%s", shadowJavaConfig, text.stdout)
+	t.Logf("%sshadow diff --config %s:\n%s", label, shadowJavaConfig, text.stdout)
+}
 
-	// The seeded bug, in the shadow's recorded letters.
-	rows, err := shadow.QueryContext(ctx, `SELECT MESSAGE_ID, BODY FROM INBOXKIT_SHADOW_CALLS WHERE KIND = 'outbox'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rounded := map[string][]byte{}
-	for rows.Next() {
-		var id string
-		var body []byte
-		if err := rows.Scan(&id, &body); err != nil {
-			t.Fatal(err)
-		}
-		if rounded[id], err = roundedLetter(body); err != nil {
-			t.Fatalf("letter %s: %v", id, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
-	for id, body := range rounded {
-		if _, err := shadow.ExecContext(ctx, `UPDATE INBOXKIT_SHADOW_CALLS SET BODY = $1 WHERE KIND = 'outbox' AND MESSAGE_ID = $2`, body, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r, rep = diff(shadowJavaConfig, "--samples", strconv.Itoa(len(cents)))
-	if r.code != 1 || rep.Counts.Unexpected != int64(len(cents)) || !exp.listed(rep) {
+// wantSeededBugFound checks `shadow diff` of the legacy side against the
+// shadow database of the seeded bug's build (its letters' amounts rounded)
+// after a run of javaMix's traffic: exit 1, naming exactly the events whose
+// amount has cents, which differ in letters.body.amount only. It logs the
+// text report, prefixed by label.
+func wantSeededBugFound(t *testing.T, label, legacyURL, bugURL string, exp mixExpected) {
+	t.Helper()
+	r, rep := shadowDiffJSON(t, legacyURL, bugURL, shadowJavaConfig, "--samples", strconv.Itoa(len(exp.cents)))
+	if r.code != 1 || rep.Counts.Unexpected != int64(len(exp.cents)) || !exp.listed(rep) {
 		t.Fatalf("seeded bug: exit %d, %d unexpected %v; want exit 1, exactly the %d events whose amount has cents %v\n%s",
-			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(cents), cents, r)
+			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(exp.cents), exp.cents, r)
 	}
 	exp.wantOnlyAmount(t, rep, r.stderr)
-	first := sortedCopyOf(cents)[0]
-	text = inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", shadowURL, "--config", shadowJavaConfig, "--samples", "2")
-	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(cents), first), "event "+first+"\n", "letters.body.amount: legacy")
-	t.Logf("seeded bug:\n%s%s", text.stdout, text.stderr)
+	first := sortedCopyOf(exp.cents)[0]
+	text := inboxctl(t, "", "shadow", "diff", "--legacy", legacyURL, "--shadow", bugURL, "--config", shadowJavaConfig, "--samples", "2")
+	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(exp.cents), first), "event "+first+"\n", "letters.body.amount: legacy")
+	t.Logf("%sseeded bug (the build with tag inboxkit_seededbug):\n%s%s", label, text.stdout, text.stderr)
 }
 
 // mixExpected is what a diff of a run of javaMix's traffic reports.

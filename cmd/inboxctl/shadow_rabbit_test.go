@@ -19,7 +19,6 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/golden"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/internal/rabbittest"
@@ -83,7 +82,7 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 	broker := rabbittest.URL
 	sfx := strconv.FormatInt(time.Now().UnixNano(), 36)
 	exchange, queue := "shadowlive.x."+sfx, "shadowlive."+backend+"."+sfx
-	copyQueue, bugQueue, dlq := queue+shadowSuffix, queue+".rounded"+shadowSuffix, "DLQ."+queue
+	copyQueue, bugQueue, dlq := queue+shadowSuffix, queue+shadowBugSuffix, "DLQ."+queue
 	conn, err := amqp091.Dial(broker)
 	if err != nil {
 		t.Fatalf("RabbitMQ not reachable at 127.0.0.1:5672 (start it with rabbitmq-server -detached): %v", err)
@@ -176,12 +175,8 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 
 	// The shadow runs on the copies: the refactored consumer, and its
 	// build with the seeded bug.
-	runArgs := func(db, q string) []string {
-		return []string{"run", "--shadow", "--db", db, "--production-db", prodURL, "--broker", broker, "--queue", q,
-			"--letter-service", letters.URL, "--reject-queue", q + ".rejected", "--concurrency", "4", "--log-format", "json"}
-	}
-	run, logs := startBinary(ctx, t, binary, nil, runArgs(shadowURL, copyQueue)...)
-	bugRun, bugLogs := startBinary(ctx, t, bugBin, nil, runArgs(bugURL, bugQueue)...)
+	run, logs := startBinary(ctx, t, binary, nil, shadowRunArgs(shadowURL, prodURL, broker, copyQueue, letters.URL)...)
+	bugRun, bugLogs := startBinary(ctx, t, bugBin, nil, shadowRunArgs(bugURL, prodURL, broker, bugQueue, letters.URL)...)
 	if err := <-published; err != nil {
 		t.Fatal(err)
 	}
@@ -211,9 +206,7 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 	<-legacyDone
 	t.Logf("%s: %d events (%d messages: %d resends, %d malformed, %d unknown customers) published in %s (%.0f msg/s, paced at %d); all settled after %s",
 		backend, n, len(msgs), resends, malformed, unknown, pubTime.Round(time.Millisecond), float64(len(msgs))/pubTime.Seconds(), rate, time.Since(began).Round(time.Millisecond))
-	if !strings.Contains(bugLogs.String(), "handler variant") {
-		t.Errorf("the seeded bug's run did not log its handler variant\n%s", bugLogs)
-	}
+	wantVariantLogged(t, bugLogs)
 
 	// Nothing from the shadows in production: the letter service saw the
 	// bean's calls only (no Idempotency-Key: the shadow relay's would carry
@@ -230,12 +223,8 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 			t.Errorf("%d message(s) left on %s", depth(q), q)
 		}
 	}
-	for status, want := range map[string]int{"PROCESSED": valid, "REJECTED": unknown, "DEAD_LETTERED": malformed} {
-		for _, db := range []*sql.DB{shadow.DB, bug.DB} {
-			if got := count(t, db, d.Rebind(`SELECT COUNT(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = ?`), status); got != want {
-				t.Errorf("shadow inbox: %d %s row(s), want %d", got, status, want)
-			}
-		}
+	for _, db := range []*sql.DB{shadow.DB, bug.DB} {
+		wantShadowOutcomes(t, db, d, valid, malformed, unknown)
 	}
 
 	// The legacy side's outgoing effects beside its business rows.
@@ -252,37 +241,11 @@ func shadowRabbitLegacyTest(t *testing.T, backend string) {
 	}
 	writeLegacyCalls(ctx, t, prod.DB, d, letters.URL, calls, dlq, dead)
 
-	// The reconciliation: the expected categories, 0 unexpected.
+	// The reconciliation: the expected categories, 0 unexpected; against
+	// the seeded bug's shadow, exactly the events whose amount has cents.
 	exp := javaMixExpected(msgs)
-	diff := func(shadowURL string, args ...string) (result, golden.ReconcileReport) {
-		r := inboxctl(t, "", append([]string{"shadow", "diff", "--legacy", prodURL, "--shadow", shadowURL, "--config", shadowJavaConfig, "-o", "json"}, args...)...)
-		var rep golden.ReconcileReport
-		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-			t.Fatalf("shadow diff -o json: %v\n%s", err, r)
-		}
-		return r, rep
-	}
-	r, rep := diff(shadowURL)
-	if r.code != 0 || rep.Counts.Unexpected != 0 || !mapsEqual(rep.Rules, exp.rules) || rep.Counts.Events != exp.events || rep.Counts.Identical != exp.identical {
-		t.Fatalf("shadow diff: exit %d, counts %+v, rules %v; want exit 0, %d events, %d identical, 0 unexpected, rules %v\n%s",
-			r.code, rep.Counts, rep.Rules, exp.events, exp.identical, exp.rules, r)
-	}
-	text := inboxctl(t, "", "shadow", "diff", "--legacy", prodURL, "--shadow", shadowURL, "--config", shadowJavaConfig)
-	wantCode(t, text, 0, "unexpected 0", "no unexpected differences")
-	t.Logf("%s: shadow diff:\n%s", backend, text.stdout)
-
-	// The seeded bug's shadow: exit 1, exactly the events whose amount has
-	// cents, in letters.body.amount.
-	r, rep = diff(bugURL, "--samples", strconv.Itoa(len(exp.cents)))
-	if r.code != 1 || rep.Counts.Unexpected != int64(len(exp.cents)) || !exp.listed(rep) {
-		t.Fatalf("seeded bug: exit %d, %d unexpected %v; want exit 1, exactly the %d events whose amount has cents %v\n%s",
-			r.code, rep.Counts.Unexpected, rep.UnexpectedEvents, len(exp.cents), exp.cents, r)
-	}
-	exp.wantOnlyAmount(t, rep, r.stderr)
-	first := sortedCopyOf(exp.cents)[0]
-	text = inboxctl(t, "", "shadow", "diff", "--legacy", prodURL, "--shadow", bugURL, "--config", shadowJavaConfig, "--samples", "2")
-	wantCode(t, text, 1, fmt.Sprintf("unexpected differences in %d events: %s,", len(exp.cents), first), "letters.body.amount: legacy")
-	t.Logf("%s: seeded bug (the build with tag inboxkit_seededbug):\n%s%s", backend, text.stdout, text.stderr)
+	wantReconciled(t, backend+": ", prodURL, shadowURL, exp)
+	wantSeededBugFound(t, backend+": ", prodURL, bugURL, exp)
 }
 
 // httpLetters is the legacy bean's letter client: a POST of the letter

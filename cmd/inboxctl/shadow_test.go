@@ -70,7 +70,10 @@ const (
 	shadowQueueJava = "shadowtest.java"     // TestShadowActiveMQ/java
 	// shadowCopySuffix names the Java queue's second copy, which a second
 	// legacy bean consumes for the calibration.
-	shadowCopySuffix  = ".legacycopy"
+	shadowCopySuffix = ".legacycopy"
+	// shadowBugSuffix names a production queue's copy that the build of
+	// inboxctl with the seeded bug (build tag inboxkit_seededbug) consumes.
+	shadowBugSuffix   = ".rounded" + shadowSuffix
 	shadowQueueVerify = "shadowtest.verify" // TestShadowActiveMQ/setup
 )
 
@@ -83,7 +86,7 @@ func startShadowActiveMQ(t *testing.T) string {
 		"INBOXKIT_ACTIVEMQ_STOMP_PORT="+shadowAMQStomp, "INBOXKIT_ACTIVEMQ_HEAP=256m",
 		"INBOXKIT_ACTIVEMQ_TIMEOUT=240", // a JVM start on the shared 2-core machine under parallel tests took over 60s
 		"INBOXKIT_ACTIVEMQ_SHADOW="+shadowQueueRun+":"+shadowQueueRun+shadowSuffix+","+shadowQueueJava+":"+shadowQueueJava+shadowSuffix+"+"+shadowQueueJava+shadowCopySuffix+
-			","+shadowQueueVerify+":"+shadowQueueVerify+shadowSuffix)
+			"+"+shadowQueueJava+shadowBugSuffix+","+shadowQueueVerify+":"+shadowQueueVerify+shadowSuffix)
 	do := func(verb string) {
 		cmd := exec.Command(script, verb)
 		cmd.Env = env
