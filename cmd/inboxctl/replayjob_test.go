@@ -295,8 +295,13 @@ func plantedQueue(t *testing.T, name string, n int) (db *dbtest.DB, url, queue, 
 // process runs is refused with its heartbeat's age and the time to wait;
 // killed with SIGKILL, the job is still refused until its heartbeat is
 // stale (INBOXKIT_REPLAY_STALE, 6s here), then taken over: two resumes
-// started at once, exactly one runs the job and the other is refused, and
-// every event reaches the broker once. PostgreSQL, RabbitMQ.
+// started at once, exactly one runs the job and the other is refused.
+// Every event reaches the broker once, except what operations.md ("Replay
+// jobs") leaves open: an event the killed process had published but not
+// yet marked SENT (its item REOPENED at the kill) may reach it twice, the
+// second copy from the resume. The kill lands in that window by chance
+// (more often under load); the test logs the items REOPENED at the kill
+// and what reached the broker of each. PostgreSQL, RabbitMQ.
 func TestReplayJobOneRunner(t *testing.T) {
 	t.Parallel()
 	const n = 40
@@ -330,6 +335,27 @@ func TestReplayJobOneRunner(t *testing.T) {
 		wantCode(t, r, 2, held...)
 	}
 	killedAt := sent()
+	// The items the killed process reopened but did not mark SENT: each
+	// was published by it or not (killed between the reopen and the mark).
+	openAtKill := map[string]bool{}
+	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'REOPENED'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		openAtKill[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	// What the killed process sent (a publish it made before the kill may
+	// reach the queue after this drain: then it counts as the resume's).
+	byKilled := drainRabbit(t, queue)
 	time.Sleep(time.Until(killed.Add(stale)))
 
 	type outcome struct {
@@ -360,9 +386,20 @@ func TestReplayJobOneRunner(t *testing.T) {
 	}
 	t.Logf("killed at %d of %d sent; two resumes at once: exit %d and %d; the refused one said: %s", killedAt, n, got[0].code, got[1].code, got[1].out)
 	at := drainRabbit(t, queue)
+	for id, k := range byKilled {
+		at[id] += k
+	}
+	for id := range openAtKill {
+		t.Logf("%s: REOPENED, not SENT at the kill; at the broker from the killed process %d, in all %d (2: killed between the broker's confirm and the mark)",
+			id, byKilled[id], at[id])
+	}
 	for _, id := range ids("a", 1, n) {
-		if at[id] != 1 {
-			t.Errorf("%s reached the broker %d times, want 1", id, at[id])
+		switch {
+		case openAtKill[id] && (at[id] == 1 || at[id] == 2):
+		case openAtKill[id]:
+			t.Errorf("%s (REOPENED at the kill) reached the broker %d times, want 1, or 2 if the killed process had sent it", id, at[id])
+		case at[id] != 1:
+			t.Errorf("%s reached the broker %d times, want 1 (its item was not REOPENED at the kill)", id, at[id])
 		}
 	}
 	if left := drainRabbit(t, dlqName); len(left) != 0 {
