@@ -87,6 +87,29 @@ func groupOf(t *testing.T, url, fp string, extra ...string) string {
 	return ""
 }
 
+// reopenedItems returns the event ids of the replay items in state
+// REOPENED (reopened, not marked SENT), in order.
+func reopenedItems(ctx context.Context, t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'REOPENED' ORDER BY EVENT_ID`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func ids(prefix string, from, to int) []string {
 	var out []string
 	for i := from; i <= to; i++ {
@@ -338,21 +361,9 @@ func TestReplayJobOneRunner(t *testing.T) {
 	// The items the killed process reopened but did not mark SENT: each
 	// was published by it or not (killed between the reopen and the mark).
 	openAtKill := map[string]bool{}
-	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'REOPENED'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
+	for _, id := range reopenedItems(ctx, t, db) {
 		openAtKill[id] = true
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
 	// What the killed process sent (a publish it made before the kill may
 	// reach the queue after this drain: then it counts as the resume's).
 	byKilled := drainRabbit(t, queue)
@@ -430,22 +441,7 @@ func TestReplayJobAbandon(t *testing.T) {
 	killed := time.Now()
 	// The state a kill between the broker's confirm and the mark leaves.
 	execSQL(t, db, `UPDATE INBOXKIT_REPLAY_ITEM SET STATE = 'REOPENED', SENT_AT = NULL WHERE EVENT_ID = 'a-1'`)
-	var reopened []string
-	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'REOPENED' ORDER BY EVENT_ID`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		reopened = append(reopened, id)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	rows.Close()
+	reopened := reopenedItems(ctx, t, db)
 	time.Sleep(time.Until(killed.Add(staleTime)))
 
 	r := inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--db", url, "--abandon", "1", "--operator", "gus")
