@@ -418,6 +418,50 @@ func TestReplayJobOneRunner(t *testing.T) {
 	}
 }
 
+// A runner paused (SIGSTOP) for longer than the stale time, its job taken
+// over meanwhile by a resume, sends at most one more event when it goes on
+// (SIGCONT): a write of its job follows each event, and that write is
+// refused (the claim was lost), so it stops. PostgreSQL, RabbitMQ.
+func TestReplayJobPausedRunnerStops(t *testing.T) {
+	t.Parallel()
+	db, url, queue, dlqName := plantedQueue(t, "replaypause", 30)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run, logs := startCommandEnv(ctx, t, staleEnv, "dlq", "replay", "--broker", rabbitBroker, "--queue", dlqName, "--db", url, "--all", "--rate", "5/s")
+	waitFor(t, "3 events sent", func() bool {
+		var k int
+		return db.QueryRowContext(ctx, `SELECT COUNT(*) FROM INBOXKIT_REPLAY_ITEM WHERE STATE = 'SENT'`).Scan(&k) == nil && k >= 3
+	}, logs)
+	if err := run.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	t.Cleanup(func() { _ = run.Process.Signal(syscall.SIGCONT) })
+	time.Sleep(time.Until(paused.Add(staleTime + time.Second)))
+	before := drainRabbit(t, queue) // what it sent before the pause
+	r := inboxctlEnv(t, staleEnv, "", "dlq", "replay", "--broker", rabbitBroker, "--db", url, "--resume", "1")
+	wantCode(t, r, 0, "replay job 1 DONE")
+	t.Logf("--resume 1 while the first runner is paused:\n%s", r.stdout)
+	byResume := drainRabbit(t, queue)
+	if err := run.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	err := run.Wait()
+	if err == nil || !strings.Contains(logs.String(), "claim was lost") {
+		t.Errorf("the paused runner went on: %v, want its lost claim\n%s", err, logs)
+	}
+	after := drainRabbit(t, queue)
+	t.Logf("the paused runner, woken: sent %v, then: %s", after, strings.TrimSpace(logs.String()))
+	if len(after) > 1 {
+		t.Errorf("the paused runner sent %d events after its job was taken over, want at most 1: %v", len(after), after)
+	}
+	for id, k := range after {
+		if before[id]+byResume[id]+k > 2 {
+			t.Errorf("%s reached the broker %d times", id, before[id]+byResume[id]+k)
+		}
+	}
+}
+
 // Abandon: refused while the job's process runs; after its kill and the
 // stale time the job is ABANDONED, the action recorded, the events it
 // reopened but did not mark sent listed (exit 1: to be checked), --jobs
