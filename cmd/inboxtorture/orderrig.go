@@ -270,12 +270,19 @@ func (r *rig) tortureOrder(ctx context.Context, rnd *rand.Rand) (kills int, time
 		}
 		progress := float64(s.final) / float64(cfg.messages)
 		if cfg.killEvery > 0 && s.final < cfg.messages && time.Since(lastKill) >= cfg.killEvery {
-			slot := rnd.IntN(cfg.consumers)
-			if r.sup.kill(slot) {
-				kills++
-				r.log("kill -9 consumer %d at %.0f%% final", slot, 100*progress)
+			// A consumer that a failpoint just ended (restarting) cannot be
+			// killed: the next one is, so that a short run still has its
+			// kills; with none running, the next look tries again.
+			first := rnd.IntN(cfg.consumers)
+			for i := range cfg.consumers {
+				slot := (first + i) % cfg.consumers
+				if r.sup.kill(slot) {
+					kills++
+					r.log("kill -9 consumer %d at %.0f%% final", slot, 100*progress)
+					lastKill = time.Now()
+					break
+				}
 			}
-			lastKill = time.Now()
 		}
 		return progress, s.final < cfg.messages || s.open > 0, s.sig, nil
 	})
