@@ -112,7 +112,22 @@ type javaBean struct {
 	done chan struct{}
 }
 
-func startJavaBean(t *testing.T, classpath, dbURL, queue, letterService, instance string) *javaBean {
+// legacyJavaClasspath is the classpath of the Java legacy fixtures
+// (scripts/legacy-java build, done by the test command).
+func legacyJavaClasspath(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join("..", "..", "scripts", "legacy-java"), "classpath").Output()
+	if err != nil {
+		t.Fatalf("scripts/legacy-java classpath: %v (run it by hand to see why)", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// startJavaBean starts LegacyInvoiceEventMdb, as golden's black-box
+// recorder does, on queue of the ActiveMQ at 127.0.0.1:openwire against the
+// PostgreSQL schema of dbURL; the test's cleanup kills it. The caller waits
+// for "listening on <queue>" in its output.
+func startJavaBean(t *testing.T, classpath, openwire, dbURL, queue, letterService, instance string) *javaBean {
 	t.Helper()
 	pu, _ := url.Parse(dbURL)
 	jq := url.Values{}
@@ -122,7 +137,7 @@ func startJavaBean(t *testing.T, classpath, dbURL, queue, letterService, instanc
 		jq.Set("password", p)
 	}
 	b := &javaBean{cmd: exec.Command("java", "-cp", classpath, "LegacyInvoiceEventMdb"), out: &lockedBuffer{}, done: make(chan struct{})}
-	b.cmd.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+cutoverAMQOpenWire, "INBOXKIT_QUEUE="+queue,
+	b.cmd.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+openwire, "INBOXKIT_QUEUE="+queue,
 		"INBOXKIT_MAX_REDELIVERIES=2", "INBOXKIT_JDBC_URL=jdbc:postgresql://"+pu.Host+pu.Path+"?"+jq.Encode(),
 		"INBOXKIT_LETTER_SERVICE="+letterService, "INBOXKIT_INSTANCE="+instance)
 	b.cmd.Stdout, b.cmd.Stderr = b.out, b.out
@@ -135,8 +150,13 @@ func startJavaBean(t *testing.T, classpath, dbURL, queue, letterService, instanc
 		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
 		<-b.done
 	})
-	waitLong(t, "the Java bean "+instance+" listening on "+queue, func() bool { return strings.Contains(b.out.String(), "listening on "+queue) }, b.out)
 	return b
+}
+
+// waitListening waits for the bean to listen on queue.
+func (b *javaBean) waitListening(t *testing.T, queue string) {
+	t.Helper()
+	waitLong(t, "the Java bean listening on "+queue, func() bool { return strings.Contains(b.out.String(), "listening on "+queue) }, b.out)
 }
 
 // drain stops the bean as a container's "stop delivery" does: SIGTERM runs
@@ -175,11 +195,7 @@ func TestCutoverSequenceJava(t *testing.T) {
 	}
 	t.Parallel()
 	began := time.Now()
-	cpOut, err := exec.Command(filepath.Join("..", "..", "scripts", "legacy-java"), "classpath").Output()
-	if err != nil {
-		t.Fatalf("scripts/legacy-java classpath: %v (run it by hand to see why)", err)
-	}
-	classpath := strings.TrimSpace(string(cpOut))
+	classpath := legacyJavaClasspath(t)
 	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "shadow.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +299,8 @@ func TestCutoverSequenceJava(t *testing.T) {
 	// 1. Shadow. The bean on the queue; the shadow run starts on the copy
 	// only once the bean took the first batch, so that production is
 	// quiet while it works: the shadow side changes nothing there.
-	bean := startJavaBean(t, classpath, prodURL, cutoverQueue, letters.URL, "legacy")
+	bean := startJavaBean(t, classpath, cutoverAMQOpenWire, prodURL, cutoverQueue, letters.URL, "legacy")
+	bean.waitListening(t, cutoverQueue)
 	batchA, batchB := cutoverMix("a", 40), cutoverMix("b", 40)
 	publish(batchA, 50)
 	okA, badA := okMsgs(batchA)
@@ -375,7 +392,8 @@ func TestCutoverSequenceJava(t *testing.T) {
 	// nothing there.
 	before = prodState()
 	copies := depth(cutoverCopy)
-	rev := startJavaBean(t, classpath, legShadowURL, cutoverCopy, stub.URL, "reverse")
+	rev := startJavaBean(t, classpath, cutoverAMQOpenWire, legShadowURL, cutoverCopy, stub.URL, "reverse")
+	rev.waitListening(t, cutoverCopy)
 	for deadline := time.Now().Add(5 * time.Minute); depth(cutoverCopy) > 0 || count(t, legShadow, `SELECT COUNT(*) FROM shipping_letters`) < len(stub.log()); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the reverse shadow bean did not take the %d copies within 5 minutes\n%s", copies, rev.out)

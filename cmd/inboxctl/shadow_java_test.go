@@ -8,13 +8,11 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -143,10 +141,7 @@ func shadowJavaTest(t *testing.T, broker string) {
 	}
 	bugBuild := make(chan built, 1) // the build runs while the beans start
 	go func() { bin, err := seededBugBinary(); bugBuild <- built{bin, err} }()
-	cpOut, err := exec.Command(filepath.Join("..", "..", "scripts", "legacy-java"), "classpath").Output()
-	if err != nil {
-		t.Fatalf("scripts/legacy-java classpath: %v (run it by hand to see why)", err)
-	}
+	classpath := legacyJavaClasspath(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sfx := strings.ToLower(strconv.FormatInt(time.Now().UnixNano(), 36))
@@ -170,34 +165,8 @@ func shadowJavaTest(t *testing.T, broker string) {
 
 	// The legacy bean, as golden's black-box recorder starts it; a second
 	// one on the broker's second copy into the second legacy schema.
-	startBean := func(dbURL, queue, letterService, instance string) *lockedBuffer {
-		pu, _ := url.Parse(dbURL)
-		jq := url.Values{}
-		jq.Set("currentSchema", pu.Query().Get("search_path"))
-		jq.Set("user", pu.User.Username())
-		if p, ok := pu.User.Password(); ok {
-			jq.Set("password", p)
-		}
-		java := exec.Command("java", "-cp", strings.TrimSpace(string(cpOut)), "LegacyInvoiceEventMdb")
-		java.Env = append(os.Environ(), "INBOXKIT_OPENWIRE_URL=tcp://127.0.0.1:"+shadowAMQOpenWire, "INBOXKIT_QUEUE="+queue,
-			"INBOXKIT_MAX_REDELIVERIES=2", "INBOXKIT_JDBC_URL=jdbc:postgresql://"+pu.Host+pu.Path+"?"+jq.Encode(),
-			"INBOXKIT_LETTER_SERVICE="+letterService, "INBOXKIT_INSTANCE="+instance)
-		javaOut := &lockedBuffer{}
-		java.Stdout, java.Stderr = javaOut, javaOut
-		java.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := java.Start(); err != nil {
-			t.Fatalf("start the Java bean: %v", err)
-		}
-		javaDone := make(chan struct{})
-		go func() { _ = java.Wait(); close(javaDone) }()
-		t.Cleanup(func() {
-			_ = syscall.Kill(-java.Process.Pid, syscall.SIGKILL)
-			<-javaDone
-		})
-		return javaOut
-	}
-	javaOut := startBean(prodURL, queue, letters.URL, "1")
-	javaOut2 := startBean(prod2URL, legacyCopyQueue, letters2.URL, "2")
+	javaOut := startJavaBean(t, classpath, shadowAMQOpenWire, prodURL, queue, letters.URL, "1").out
+	javaOut2 := startJavaBean(t, classpath, shadowAMQOpenWire, prod2URL, legacyCopyQueue, letters2.URL, "2").out
 	waitFor(t, "the Java bean listening", func() bool { return strings.Contains(javaOut.String(), "listening on "+queue) }, javaOut)
 	waitFor(t, "the second Java bean listening", func() bool { return strings.Contains(javaOut2.String(), "listening on "+legacyCopyQueue) }, javaOut2)
 
