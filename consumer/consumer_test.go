@@ -302,3 +302,21 @@ func TestBatchConfig(t *testing.T) {
 		}
 	}
 }
+
+// A replay job's stale time under inbox.MinJobStale is refused before the
+// job is claimed: its heartbeat would be written every sixth of it.
+func TestReplayJobStaleUnderMinimumRefused(t *testing.T) {
+	cfg, a, _ := setup(t)
+	ctx := context.Background()
+	job, err := cfg.Store.CreateReplayJob(ctx, inbox.ReplayJob{Queue: "dlq.invoices", Selection: `{"all":true}`, Operator: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = consumer.Replay(ctx, consumer.ReplayConfig{DLQ: a, Publisher: a, Store: cfg.Store, All: true, Job: &job, JobStale: 500 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "JobStale 500ms: give at least 1s (inbox.MinJobStale)") {
+		t.Fatalf("Replay with JobStale 500ms: %v", err)
+	}
+	if j, err := cfg.Store.ReplayJob(ctx, job.ID); err != nil || j.State != inbox.JobRunning {
+		t.Fatalf("the job after the refusal: %+v %v", j, err)
+	}
+}

@@ -74,7 +74,8 @@ type ReplayConfig struct {
 	// heartbeat every inbox.ReplayJobBeat(JobStale), and stops, leaving
 	// the job to be resumed, when it lost the claim or could not write
 	// the heartbeat for two thirds of it. Every process that runs a
-	// job must use the same. Defaults to inbox.DefaultJobStale.
+	// job must use the same. Defaults to inbox.DefaultJobStale; at least
+	// inbox.MinJobStale.
 	JobStale time.Duration
 	// Progress, when set, is called after each event sent, with its id.
 	Progress func(eventID string)
@@ -184,6 +185,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	if cfg.Job != nil {
 		if cfg.DryRun || cfg.EventID != "" {
 			return rep, errors.New("consumer: Replay: a Job replays a selection (All or SelectFunc), not a dry run or one EventID")
+		}
+		if cfg.JobStale > 0 && cfg.JobStale < inbox.MinJobStale {
+			return rep, fmt.Errorf("consumer: Replay: JobStale %s: give at least %s (inbox.MinJobStale), or 0 for %s", cfg.JobStale, inbox.MinJobStale, inbox.DefaultJobStale)
 		}
 		return replayJob(ctx, cfg)
 	}

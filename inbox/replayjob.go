@@ -57,6 +57,12 @@ const (
 // heartbeat is older than this.
 const DefaultJobStale = 30 * time.Second
 
+// MinJobStale is the shortest stale time a replay job takes: a runner
+// writes its heartbeat every sixth of it (ReplayJobBeat), and the clocks
+// of two processes that judge it differ by more than a shorter time
+// allows for.
+const MinJobStale = time.Second
+
 // ReplayJobBeat is how often a runner of a job with stale time stale
 // writes its heartbeat: a sixth of it, at most every 2 s, so that a few
 // missed writes do not make a live runner's job look abandoned.
@@ -300,6 +306,9 @@ const jobClaimable = `(STATE = 'STOPPED' OR (STATE = 'RUNNING' AND (UPDATED_AT I
 func (s *Store) ClaimReplayJob(ctx context.Context, j *ReplayJob, stale time.Duration) error {
 	if stale <= 0 {
 		stale = DefaultJobStale
+	}
+	if stale < MinJobStale {
+		return fmt.Errorf("inbox: claim replay job %d: stale time %s: give at least %s (inbox.MinJobStale), the same for every process that runs the job", j.ID, stale, MinJobStale)
 	}
 	if !j.held.IsZero() {
 		return s.BeatReplayJob(ctx, j)

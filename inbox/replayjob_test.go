@@ -269,6 +269,9 @@ func TestReplayJobClaim(t *testing.T) {
 		bStore := other()
 		jb := read(bStore)
 		var held *inbox.JobHeldError
+		if err := bStore.ClaimReplayJob(ctx, &jb, 500*time.Millisecond); err == nil || errors.As(err, &held) || !strings.Contains(err.Error(), "give at least 1s (inbox.MinJobStale)") {
+			t.Fatalf("claim with a stale time under inbox.MinJobStale: %v", err)
+		}
 		err = bStore.ClaimReplayJob(ctx, &jb, stale)
 		if !errors.As(err, &held) || err.Error() != "replay job 1 is being run (heartbeat 0s ago); wait, or if that process is gone, retry after 30s" {
 			t.Fatalf("claim of a fresh job: %v", err)

@@ -51,8 +51,8 @@ func replayStale() (time.Duration, error) {
 		return inbox.DefaultJobStale, nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d < time.Second {
-		return 0, usageErr("$%s=%q: give a duration of at least 1s (default %s), the same for every inboxctl that runs replay jobs", envReplayStale, v, inbox.DefaultJobStale)
+	if err != nil || d < inbox.MinJobStale {
+		return 0, usageErr("$%s=%q: give a duration of at least %s (default %s), the same for every inboxctl that runs replay jobs", envReplayStale, v, inbox.MinJobStale, inbox.DefaultJobStale)
 	}
 	return d, nil
 }

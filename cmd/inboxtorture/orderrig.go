@@ -175,6 +175,7 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	if err != nil {
 		return nil, err
 	}
+	cfg.seed = r.cfg.seed // setup chose it when --seed was 0
 	defer cleanup()
 	r.queue, r.dlq = "ordertorture."+runID, "DLQ.ordertorture."+runID
 	if _, err := r.db.ExecContext(ctx, orderDDL); err != nil {

@@ -79,6 +79,7 @@ func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, er
 	if err != nil {
 		return nil, err
 	}
+	cfg.seed = r.cfg.seed // setup chose it when --seed was 0
 	defer cleanup()
 	o := &obRig{rig: r, sups: map[string]*supervisor{}, agent: agent}
 	if _, err := r.db.ExecContext(ctx, agentDDL); err != nil {
@@ -150,7 +151,7 @@ func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, er
 	prodWG.Wait()
 	stopAll()
 
-	res, err := o.ledger(ctx)
+	res, err := o.ledger(ctx, timedOut)
 	if err != nil {
 		return nil, err
 	}
@@ -361,8 +362,10 @@ func (r *obResult) ok() bool {
 }
 
 // ledger checks every command at the sender, in the outbox and at the
-// receiver, and every key's order at the receiver.
-func (o *obRig) ledger(ctx context.Context) (*obResult, error) {
+// receiver, and every key's order at the receiver. After a timeout a
+// command no sender wrote yet, or one sent and not received yet, is still
+// on its way: stuck, not lost.
+func (o *obRig) ledger(ctx context.Context, timedOut bool) (*obResult, error) {
 	res := &obResult{}
 	sent, err := o.countBy(ctx, `SELECT command_id, COUNT(*) FROM torture_sent GROUP BY command_id`)
 	if err != nil {
@@ -407,6 +410,8 @@ func (o *obRig) ledger(ctx context.Context) (*obResult, error) {
 			switch {
 			case sent[c.ID] == 1 && status[c.ID] != "SENT":
 				res.stuck = append(res.stuck, where)
+			case received[c.ID] == 0 && timedOut:
+				res.stuck = append(res.stuck, where+" at the timeout")
 			case received[c.ID] == 0 || sent[c.ID] == 0:
 				res.lost = append(res.lost, where)
 			case received[c.ID] > 1 || sent[c.ID] > 1:

@@ -72,6 +72,9 @@ func TestTortureSoakSmall(t *testing.T) {
 // each key in sequence, with no outbox row left unsent.
 // INBOXKIT_TORTURE_BROKER chooses another broker (stomp, nats).
 func TestTortureOutboxSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips the torture run (a failpoints build, 2,000 commands, kill -9 every second); ./scripts/test runs it")
+	}
 	dir := t.TempDir()
 	bins := map[string]string{"./cmd/inboxctl": filepath.Join(dir, "inboxctl"), "./cmd/inboxtorture": filepath.Join(dir, "inboxtorture")}
 	for pkg, bin := range bins {
