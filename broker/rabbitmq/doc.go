@@ -118,7 +118,10 @@
 //   - Classic queues give no delivery count, only the redelivered flag.
 //   - Quorum queues add x-delivery-count on redeliveries, also after a
 //     consumer crash, and on a nack with requeue; they set no delivery
-//     limit by default on 3.10.
+//     limit by default on 3.10. When the node that led the queue and held
+//     the consumer dies before the ack, the new leader redelivers the
+//     message flagged redelivered, with x-delivery-count 1 (3.10.8, a
+//     3-node cluster): the adapter reports it as no first delivery.
 //   - Declaring an existing queue with other arguments than it has (a
 //     quorum queue without x-queue-type, a queue with a TTL without it)
 //     is refused with 406 PRECONDITION_FAILED and closes the channel; a
