@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -79,31 +80,7 @@ func TestRunActiveMQPairFailover(t *testing.T) {
 	db := dbtest.New(t, dbtest.Postgres)
 	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
 
-	// publish sends n invoices through `inboxctl publish` on both
-	// addresses, again while it fails (no broker listens during the
-	// failover): a batch cut short is sent again whole, and the inbox makes
-	// the copies duplicates.
-	retries := 0
-	publish := func(n int) {
-		t.Helper()
-		first := f.sent
-		for start := time.Now(); ; retries++ {
-			var lines strings.Builder
-			for i := 1; i <= n; i++ {
-				id := fmt.Sprintf("pt-%d", first+i)
-				lines.WriteString(invoiceLine(id, "corr-"+id, "INV-"+id, "K-100") + "\n")
-			}
-			r := inboxctl(t, lines.String(), "publish", "--broker", broker, "--queue", f.queue, "--file", "-")
-			if r.code == 0 {
-				f.sent = first + n
-				return
-			}
-			if time.Since(start) > time.Minute {
-				t.Fatalf("publish pt-%d..pt-%d: not accepted within a minute: %s\n%s", first+1, first+n, r, f.logs)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	publish, retries := pairPublisher(t, f, broker)
 
 	const n, burst = 50, 10
 	publish(2)
@@ -133,7 +110,109 @@ func TestRunActiveMQPairFailover(t *testing.T) {
 		"sent %d, PROCESSED %d, DEAD_LETTERED %d, TECHNICAL_FAILURE %d, rows with more than one attempt %d, "+
 		"DLQ %d, left on the queue %d; reconnects logged %d; failover (kill -> first invoice published after it processed) %v; "+
 		"every invoice processed %v after the kill",
-		killedWhat, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), retries,
+		killedWhat, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), *retries,
 		f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered,
 		dlq, left, reconnects, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
+}
+
+// pairPublisher returns a publish of n invoices through `inboxctl publish`
+// on the pair's addresses, sent again while it fails (no broker listens
+// during a failover, none answers while the master hangs): a batch cut
+// short is sent again whole, and the inbox makes the copies duplicates;
+// and the count of such retries.
+func pairPublisher(t *testing.T, f *faultRun, broker string) (publish func(int), retries *int) {
+	retries = new(int)
+	publish = func(n int) {
+		t.Helper()
+		first := f.sent
+		for start := time.Now(); ; *retries++ {
+			var lines strings.Builder
+			for i := 1; i <= n; i++ {
+				id := fmt.Sprintf("pt-%d", first+i)
+				lines.WriteString(invoiceLine(id, "corr-"+id, "INV-"+id, "K-100") + "\n")
+			}
+			r := inboxctl(t, lines.String(), "publish", "--broker", broker, "--queue", f.queue, "--file", "-")
+			if r.code == 0 {
+				f.sent = first + n
+				return
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("publish pt-%d..pt-%d: not accepted within a minute: %s\n%s", first+1, first+n, r, f.logs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return publish, retries
+}
+
+// Issue 29.1 and 29.3, ActiveMQ: the master hangs (SIGSTOP for 20 s)
+// mid-run, right after a burst, instead of dying. It keeps the store's lock
+// and its ports, so the slave cannot take over: for the consumer it is a
+// partition. With a 2 s STOMP heartbeat the consumer notices, /readyz
+// reports not ready while the master hangs, nothing goes to the dead-letter
+// queue, and once the master goes on the consumer carries on by itself:
+// every invoice processed exactly once, nothing left on the queue.
+func TestRunActiveMQPairHangingMaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an ActiveMQ master/slave pair, the master hanging; skipped with -short")
+	}
+	t.Parallel()
+	p := startActiveMQPair(t, 61753)
+	broker := p.url()
+	db := dbtest.New(t, dbtest.Postgres)
+	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
+	publish, retries := pairPublisher(t, f, broker)
+
+	const n, burst, hang = 50, 10, 20 * time.Second
+	publish(2)
+	f.wait("the first invoices processed", time.Minute, f.allProcessed)
+	var paused string
+	notReady := make(chan time.Duration, 1) // when /readyz first failed after the pause; -1: never
+	atPause, recovery, allDone := killMidRun(f, n, burst, publish, func() {
+		out, err := p.script("pause", "master")
+		if err != nil {
+			t.Fatalf("scripts/activemq-pair pause master: %v\n%s", err, out)
+		}
+		paused = strings.TrimSpace(out)
+		t.Logf("%s", paused)
+		t.Cleanup(func() { p.script("resume") })
+		start := time.Now()
+		go func() {
+			seen := time.Duration(-1)
+			for time.Since(start) < hang {
+				if r, err := http.Get(f.base + "/readyz"); err == nil {
+					r.Body.Close()
+					if r.StatusCode != http.StatusOK {
+						seen = time.Since(start)
+						break
+					}
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			notReady <- seen
+		}()
+		go func() {
+			time.Sleep(hang)
+			if out, err := p.script("resume"); err != nil {
+				t.Errorf("scripts/activemq-pair resume: %v\n%s", err, out)
+			}
+		}()
+	})
+	if out, err := p.script("status"); err != nil || !strings.Contains(out, " master ") {
+		t.Errorf("after the hang, want a master: %v\n%s", err, out)
+	}
+	dlq, left := noneLeft(f, p.depth)
+	seen := <-notReady
+	if seen < 0 {
+		t.Errorf("/readyz answered 200 throughout the master's %v hang\n%s", hang, f.logs)
+	}
+	st := f.statuses()
+	_, metrics := httpGet(t, f.base+"/metrics")
+	t.Logf("ActiveMQ hanging master ledger: %s for %v right after a burst of %d, %d of %d invoices published; "+
+		"/readyz not ready %v after the pause; deliveries %d, duplicates %d, publish retries %d; "+
+		"sent %d, PROCESSED %d, DEAD_LETTERED %d, TECHNICAL_FAILURE %d, DLQ %d, left on the queue %d; "+
+		"recovery (pause -> first invoice published after it processed) %v; every invoice processed %v after the pause",
+		paused, hang, burst, atPause, n, seen.Round(time.Millisecond), metricSum(metrics, "inboxkit_deliveries_total"),
+		metricSum(metrics, "inboxkit_duplicates_total"), *retries, f.sent, st["PROCESSED"], st["DEAD_LETTERED"],
+		st["TECHNICAL_FAILURE"], dlq, left, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
 }
