@@ -121,18 +121,21 @@ type Config struct {
 	// Clock is where time comes from (CREATED_AT, leases, backoff).
 	// Defaults to inboxkit.SystemClock.
 	Clock inboxkit.Clock
-	// NoNotify turns off, on PostgreSQL, the NOTIFY that Add sends with the
-	// commit to wake the relays at once (channel NotifyChannel); the relays
-	// then find new rows by polling. Other databases always poll.
+	// NoNotify turns off, on PostgreSQL, the NOTIFY that follows Add to
+	// wake the relays at once (channel NotifyChannel); the relays then find
+	// new rows by polling. Other databases always poll.
 	NoNotify bool
-	// NotifyInterval is how often at most this Store's Add notifies: a
+	// NotifyInterval is how often at most this Store notifies after an
+	// Add. The NOTIFY is a statement of its own on the store's pool, a
+	// moment after the Add, not part of the caller's transaction: a
 	// PostgreSQL commit that notifies holds a database-wide lock through
-	// its WAL flush, so a NOTIFY per Add would make the writers commit one
-	// at a time. A relay woken by one notification keeps looking every few
-	// milliseconds for a while (RelayConfig.BusyPollInterval), which finds
-	// the messages of the Adds in between; one whose transaction runs on
-	// for longer than that after its Add is found at the relay's next poll
-	// (RelayConfig.PollInterval). Defaults to 10ms.
+	// its WAL flush, which the writers' commits would queue for. A relay
+	// woken by one notification keeps looking every few milliseconds for a
+	// while (RelayConfig.BusyPollInterval), which finds the messages of the
+	// Adds in between (and the message of a notification that came before
+	// its commit); one whose transaction runs on for longer than that after
+	// its Add is found at the relay's next poll (RelayConfig.PollInterval).
+	// Defaults to 10ms.
 	NotifyInterval time.Duration
 }
 
@@ -210,8 +213,8 @@ func (s *Store) Table() string { return s.cfg.Table }
 // KeyTable returns the key table's name (Table + "_KEY").
 func (s *Store) KeyTable() string { return keyTable(s.cfg.Table) }
 
-// NotifyChannel is the PostgreSQL channel Add notifies with each commit
-// (unless Config.NoNotify): a relay listening to it (LISTEN, see
+// NotifyChannel is the PostgreSQL channel notified after Adds (unless
+// Config.NoNotify; see Config.NotifyInterval): a relay listening to it (LISTEN, see
 // driver/postgres.Listen) wakes at once instead of at its next poll.
 func (s *Store) NotifyChannel() string { return notifyChannel(s.cfg.Table) }
 
@@ -265,32 +268,47 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	now := s.t(s.now())
 	args := addArgs{key: key, now: now, id: m.ID, destination: m.Destination, headers: headers, body: m.Body,
 		cause: nullString(cut(m.CauseEventID, MaxIDLength)), correlation: nullString(cut(m.CorrelationID, MaxIDLength))}
-	for _, st := range s.addStatements(m.Key == "") {
+	add := s.q.add
+	if m.Key == "" {
+		add = s.q.addOwn
+	}
+	for _, st := range add {
 		if _, err := tx.ExecContext(ctx, st.sql, st.args(args)...); err != nil {
 			return "", fmt.Errorf("outbox: add message %s to %s: %w", m.ID, m.Destination, err)
 		}
 	}
+	s.notifySoon()
 	return m.ID, nil
 }
 
-// addStatements are Add's statements for a message with a key or without
-// one (own): with a NOTIFY when the store notifies and its last
-// notification is NotifyInterval old.
-func (s *Store) addStatements(own bool) []stmt {
-	add, notify := s.q.add, s.q.addNotify
-	if own {
-		add, notify = s.q.addOwn, s.q.addOwnNotify
-	}
-	if notify == nil {
-		return add
+// notifySoon wakes the relays (a NOTIFY on NotifyChannel) a moment after
+// an Add, at most every NotifyInterval, in a statement of its own on the
+// store's pool rather than in the caller's transaction: a PostgreSQL
+// commit that notifies takes a database-wide lock through its WAL flush,
+// which the writers' commits then queue for. The notification may arrive
+// before the Add's commit: a woken relay keeps looking every
+// BusyPollInterval for a while and finds the message then. A notification
+// that fails is dropped (the relays poll).
+func (s *Store) notifySoon() {
+	if s.q.notify == "" {
+		return
 	}
 	now := time.Now().UnixNano()
 	last := s.lastNotify.Load()
 	if now-last < int64(s.cfg.NotifyInterval) || !s.lastNotify.CompareAndSwap(last, now) {
-		return add
+		return
 	}
-	return notify
+	time.AfterFunc(notifyDelay, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _ = s.db.ExecContext(ctx, s.q.notify)
+	})
 }
+
+// notifyDelay is how long after an Add its notification is sent: most
+// Adds' transactions commit within it, so that the relay, once woken,
+// finds the message at its first look.
+const notifyDelay = 2 * time.Millisecond
 
 func (m Message) validate() error {
 	bad := func(format string, args ...any) error {

@@ -138,12 +138,13 @@ type RelayConfig struct {
 	// Defaults to 250ms.
 	PollInterval time.Duration
 	// Wake, if set, wakes an idle relay at once: a PostgreSQL LISTEN on
-	// Store.NotifyChannel (driver/postgres.Listen) delivers Add's commits
-	// there.
+	// Store.NotifyChannel (driver/postgres.Listen) delivers the
+	// notifications that follow Adds there.
 	Wake <-chan struct{}
 	// BusyPollInterval is how often a relay looks for messages during the
 	// 100ms after a wake-up or a claim that found some, so that it finds at
-	// once the messages whose Add did not notify (Config.NotifyInterval).
+	// once the messages whose Add did not notify (Config.NotifyInterval),
+	// or whose commit came after the notification.
 	// Defaults to 10ms.
 	BusyPollInterval time.Duration
 	// Observer, if set, watches every send.
@@ -316,21 +317,32 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() == nil {
 			r.dbResult(err)
 		}
-		for i := len(keys); i < n; i++ {
+		groups := slotGroups(keys)
+		for i := len(groups); i < n; i++ {
 			slots <- struct{}{}
 		}
 		if len(keys) > 0 {
 			r.busyUntil = r.now().Add(busyWindow)
 		}
-		for _, k := range keys {
+		for _, g := range groups {
 			wg.Add(1)
-			go func(k claimed) {
+			go func(g []claimed) {
 				defer wg.Done()
-				results <- r.sendKey(work, ctx, k)
+				// The keys of a group are keyless messages, ordered with
+				// nothing: sent at once, their confirms awaited together.
+				var sends sync.WaitGroup
+				for _, k := range g {
+					sends.Add(1)
+					go func(k claimed) {
+						defer sends.Done()
+						results <- r.sendKey(work, ctx, k)
+					}(k)
+				}
+				sends.Wait()
 				slots <- struct{}{}
-			}(k)
+			}(g)
 		}
-		if len(keys) < n {
+		if len(groups) < n {
 			r.idle(ctx, more)
 		}
 	}
@@ -338,6 +350,38 @@ func (r *Relay) Run(ctx context.Context) error {
 	close(results)
 	<-recorded
 	return nil
+}
+
+// KeylessPerSlot is how many keyless messages one of a relay's
+// Concurrency slots sends at once: they are ordered with nothing, so a
+// relay has up to Concurrency keys, or KeylessPerSlot x Concurrency
+// keyless messages, in flight, and a claim takes up to that many.
+const KeylessPerSlot = 4
+
+// slotGroups puts claimed keys into the slots they take: a key of its
+// own, keyless messages' own rows up to KeylessPerSlot together.
+func slotGroups(keys []claimed) [][]claimed {
+	var groups [][]claimed
+	var own []claimed
+	for _, k := range keys {
+		if !k.own {
+			groups = append(groups, []claimed{k})
+			continue
+		}
+		own = append(own, k)
+		if len(own) == KeylessPerSlot {
+			groups, own = append(groups, own), nil
+		}
+	}
+	if len(own) > 0 {
+		groups = append(groups, own)
+	}
+	return groups
+}
+
+// slotsTaken is how many slots keys and own rows take.
+func slotsTaken(keys, own int) int {
+	return keys + (own+KeylessPerSlot-1)/KeylessPerSlot
 }
 
 // gather takes up to max more free slots: those free now, and while fewer
@@ -422,7 +466,7 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 		if ownFirst {
 			q = s.q.claimRead[1]
 		}
-		if err := c.query(ctx, s.db, q, token, s.t(until), s.t(now), n, r.cfg.PerKey); err != nil {
+		if err := c.query(ctx, s.db, q, token, s.t(until), s.t(now), n, r.cfg.PerKey, KeylessPerSlot); err != nil {
 			return nil, fmt.Errorf("outbox: claim keys: %w", err)
 		}
 		return c.keys, nil
@@ -440,10 +484,10 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
 		for _, kind := range kinds {
-			if len(c.keys) == n {
+			if c.slots() >= n {
 				break
 			}
-			names, err := queryStrings(ctx, tx, kind.sel, s.t(now), n-len(c.keys))
+			names, err := queryStrings(ctx, tx, kind.sel, s.t(now), kind.limit(n-c.slots()))
 			if err != nil {
 				return nil, fmt.Errorf("outbox: claim keys: %w", err)
 			}
@@ -471,10 +515,10 @@ func (r *Relay) claim(ctx context.Context, n int) ([]claimed, error) {
 			kinds[0], kinds[1] = kinds[1], kinds[0]
 		}
 		for _, kind := range kinds {
-			if len(c.keys) == n {
+			if c.slots() >= n {
 				break
 			}
-			names, err := queryStrings(ctx, s.db, kind.sel, token, s.t(until), s.t(now), n-len(c.keys))
+			names, err := queryStrings(ctx, s.db, kind.sel, token, s.t(until), s.t(now), kind.limit(n-c.slots()))
 			if err != nil {
 				return c.keys, fmt.Errorf("outbox: claim keys: %w", err)
 			}
@@ -495,6 +539,14 @@ type claimKind struct {
 	perKey            bool // read takes PerKey before the names
 }
 
+// limit is how many keys of the kind fit in free slots.
+func (k claimKind) limit(free int) int {
+	if k.perKey {
+		return free
+	}
+	return free * KeylessPerSlot
+}
+
 func (k claimKind) readArgs(perKey int, names []string) []any {
 	if k.perKey {
 		return append([]any{perKey}, anys(names)...)
@@ -510,6 +562,17 @@ type claimRows struct {
 	leaseEnd time.Time
 	keys     []claimed
 	byKey    map[string]int
+}
+
+// slots is how many slots the keys claimed so far take.
+func (c *claimRows) slots() int {
+	own := 0
+	for _, k := range c.keys {
+		if k.own {
+			own++
+		}
+	}
+	return slotsTaken(len(c.keys)-own, own)
 }
 
 func (c *claimRows) query(ctx context.Context, q querier, query string, args ...any) error {
@@ -780,25 +843,24 @@ func (r *Relay) recordRetrying(ctx context.Context, batch []settled) {
 
 // record writes one batch in one transaction: confirmed messages SENT, a
 // failed one's attempt (PARKED after the last), and each key released with
-// its progress; a few statements for the whole batch.
+// its progress; a few statements for the whole batch. A batch that needs
+// one statement (keyless messages confirmed, where releaseOwnSent marks
+// and releases them at once) runs it without BEGIN and COMMIT: one
+// statement is atomic by itself.
 func (r *Relay) record(ctx context.Context, batch []settled) error {
 	s := r.s
 	sort.Slice(batch, func(i, j int) bool { return batch[i].key < batch[j].key })
-	tx, err := s.db.BeginTx(ctx, s.d.LockingTx())
-	if err != nil {
-		return fmt.Errorf("outbox: record sends: %w", err)
-	}
-	defer func() { _ = tx.Rollback() }()
 	now := s.t(r.now())
+	var stmts []recordStmt
 	var sent []string
 	for _, st := range batch {
-		sent = append(sent, st.sent...)
+		if !st.own || s.q.releaseOwnSent == nil {
+			sent = append(sent, st.sent...)
+		}
 	}
 	for len(sent) > 0 {
 		n := min(len(sent), maxInList)
-		if _, err := tx.ExecContext(ctx, s.q.markSent(n), append([]any{now, now}, anys(sent[:n])...)...); err != nil {
-			return fmt.Errorf("outbox: mark sent: %w", err)
-		}
+		stmts = append(stmts, recordStmt{"mark sent", s.q.markSent(n), append([]any{now, now}, anys(sent[:n])...)})
 		sent = sent[n:]
 	}
 	for _, st := range batch {
@@ -809,9 +871,7 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 		if st.park {
 			status = StatusParked
 		}
-		if _, err := tx.ExecContext(ctx, s.q.markFail, string(status), st.failErr, now, st.failed.ID); err != nil {
-			return fmt.Errorf("outbox: record failed send: %w", err)
-		}
+		stmts = append(stmts, recordStmt{"record failed send", s.q.markFail, []any{string(status), st.failErr, now, st.failed.ID}})
 	}
 	var keys, owns []settled
 	for _, st := range batch {
@@ -821,30 +881,63 @@ func (r *Relay) record(ctx context.Context, batch []settled) error {
 			keys = append(keys, st)
 		}
 	}
-	for _, kind := range []struct {
-		rest    []settled
-		release func(int) string
-	}{{keys, s.q.release}, {owns, s.q.releaseOwn}} {
-		for rest := kind.rest; len(rest) > 0; {
-			n := min(len(rest), maxInList/4)
-			args := make([]any, 0, 4*n)
+	release := func(rest []settled, sql func(int) string, per int, row func(settled) []any) {
+		for len(rest) > 0 {
+			n := min(len(rest), maxInList/per)
+			args := make([]any, 0, per*n)
 			for _, st := range rest[:n] {
-				var next any
-				if st.next != nil {
-					next = s.t(*st.next)
-				}
-				args = append(args, st.key, st.done, next, st.token)
+				args = append(args, row(st)...)
 			}
-			if _, err := tx.ExecContext(ctx, kind.release(n), args...); err != nil {
-				return fmt.Errorf("outbox: release keys: %w", err)
-			}
+			stmts = append(stmts, recordStmt{"release keys", sql(n), args})
 			rest = rest[n:]
+		}
+	}
+	keyRow := func(st settled) []any {
+		var next any
+		if st.next != nil {
+			next = s.t(*st.next)
+		}
+		return []any{st.key, st.done, next, st.token}
+	}
+	release(keys, s.q.release, 4, keyRow)
+	if s.q.releaseOwnSent != nil {
+		release(owns, s.q.releaseOwnSent, 6, func(st settled) []any {
+			sent := 0
+			if len(st.sent) > 0 {
+				sent = 1
+			}
+			return append(keyRow(st), sent, now)
+		})
+	} else {
+		release(owns, s.q.releaseOwn, 4, keyRow)
+	}
+	if len(stmts) == 1 {
+		if _, err := s.db.ExecContext(ctx, stmts[0].sql, stmts[0].args...); err != nil {
+			return fmt.Errorf("outbox: %s: %w", stmts[0].what, err)
+		}
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, s.d.LockingTx())
+	if err != nil {
+		return fmt.Errorf("outbox: record sends: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, st := range stmts {
+		if _, err := tx.ExecContext(ctx, st.sql, st.args...); err != nil {
+			return fmt.Errorf("outbox: %s: %w", st.what, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: record sends: commit: %w", err)
 	}
 	return nil
+}
+
+// recordStmt is one statement of record.
+type recordStmt struct {
+	what string
+	sql  string
+	args []any
 }
 
 // dbResult follows the database's state from the relay's statements and

@@ -442,3 +442,59 @@ func TestDrainSendsWhatIsDueAndSaysWhenMoreIs(t *testing.T) {
 		})
 	}
 }
+
+// TestSeveralRelaysSendKeylessMessagesOnce: keyless messages, several to a
+// relay's slot (outbox.KeylessPerSlot) and more than one claim holds,
+// beside keyed ones, with three relays: each message is sent once (no relay
+// died, no lease ended), marked SENT after one attempt with its send time,
+// and settled: no row is left due or leased.
+func TestSeveralRelaysSendKeylessMessagesOnce(t *testing.T) {
+	for _, backend := range dbtest.All {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			st, db := setup(t, backend)
+			ctx := context.Background()
+			const keyless, keyed = 150, 30
+			var ms []outbox.Message
+			for i := 0; i < keyless; i++ {
+				ms = append(ms, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint("keyless ", i))})
+				if i < keyed {
+					ms = append(ms, outbox.Message{Destination: "q", Key: fmt.Sprintf("K%d", i%3), Body: []byte(fmt.Sprint(i))})
+				}
+			}
+			add(t, ctx, st, ms...)
+			dst := &recorder{}
+			var relays []*outbox.Relay
+			for i := 0; i < 3; i++ {
+				other, err := outbox.New(db.Open(t), st.Dialect(), outbox.Config{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				relays = append(relays, newRelay(t, other, outbox.RelayConfig{SendFunc: dst.send, Concurrency: 3, PerKey: 2}))
+			}
+			runRelays(t, func() bool { return countStatus(t, st, outbox.StatusSent) == keyless+keyed }, relays...)
+			seen := map[string]bool{}
+			for _, m := range dst.sent() {
+				if seen[m.ID] {
+					t.Errorf("message %s (%s) sent twice", m.ID, m.Body)
+				}
+				seen[m.ID] = true
+			}
+			if len(seen) != keyless+keyed {
+				t.Errorf("%d distinct messages sent, want %d", len(seen), keyless+keyed)
+			}
+			for _, row := range list(t, st, outbox.ListOptions{Statuses: all}) {
+				if row.Status != outbox.StatusSent || row.Attempts != 1 || row.SentAt == nil {
+					t.Errorf("row %+v: want SENT after 1 attempt, with a send time", row)
+				}
+			}
+			var due int
+			if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM `+st.Table()+` WHERE NEXT_AT IS NOT NULL OR LEASE_OWNER IS NOT NULL`).Scan(&due); err != nil {
+				t.Fatal(err)
+			}
+			if due != 0 {
+				t.Errorf("%d sent keyless rows still due or leased, want 0", due)
+			}
+		})
+	}
+}

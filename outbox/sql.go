@@ -41,17 +41,13 @@ type addArgs struct {
 // six. Keyless messages written before step 2 keep their key rows.
 type queries struct {
 	add []stmt
-	// addNotify is add with a NOTIFY of the relays at commit (PostgreSQL;
-	// nil elsewhere or with Config.NoNotify).
-	addNotify []stmt
-	// addOwn and addOwnNotify are add and addNotify for a message without
-	// a key.
-	addOwn, addOwnNotify []stmt
-	// claimRead (PostgreSQL) claims up to ?4 due keys, key rows and
-	// keyless messages' own rows together, and reads up to ?5 messages of
-	// each key after DONE_SEQ, in one statement; [0] takes key rows
-	// first, [1] own rows first (a relay alternates, so neither kind waits
-	// for the other to run out).
+	// addOwn is add for a message without a key.
+	addOwn []stmt
+	// claimRead (PostgreSQL) claims due keys for up to ?4 slots, key rows
+	// and keyless messages' own rows together (?6 own rows to a slot), and
+	// reads up to ?5 messages of each key after DONE_SEQ, in one
+	// statement; [0] takes key rows first, [1] own rows first (a relay
+	// alternates, so neither kind waits for the other to run out).
 	claimRead [2]string
 	// claim claims up to ?4 due keys (SQLite: UPDATE ... RETURNING);
 	// claimSelect + claimUpdate do it in a transaction (MySQL); claimOwn,
@@ -61,8 +57,8 @@ type queries struct {
 	// readRows reads the next messages of the keys of an IN list (@keys);
 	// readOwn the messages of own rows by MESSAGE_ID.
 	readRows, readOwn string
-	// notify wakes the relays at commit (PostgreSQL; "" elsewhere or with
-	// Config.NoNotify).
+	// notify wakes the relays (PostgreSQL; "" elsewhere or with
+	// Config.NoNotify): at the commit of the transaction it runs in.
 	notify string
 	// nextDue is when the next key is due.
 	nextDue string
@@ -74,6 +70,14 @@ type queries struct {
 	// when messages remain, claim token); releaseOwn(n) the same for own
 	// rows (DONE_SEQ 1: settled).
 	release, releaseOwn func(n int) string
+	// releaseOwnSent(n) is releaseOwn whose rows also say whether the
+	// message was confirmed (sent 1): it marks such a PENDING message SENT
+	// in the same update, also when its lease is no longer the claim's
+	// (the confirm counts; the row is released only by its claim), so a
+	// keyless message is updated twice in all (claim, settle) instead of
+	// three times. Nil on MySQL, whose multi-table UPDATE assigns in no
+	// fixed order (its SET expressions could read the new LEASE_OWNER).
+	releaseOwnSent func(n int) string
 }
 
 // maxInList bounds the values of one statement's IN or VALUES list.
@@ -104,30 +108,21 @@ func buildQueries(d inbox.Dialect, table string, notify bool) queries {
 	}
 	switch d.Name() {
 	case "postgres":
-		add := func(final string) []stmt {
-			return []stmt{{
-				sql: r(`WITH k AS (INSERT INTO {k} AS k (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES (?, 1, 0, CAST(? AS TIMESTAMP))
+		q.add = []stmt{{
+			sql: r(`WITH k AS (INSERT INTO {k} AS k (MSG_KEY, LAST_SEQ, DONE_SEQ, NEXT_AT) VALUES (?, 1, 0, CAST(? AS TIMESTAMP))
 ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = k.LAST_SEQ + 1, NEXT_AT = CASE WHEN k.LAST_SEQ = k.DONE_SEQ THEN EXCLUDED.NEXT_AT ELSE k.NEXT_AT END
-RETURNING LAST_SEQ),
-m AS (` + insertRow + ` SELECT ?, ?, k.LAST_SEQ, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP) FROM k RETURNING 1)
-` + final),
-				args: func(a addArgs) []any {
-					return []any{a.key, a.now, a.id, a.key, a.destination, a.headers, a.body, a.cause, a.correlation, a.now}
-				},
-			}}
-		}
-		q.add = add(`SELECT 1 FROM m`)
-		own := func(final string) []stmt {
-			return []stmt{{
-				sql:  r(`WITH m AS (` + insertOwn + ` VALUES (?, ?, 0, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP)) RETURNING 1) ` + final),
-				args: ownArgs,
-			}}
-		}
-		q.addOwn = own(`SELECT 1 FROM m`)
+RETURNING LAST_SEQ)
+` + insertRow + ` SELECT ?, ?, k.LAST_SEQ, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP) FROM k`),
+			args: func(a addArgs) []any {
+				return []any{a.key, a.now, a.id, a.key, a.destination, a.headers, a.body, a.cause, a.correlation, a.now}
+			},
+		}}
+		q.addOwn = []stmt{{
+			sql:  r(insertOwn + ` VALUES (?, ?, 0, ?, ?, ?, ?, ?, 'PENDING', 0, CAST(? AS TIMESTAMP), CAST(? AS TIMESTAMP))`),
+			args: ownArgs,
+		}}
 		if notify {
 			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
-			q.addNotify = add(q.notify + ` FROM m`)
-			q.addOwnNotify = own(q.notify + ` FROM m`)
 		}
 		// Both kinds are claimed together, up to ?4 in all: the first
 		// kind up to ?4, the second what is left. = ANY(ARRAY(...)) makes
@@ -148,8 +143,8 @@ RETURNING ` + strings.ReplaceAll(rowCols, "o.", "")
 SELECT 0, c.MSG_KEY, c.DONE_SEQ, ` + rowCols + ` FROM c LEFT JOIN {t} o ON o.MSG_KEY = c.MSG_KEY AND o.SEQ > c.DONE_SEQ AND o.SEQ <= c.DONE_SEQ + $5
 UNION ALL SELECT ` + ownCols + ` FROM w o
 ORDER BY 2, 6`
-		q.claimRead[0] = r(`WITH c AS (` + keys("$4") + `), w AS (` + owns("$4 - (SELECT COUNT(*) FROM c)") + `)` + read)
-		q.claimRead[1] = r(`WITH w AS (` + owns("$4") + `), c AS (` + keys("$4 - (SELECT COUNT(*) FROM w)") + `)` + read)
+		q.claimRead[0] = r(`WITH c AS (` + keys("CAST($4 AS BIGINT)") + `), w AS (` + owns("(CAST($4 AS BIGINT) - (SELECT COUNT(*) FROM c)) * CAST($6 AS BIGINT)") + `)` + read)
+		q.claimRead[1] = r(`WITH w AS (` + owns("CAST($4 AS BIGINT) * CAST($6 AS BIGINT)") + `), c AS (` + keys("CAST($4 AS BIGINT) - (SELECT (COUNT(*) + CAST($6 AS BIGINT) - 1) / CAST($6 AS BIGINT) FROM w)") + `)` + read)
 	case "mysql":
 		q.add = []stmt{
 			{
@@ -201,7 +196,7 @@ WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
 	// An own row is released by its MESSAGE_ID, and settled (NEXT_AT
 	// NULL) once its message is (done 1).
 	nextOwn := "CASE WHEN v.done > 0 THEN NULL ELSE v.next END"
-	var release, releaseOwn string
+	var release, releaseOwn, releaseOwnSent string
 	switch d.Name() {
 	case "mysql":
 		release = `UPDATE {k} JOIN (@rows) v ON {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token SET {k}.NEXT_AT = ` + next + `, {k}.DONE_SEQ = v.done, {k}.LEASE_OWNER = NULL`
@@ -209,12 +204,27 @@ WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
 	default:
 		release = `UPDATE {k} SET NEXT_AT = ` + next + `, DONE_SEQ = v.done, LEASE_OWNER = NULL FROM (@rows) v WHERE {k}.MSG_KEY = v.k AND {k}.LEASE_OWNER = v.token`
 		releaseOwn = `UPDATE {t} SET NEXT_AT = ` + nextOwn + `, LEASE_OWNER = NULL FROM (@rows) v WHERE {t}.MESSAGE_ID = v.k AND {t}.LEASE_OWNER = v.token`
+		// Every SET expression reads the row as it was (SQL's rule, which
+		// PostgreSQL and SQLite keep).
+		sent := "v.sent = 1 AND {t}.STATUS = 'PENDING'"
+		mine := "{t}.LEASE_OWNER = v.token"
+		releaseOwnSent = `UPDATE {t} SET STATUS = CASE WHEN ` + sent + ` THEN 'SENT' ELSE {t}.STATUS END,
+ATTEMPTS = CASE WHEN ` + sent + ` THEN {t}.ATTEMPTS + 1 ELSE {t}.ATTEMPTS END,
+SENT_AT = CASE WHEN ` + sent + ` THEN v.at ELSE {t}.SENT_AT END,
+UPDATED_AT = CASE WHEN ` + sent + ` THEN v.at ELSE {t}.UPDATED_AT END,
+NEXT_AT = CASE WHEN ` + mine + ` THEN ` + nextOwn + ` ELSE {t}.NEXT_AT END,
+LEASE_OWNER = CASE WHEN ` + mine + ` THEN NULL ELSE {t}.LEASE_OWNER END
+FROM (@rows) v WHERE {t}.MESSAGE_ID = v.k`
 	}
 	names := strings.NewReplacer("{t}", table, "{k}", k)
-	release, releaseOwn = names.Replace(release), names.Replace(releaseOwn)
+	release, releaseOwn, releaseOwnSent = names.Replace(release), names.Replace(releaseOwn), names.Replace(releaseOwnSent)
 	row := "SELECT ? AS k, " + cast(d, "?", "BIGINT") + " AS done, " + cast(d, "?", "TIMESTAMP") + " AS next, ? AS token"
 	q.release = func(n int) string { return placeholdersFrom(d, release, "@rows", 1, n, 4, row) }
 	q.releaseOwn = func(n int) string { return placeholdersFrom(d, releaseOwn, "@rows", 1, n, 4, row) }
+	if releaseOwnSent != "" {
+		rowSent := row + ", " + cast(d, "?", "INTEGER") + " AS sent, " + cast(d, "?", "TIMESTAMP") + " AS at"
+		q.releaseOwnSent = func(n int) string { return placeholdersFrom(d, releaseOwnSent, "@rows", 1, n, 6, rowSent) }
+	}
 	return q
 }
 
