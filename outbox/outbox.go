@@ -290,7 +290,7 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 // BusyPollInterval for a while and finds the message then. A notification
 // that fails is dropped (the relays poll).
 func (s *Store) notifySoon() {
-	if s.q.notify == "" {
+	if s.q.notifyAlone == "" {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -301,7 +301,7 @@ func (s *Store) notifySoon() {
 	time.AfterFunc(notifyDelay, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, _ = s.db.ExecContext(ctx, s.q.notify)
+		_, _ = s.db.ExecContext(ctx, s.q.notifyAlone)
 	})
 }
 

@@ -60,6 +60,12 @@ type queries struct {
 	// notify wakes the relays (PostgreSQL; "" elsewhere or with
 	// Config.NoNotify): at the commit of the transaction it runs in.
 	notify string
+	// notifyAlone is notify as a statement of its own (autocommit), whose
+	// commit does not wait for its WAL flush (synchronous_commit off for
+	// that transaction only): it records nothing that must survive a
+	// crash, and a NOTIFY gives its transaction an id, so each would
+	// otherwise cost a flush of its own beside the writers'.
+	notifyAlone string
 	// nextDue is when the next key is due.
 	nextDue string
 	// markSent(n) marks n messages SENT by id: ?1 SENT_AT, ?2 UPDATED_AT,
@@ -123,6 +129,7 @@ RETURNING LAST_SEQ)
 		}}
 		if notify {
 			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
+			q.notifyAlone = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + notifyChannel(table) + `', '')`
 		}
 		// Both kinds are claimed together, up to ?4 in all: the first
 		// kind up to ?4, the second what is left. = ANY(ARRAY(...)) makes
