@@ -203,8 +203,8 @@ func deleteStream(t *testing.T, name string) {
 	}
 }
 
-// TestListenWakesTheRelay: on PostgreSQL Add notifies with its commit, and
-// a relay that polls once an hour sends the message at once; of a burst of
+// TestListenWakesTheRelay: on PostgreSQL a NOTIFY follows Add, and a
+// relay that polls once an hour sends the message at once; of a burst of
 // Adds only some notify (Config.NotifyInterval), and the relay still sends
 // them all.
 func TestListenWakesTheRelay(t *testing.T) {

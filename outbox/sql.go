@@ -81,8 +81,10 @@ type queries struct {
 	// in the same update, also when its lease is no longer the claim's
 	// (the confirm counts; the row is released only by its claim), so a
 	// keyless message is updated twice in all (claim, settle) instead of
-	// three times. Nil on MySQL, whose multi-table UPDATE assigns in no
-	// fixed order (its SET expressions could read the new LEASE_OWNER).
+	// three times; a row neither confirmed nor held by the claim is left
+	// alone, as releaseOwn leaves it. Nil on MySQL, whose multi-table
+	// UPDATE assigns in no fixed order (its SET expressions could read the
+	// new LEASE_OWNER).
 	releaseOwnSent func(n int) string
 }
 
@@ -221,7 +223,7 @@ SENT_AT = CASE WHEN ` + sent + ` THEN v.at ELSE {t}.SENT_AT END,
 UPDATED_AT = CASE WHEN ` + sent + ` THEN v.at ELSE {t}.UPDATED_AT END,
 NEXT_AT = CASE WHEN ` + mine + ` THEN ` + nextOwn + ` ELSE {t}.NEXT_AT END,
 LEASE_OWNER = CASE WHEN ` + mine + ` THEN NULL ELSE {t}.LEASE_OWNER END
-FROM (@rows) v WHERE {t}.MESSAGE_ID = v.k`
+FROM (@rows) v WHERE {t}.MESSAGE_ID = v.k AND (` + mine + ` OR v.sent = 1)`
 	}
 	names := strings.NewReplacer("{t}", table, "{k}", k)
 	release, releaseOwn, releaseOwnSent = names.Replace(release), names.Replace(releaseOwn), names.Replace(releaseOwnSent)
