@@ -33,6 +33,8 @@ type schema struct {
 	Name string
 	DSN  string // base DSN with search_path set to the schema
 	DB   *sql.DB
+	// dropFunc, when set, drops it instead (a MariaDB database).
+	dropFunc func()
 }
 
 // newSchema creates schema name unless it exists (then it is reused) and
@@ -59,6 +61,10 @@ func newSchema(ctx context.Context, admin *sql.DB, base, name string, conns int)
 
 func (s *schema) drop(admin *sql.DB) {
 	s.DB.Close()
+	if s.dropFunc != nil {
+		s.dropFunc()
+		return
+	}
 	_, _ = admin.Exec("DROP SCHEMA " + s.Name + " CASCADE")
 }
 

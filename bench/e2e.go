@@ -12,11 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/inboxkit/inboxkit"
-	"github.com/inboxkit/inboxkit/broker/rabbitmq"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -26,7 +22,9 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // e2eRun is one contender consuming one loaded queue.
 type e2eRun struct {
-	AMQP     string
+	AMQP     string // RabbitMQ URL (Watermill)
+	Broker   e2eBroker
+	DB       dbKind
 	Queue    string
 	Schema   *schema
 	Handlers int
@@ -98,14 +96,11 @@ func decodeInvoice(body []byte) (invoice, error) {
 // rabbitmq adapter as source and dead-letter publisher, and a handler
 // writing one letter.
 func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
-	store, err := inbox.New(r.Schema.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	store, err := openStore(ctx, r.Schema, r.DB, inbox.Config{ClassifyFunc: classify.Of})
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := store.Migrate(ctx); err != nil {
-		return nil, 0, err
-	}
-	src, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: r.AMQP, Queue: r.Queue, Prefetch: r.Prefetch, Logger: quiet})
+	src, err := r.Broker.adapter(ctx, r.Queue, r.Prefetch)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -119,7 +114,7 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			if err != nil {
 				return classify.Poison("MALFORMED_PAYLOAD", err)
 			}
-			_, err = tx.ExecContext(ctx, insertLetter, m.ID, inv.InvoiceNo, inv.CustomerNo)
+			_, err = tx.ExecContext(ctx, r.DB.insertLetter, m.ID, inv.InvoiceNo, inv.CustomerNo)
 			return err
 		},
 		Observer: consumer.ObserveSettled(func(s consumer.Settled) {
@@ -159,61 +154,42 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 const rawInbox = `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS)
 VALUES ($1, 'shipping-letters', 'PROCESSED', $2, now(), now(), now(), 1)`
 
-// runRaw is the hand-written twin: amqp091 and database/sql, no library:
-// per delivery BEGIN, INSERT the inbox row (a duplicate key means a
-// resend: ROLLBACK, ack), INSERT the letter, COMMIT, ack. No attempt
-// counting, no classification, no dead letters: the floor a library adds
-// its cost to.
+// runRaw is the hand-written twin: the broker's client and database/sql,
+// no library: per delivery BEGIN, INSERT the inbox row (a duplicate key
+// means a resend: ROLLBACK, ack), INSERT the letter, COMMIT, ack. No
+// attempt counting, no classification, no dead letters: the floor a
+// library adds its cost to.
 func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	// The same table as inboxkit's, so the index work is the same.
-	store, err := inbox.New(r.Schema.DB, inbox.Postgres, inbox.Config{})
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := store.Migrate(ctx); err != nil {
-		return nil, 0, err
-	}
-	conn, err := amqp.Dial(r.AMQP)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := ch.Qos(r.Prefetch, 0, false); err != nil {
+	if _, err := openStore(ctx, r.Schema, r.DB, inbox.Config{}); err != nil {
 		return nil, 0, err
 	}
 	t := newTally(r.Expect)
 	began := time.Now()
-	deliveries, err := ch.ConsumeWithContext(ctx, r.Queue, "", false, false, false, false, nil)
+	deliveries, stopConsuming, err := r.Broker.raw(ctx, r.Queue, r.Prefetch)
 	if err != nil {
 		return nil, 0, err
 	}
 	db := r.Schema.DB
-	handle := func(d amqp.Delivery) error {
-		id, _ := d.Headers["eventId"].(string)
-		corr, _ := d.Headers["correlationId"].(string)
-		inv, err := decodeInvoice(d.Body)
-		if err != nil || id == "" {
+	handle := func(d rawMsg) error {
+		inv, err := decodeInvoice(d.body)
+		if err != nil || d.id == "" {
 			t.add(&t.other)
-			return d.Nack(false, false)
+			return d.nack(false)
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, rawInbox, id, corr); err != nil {
+		if _, err := tx.ExecContext(ctx, r.DB.rawInbox, d.id, d.corr); err != nil {
 			_ = tx.Rollback()
-			var pg *pgconn.PgError
-			if errors.As(err, &pg) && pg.Code == "23505" {
+			if r.DB.isDuplicate(err) {
 				t.add(&t.duplicates)
-				return d.Ack(false)
+				return d.ack()
 			}
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertLetter, id, inv.InvoiceNo, inv.CustomerNo); err != nil {
+		if _, err := tx.ExecContext(ctx, r.DB.insertLetter, d.id, inv.InvoiceNo, inv.CustomerNo); err != nil {
 			_ = tx.Rollback()
 			return err
 		}
@@ -221,7 +197,7 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			return err
 		}
 		t.add(&t.processed)
-		return d.Ack(false)
+		return d.ack()
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, r.Handlers)
@@ -232,7 +208,7 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			for d := range deliveries {
 				if err := handle(d); err != nil {
 					t.add(&t.other)
-					_ = d.Nack(false, true)
+					_ = d.nack(true)
 					select {
 					case errs <- err:
 					default:
@@ -243,7 +219,7 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	}
 	werr := t.wait(ctx, 30*time.Second)
 	elapsed := time.Duration(t.last.Load() - began.UnixNano())
-	ch.Close()
+	stopConsuming()
 	wg.Wait()
 	if werr != nil {
 		select {

@@ -5,15 +5,12 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
@@ -97,7 +94,7 @@ VALUES ($1, 'bench', 'PROCESSED', $2, now(), now(), now(), 1, $3)`
 
 // rawNew is the raw database/sql twin of a new message: BEGIN, the inbox
 // row, one letter, COMMIT.
-func rawNew(db *sql.DB) op {
+func rawNew(k dbKind, db *sql.DB) op {
 	return func(ctx context.Context, _ int) error {
 		id := newID()
 		tx, err := db.BeginTx(ctx, nil)
@@ -105,10 +102,10 @@ func rawNew(db *sql.DB) op {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // no-op after Commit
-		if _, err := tx.ExecContext(ctx, rawNewSQL, id, "corr", id); err != nil {
+		if _, err := tx.ExecContext(ctx, k.rawNew, id, "corr", id); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertLetter, id, "I-1", "C-1"); err != nil {
+		if _, err := tx.ExecContext(ctx, k.insertLetter, id, "I-1", "C-1"); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -117,7 +114,7 @@ func rawNew(db *sql.DB) op {
 
 // rawDuplicate is the raw twin of a resend: BEGIN, the inbox INSERT fails
 // on the primary key, ROLLBACK.
-func rawDuplicate(db *sql.DB, ids []string) op {
+func rawDuplicate(k dbKind, db *sql.DB, ids []string) op {
 	return func(ctx context.Context, w int) error {
 		id := ids[mrand.IntN(len(ids))]
 		tx, err := db.BeginTx(ctx, nil)
@@ -125,18 +122,20 @@ func rawDuplicate(db *sql.DB, ids []string) op {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // the point
-		_, err = tx.ExecContext(ctx, rawNewSQL, id, "corr", id)
-		var pg *pgconn.PgError
-		if errors.As(err, &pg) && pg.Code == "23505" {
+		_, err = tx.ExecContext(ctx, k.rawNew, id, "corr", id)
+		if k.isDuplicate(err) {
 			return nil
 		}
 		return fmt.Errorf("raw duplicate %s: expected a duplicate key, got %v", id, err)
 	}
 }
 
-func letterHandler(id string) inbox.Handler {
+func letterHandler(id string) inbox.Handler { return letterIn(insertLetter, id) }
+
+// letterIn is letterHandler with the letter's INSERT of a dialect.
+func letterIn(insert, id string) inbox.Handler {
 	return func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, insertLetter, id, "I-1", "C-1")
+		_, err := tx.ExecContext(ctx, insert, id, "I-1", "C-1")
 		return err
 	}
 }
@@ -144,17 +143,19 @@ func letterHandler(id string) inbox.Handler {
 // processNew is Store.Process of a new message writing one letter, as a
 // delivery the broker does not vouch is its first (the attempt marker is
 // committed before the handler).
-func processNew(s *inbox.Store) op { return processNewAs(s, false) }
+func processNew(s *inbox.Store) op { return processNewAs(s, insertLetter, false) }
 
 // processFirst is processNew for a broker's first delivery
 // (Entry.FirstDelivery, as the consumer runtime sets it from the adapters):
 // no marker.
-func processFirst(s *inbox.Store) op { return processNewAs(s, true) }
+func processFirst(s *inbox.Store) op { return processNewAs(s, insertLetter, true) }
 
-func processNewAs(s *inbox.Store, first bool) op {
+// processNewAs is processNew (first false) or processFirst writing the
+// letter with insert.
+func processNewAs(s *inbox.Store, insert string, first bool) op {
 	return func(ctx context.Context, _ int) error {
 		id := newID()
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterHandler(id))
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
 		if err != nil {
 			return err
 		}
@@ -167,10 +168,10 @@ func processNewAs(s *inbox.Store, first bool) op {
 
 // processDuplicate is Store.Process of a resend of a processed event: a
 // producer's resend is a new broker message, so a first delivery.
-func processDuplicate(s *inbox.Store, ids []string) op {
+func processDuplicate(s *inbox.Store, insert string, ids []string) op {
 	return func(ctx context.Context, _ int) error {
 		id := ids[mrand.IntN(len(ids))]
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, letterHandler(id))
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, letterIn(insert, id))
 		if err != nil {
 			return err
 		}

@@ -43,7 +43,13 @@
 //	         preloaded; beside them the same transactions by a loop with
 //	         no broker at the same total concurrency. Run only when named.
 //
-// Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp).
+// e2e runs on -broker rabbitmq (the default) or stomp (ActiveMQ at -stomp),
+// and e2e and library on -db postgres (the default) or mysql (MariaDB at
+// -mysql, a database per measurement). Watermill's row is there on
+// RabbitMQ with PostgreSQL; elsewhere the raw twin is the comparison.
+//
+// Needs PostgreSQL (-dsn, INBOXKIT_TEST_POSTGRES) and RabbitMQ (-amqp),
+// or the broker and database named.
 // Figures are ratios within one run: the machine's load moves the rest.
 package main
 
@@ -55,16 +61,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 type options struct {
 	amqp, dsn         string
+	broker, stompAddr string
+	db                dbKind
+	mysqlDSN          string
 	n                 int
 	dup               float64
 	seed              uint64
@@ -98,6 +106,11 @@ func main() {
 	var o options
 	var handlers, concs, procs, sections string
 	flag.StringVar(&o.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	var dbName string
+	flag.StringVar(&o.broker, "broker", "rabbitmq", "e2e: broker (rabbitmq, or stomp: ActiveMQ at -stomp)")
+	flag.StringVar(&o.stompAddr, "stomp", envOr("INBOXKIT_STOMP_ADDR", "127.0.0.1:61613"), "e2e -broker stomp: ActiveMQ's STOMP address (scripts/activemq start)")
+	flag.StringVar(&dbName, "db", "postgres", "e2e, library: database (postgres, or mysql: MariaDB at -mysql)")
+	flag.StringVar(&o.mysqlDSN, "mysql", envOr("INBOXKIT_TEST_MYSQL", "root@tcp(127.0.0.1:3306)/"), "-db mysql: MariaDB DSN of go-sql-driver/mysql (a database per measurement is created and dropped)")
 	flag.StringVar(&o.dsn, "dsn", envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN (a schema per measurement is created and dropped)")
 	flag.IntVar(&o.n, "n", 20000, "e2e: messages per consumer run, resends included")
 	flag.Float64Var(&o.dup, "dup", 0.2, "e2e: share of producer resends")
@@ -126,6 +139,7 @@ func main() {
 	flag.IntVar(&o.scaleConc, "procs-c", 2, "scaleout: --concurrency of each inboxctl run process")
 	flag.StringVar(&o.inboxctl, "inboxctl", "", "scaleout: inboxctl binary (default: built from ../cmd/inboxctl)")
 	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox,outbox-peer", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
 	var err error
 	if o.handlers, err = ints(handlers); err != nil {
@@ -140,8 +154,22 @@ func main() {
 	if o.sections, err = parseSections(sections); err != nil {
 		fail(err)
 	}
+	if o.db, err = kindOf(dbName); err != nil {
+		fail(err)
+	}
 	o.out, o.log = os.Stdout, os.Stderr
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(context.Background(), o); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -240,17 +268,22 @@ type e2eResult struct {
 }
 
 func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
-	conn, err := amqp.Dial(o.amqp)
+	b, err := newBroker(o)
 	if err != nil {
-		return fmt.Errorf("RabbitMQ at -amqp does not answer: %w (start it: rabbitmq-server -detached)", err)
+		return err
 	}
-	defer conn.Close()
+	defer b.close()
 	p := newPlan(o.n, o.dup, o.seed)
-	contenders := []e2eContender{
-		{name: "watermill", run: runWatermill},
-		{name: "raw database/sql", run: runRaw},
-		{name: "inboxkit single", run: runInboxkit},
+	var contenders []e2eContender
+	if o.broker == "rabbitmq" && o.db.name == "postgres" {
+		// Watermill's peer of this path; on STOMP or MariaDB the raw twin
+		// is the comparison.
+		contenders = append(contenders, e2eContender{name: "watermill", run: runWatermill})
 	}
+	contenders = append(contenders,
+		e2eContender{name: "raw database/sql", run: runRaw},
+		e2eContender{name: "inboxkit single", run: runInboxkit},
+	)
 	if o.batch > 1 {
 		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit})
 	}
@@ -267,7 +300,7 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 				if r.err != nil {
 					continue
 				}
-				res, err := e2eOnce(ctx, admin, conn, o, p, h, c)
+				res, err := e2eOnce(ctx, admin, b, o, p, h, c)
 				fmt.Fprintf(o.log, "e2e round %d handlers %d %-18s %s\n", round, h, c.name, res.line(err))
 				if err != nil {
 					r.err = err
@@ -280,13 +313,16 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 			}
 		}
 	}
-	fmt.Fprintf(o.out, "\nEnd to end: RabbitMQ classic durable queue -> PostgreSQL, %d messages (%d distinct + %d producer resends), one shipping_letters row per event; median of %d round(s)\n\n",
-		o.n, p.Distinct, p.Resends, o.rounds)
+	fmt.Fprintf(o.out, "\nEnd to end: %s -> %s, %d messages (%d distinct + %d producer resends), one shipping_letters row per event; median of %d round(s)\n\n",
+		b.label(), o.db.label, o.n, p.Distinct, p.Resends, o.rounds)
 	tw := table(o.out)
 	fmt.Fprintf(tw, "handlers\tconsumer\tprefetch\tseconds\tmsgs/s\tvs watermill\tvs raw\tvs single\tprocessed\tduplicates\tone letter per event\t\n")
 	failed := false
 	for _, h := range o.handlers {
-		wm := median(results[key(h, "watermill")].rates)
+		var wm float64
+		if r := results[key(h, "watermill")]; r != nil {
+			wm = median(r.rates)
+		}
 		raw := median(results[key(h, "raw database/sql")].rates)
 		single := median(results[key(h, "inboxkit single")].rates)
 		for _, c := range contenders {
@@ -329,26 +365,23 @@ func (r e2eOnceResult) line(err error) string {
 
 // e2eOnce gives one consumer a fresh schema and a fresh queue loaded with
 // the plan, runs it until every message settled, and checks the letters.
-func e2eOnce(ctx context.Context, admin *sql.DB, conn *amqp.Connection, o options, p plan, handlers int, c e2eContender) (e2eOnceResult, error) {
+func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan, handlers int, c e2eContender) (e2eOnceResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
-	sc, err := newSchema(ctx, admin, o.dsn, "inboxbench_e2e_"+suffix(), 2*handlers+4)
+	sc, err := newDB(ctx, admin, o, "inboxbench_e2e_"+suffix(), 2*handlers+4)
 	if err != nil {
 		return e2eOnceResult{}, err
 	}
 	defer sc.drop(admin)
-	if _, err := sc.DB.ExecContext(ctx, lettersDDL); err != nil {
+	if _, err := sc.DB.ExecContext(ctx, o.db.lettersDDL); err != nil {
 		return e2eOnceResult{}, err
 	}
 	queue := "inboxbench.e2e." + suffix()
-	defer deleteQueues(conn, queue, queue+".dlq", queue+".poison")
-	if err := declareQueue(conn, queue); err != nil {
+	defer b.cleanup(queue)
+	if err := b.load(ctx, queue, p); err != nil {
 		return e2eOnceResult{}, err
 	}
-	if err := load(ctx, conn, queue, p); err != nil {
-		return e2eOnceResult{}, err
-	}
-	r := e2eRun{AMQP: o.amqp, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, Expect: len(p.Messages)}
+	r := e2eRun{AMQP: o.amqp, Broker: b, DB: o.db, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, Expect: len(p.Messages)}
 	if c.name == "watermill" {
 		r.Prefetch = o.watermillPrefetch
 	} else {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -16,13 +17,26 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	for _, c := range o.concs {
 		maxC = max(maxC, c)
 	}
-	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_lib_"+suffix(), maxC+4)
+	k := o.db
+	sc, err := newDB(ctx, admin, o, "inboxbench_lib_"+suffix(), maxC+4)
 	if err != nil {
 		return err
 	}
 	defer sc.drop(admin)
+	s, err := openStore(ctx, sc, k, inbox.Config{ClassifyFunc: classify.Of})
+	if err == nil {
+		_, err = sc.DB.ExecContext(ctx, k.lettersDDL)
+	}
+	if err != nil {
+		return err
+	}
 	// Processed events for the duplicate cells.
-	if err := generateRows(ctx, sc.DB, "dup-", 1, 10_000, time.Hour, nil); err != nil {
+	if k.name == "mysql" {
+		err = generateRowsMariaDB(ctx, sc.DB, "dup-", 10_000)
+	} else {
+		err = generateRows(ctx, sc.DB, "dup-", 1, 10_000, time.Hour, nil)
+	}
+	if err != nil {
 		return err
 	}
 	ids, err := eventIDs(ctx, sc.DB, 10_000)
@@ -30,16 +44,20 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 		return err
 	}
 	m, err := interleaved(ctx, o, "library", []namedOp{
-		{"raw new", rawNew(sc.DB)},
-		{"inboxkit new", processNew(s)},
-		{"inboxkit first", processFirst(s)},
-		{"raw duplicate", rawDuplicate(sc.DB, ids)},
-		{"inboxkit duplicate", processDuplicate(s, ids)},
+		{"raw new", rawNew(k, sc.DB)},
+		{"inboxkit new", processNewAs(s, k.insertLetter, false)},
+		{"inboxkit first", processNewAs(s, k.insertLetter, true)},
+		{"raw duplicate", rawDuplicate(k, sc.DB, ids)},
+		{"inboxkit duplicate", processDuplicate(s, k.insertLetter, ids)},
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (pgx stdlib), PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
+	driver := "pgx stdlib"
+	if k.name == "mysql" {
+		driver = "go-sql-driver/mysql, interpolateParams"
+	}
+	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (%s), %s, %s per cell, median of %d round(s)\n\n", driver, k.label, o.dur, o.rounds)
 	tw := table(o.out)
 	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new, marked\tmarked/raw\tinboxkit new, first delivery\tfirst/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/first\t\n")
 	for _, c := range o.concs {
@@ -50,8 +68,21 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	return nil
 }
 
+// generateRowsMariaDB is generateRows (n rows, processed an hour ago) on
+// MariaDB, with its sequence engine.
+func generateRowsMariaDB(ctx context.Context, db *sql.DB, prefix string, n int) error {
+	_, err := db.ExecContext(ctx, fmt.Sprintf(`INSERT INTO INBOX_EVENT_PROCESSING
+  (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+SELECT MD5(CONCAT(?, seq)), 'bench', 'PROCESSED', CONCAT('C-', seq), UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, 1, MD5(CONCAT('h', seq))
+FROM seq_1_to_%d`, n), prefix)
+	if err != nil {
+		return fmt.Errorf("generate rows on MariaDB (its sequence engine, seq_1_to_N): %w", err)
+	}
+	return nil
+}
+
 func eventIDs(ctx context.Context, db *sql.DB, n int) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT EVENT_ID FROM INBOX_EVENT_PROCESSING LIMIT $1`, n)
+	rows, err := db.QueryContext(ctx, fmt.Sprintf(`SELECT EVENT_ID FROM INBOX_EVENT_PROCESSING LIMIT %d`, n))
 	if err != nil {
 		return nil, err
 	}
