@@ -70,6 +70,16 @@ type Config struct {
 	// ACK or NACK; without one the connection is given up and redialled
 	// (ConnOptions.ReceiptTimeout). Defaults to 30s.
 	ReceiptTimeout time.Duration
+	// AckWait makes Ack wait for the broker's RECEIPT of its ACK. By
+	// default Ack returns once the ACK is written (Conn.AckAsync): the
+	// acknowledgements of several handlers follow each other on the one
+	// connection instead of taking a round trip each, and an ACK asks for
+	// a RECEIPT when none is outstanding, which must come within
+	// ReceiptTimeout or the connection is given up. Either way Ack is only
+	// called after the commit; an ACK lost with its connection brings the
+	// message again, which the inbox absorbs as a duplicate. Defaults to
+	// false.
+	AckWait bool
 	// Reconnect spaces the reconnect attempts after the receiving
 	// connection broke. A zero field takes its default: 100ms doubling up
 	// to 5s, no jitter (Jitter -1; set it in [0, 1] for some).

@@ -105,6 +105,8 @@ type Conn struct {
 
 	mu       sync.Mutex
 	receipts map[string]chan error
+	watchID  string      // the RECEIPT an AckAsync asked for and waits for; "" when none
+	watch    *time.Timer // fails the connection when watchID does not come in time
 	subs     map[string]*Subscription
 	err      error // why the connection ended; set once
 
@@ -286,6 +288,10 @@ func (c *Conn) fail(cause error) {
 	}
 	receipts := c.receipts
 	c.receipts = nil
+	if c.watch != nil {
+		c.watch.Stop()
+		c.watchID, c.watch = "", nil
+	}
 	subs := c.subs
 	c.subs = nil
 	close(c.done)
@@ -318,7 +324,9 @@ func (c *Conn) readLoop(fr *FrameReader) {
 				}
 			}
 		case CmdReceipt:
-			c.settleReceipt(f.Value("receipt-id"), nil)
+			if id := f.Value("receipt-id"); !c.settleWatch(id) {
+				c.settleReceipt(id, nil)
+			}
 		case CmdError:
 			be := brokerError(f)
 			if be.ReceiptID != "" {
@@ -462,6 +470,59 @@ func (c *Conn) Send(ctx context.Context, destination string, headers []Header, b
 // broker's RECEIPT.
 func (c *Conn) Ack(ctx context.Context, id string) error {
 	return c.request(ctx, NewFrame(CmdAck, "id", id))
+}
+
+// AckAsync acknowledges the MESSAGE whose ack header is id without waiting
+// for the broker: it returns once the ACK frame is written, so the
+// acknowledgements of several goroutines follow each other on the wire
+// instead of taking a round trip each. nil does not say that the broker
+// processed it: should the connection end first, the broker delivers the
+// message again (redelivered:true). The connection still watches that the
+// broker answers: an ACK asks for a RECEIPT when no earlier one is
+// outstanding (the broker processes a connection's frames in order, so
+// that RECEIPT answers for the ACKs before it too), and one that does not
+// come within ReceiptTimeout gives the connection up, as for a request
+// that waits. An ERROR frame ends the connection as ever.
+func (c *Conn) AckAsync(ctx context.Context, id string) error {
+	f := NewFrame(CmdAck, "id", id)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	watch := ""
+	if c.watchID == "" {
+		watch = c.newID("a-")
+		f.Set("receipt", watch)
+		c.watchID = watch
+		c.watch = time.AfterFunc(c.opts.ReceiptTimeout, func() {
+			c.fail(fmt.Errorf("stomp: no receipt for ACK within %s (the frame or its answer was lost): connection given up", c.opts.ReceiptTimeout))
+		})
+	}
+	c.mu.Unlock()
+	if err := c.write(ctx, f); err != nil {
+		if watch != "" {
+			c.settleWatch(watch)
+		}
+		return err
+	}
+	return nil
+}
+
+// settleWatch ends the watch of AckAsync's RECEIPT id; it reports whether
+// id was that receipt.
+func (c *Conn) settleWatch(id string) bool {
+	c.mu.Lock()
+	if id == "" || id != c.watchID {
+		c.mu.Unlock()
+		return false
+	}
+	t := c.watch
+	c.watchID, c.watch = "", nil
+	c.mu.Unlock()
+	t.Stop()
+	return true
 }
 
 // Nack negatively acknowledges the MESSAGE whose ack header is id. On

@@ -27,7 +27,14 @@
 // Every delivery is settled exactly once, by Ack or Requeue, from any
 // goroutine:
 //
-//   - Ack sends ACK with a receipt and returns after the broker's RECEIPT.
+//   - Ack sends ACK and returns once it is written (Conn.AckAsync); with
+//     Config.AckWait it waits for the broker's RECEIPT. Acknowledgements
+//     that do not wait follow each other on the connection instead of
+//     costing a round trip each; the connection still asks for a RECEIPT
+//     whenever none is outstanding and is given up when it does not come
+//     within Config.ReceiptTimeout. An ACK lost with its connection brings
+//     the message again (redelivered), a duplicate the inbox absorbs. The
+//     consumer calls Ack only after the commit.
 //   - Requeue never NACKs (a NACK on ActiveMQ goes straight to its own
 //     dead-letter queue unless the redeliveryPlugin is configured). It sends
 //     a persistent copy of the message (same headers and body) to the same

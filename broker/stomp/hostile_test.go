@@ -338,7 +338,9 @@ func TestHostileSlowServerLosesNothing(t *testing.T) {
 	})
 	// The client allows 3 heart-beats of silence per read: 3 s, against
 	// the server's 2 ms a byte, however late a loaded machine runs it.
-	src, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, Heartbeat: time.Second,
+	// AckWait: an Ack that does not wait may be written before the client
+	// sees that the server broke the connection.
+	src, err := stomp.Open(testCtx(t), stomp.Config{Addr: addr, Queue: "q", Prefetch: 1, Heartbeat: time.Second, AckWait: true,
 		Reconnect: inboxkit.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

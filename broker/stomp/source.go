@@ -181,7 +181,7 @@ func (s *source) pump(ctx context.Context, sub *Subscription) error {
 		if dead(sub.Conn()) {
 			continue // buffered before the break: Next reports it after these
 		}
-		d := &Delivery{conn: sub.Conn(), ackID: f.Value("ack"), msg: messageFromFrame(f), oversize: f.Oversize, limit: s.limit}
+		d := &Delivery{conn: sub.Conn(), ackID: f.Value("ack"), wait: s.cfg.AckWait, msg: messageFromFrame(f), oversize: f.Oversize, limit: s.limit}
 		select {
 		case s.deliveries <- d:
 		case <-ctx.Done():
@@ -267,6 +267,7 @@ func (s *source) ready() error {
 type Delivery struct {
 	conn     *Conn
 	ackID    string
+	wait     bool // Ack waits for its RECEIPT (Config.AckWait)
 	msg      inboxkit.Message
 	oversize int // body size over limit (the body was dropped), or 0
 	limit    int
@@ -302,11 +303,16 @@ func (d *Delivery) Reject(ctx context.Context) error {
 // Message returns the received message.
 func (d *Delivery) Message() inboxkit.Message { return d.msg }
 
-// Ack acknowledges the message (ACK with a receipt) and returns after the
-// broker's RECEIPT. It fails with an error wrapping ErrConnClosed when the
-// connection the message came on is gone; the broker then redelivers it.
+// Ack acknowledges the message: it returns once the ACK is written
+// (Conn.AckAsync), or with Config.AckWait after the broker's RECEIPT. It
+// fails with an error wrapping ErrConnClosed when the connection the
+// message came on is known to be gone; the broker then redelivers it.
 func (d *Delivery) Ack(ctx context.Context) error {
-	if err := d.conn.Ack(ctx, d.ackID); err != nil {
+	ack := d.conn.AckAsync
+	if d.wait {
+		ack = d.conn.Ack
+	}
+	if err := ack(ctx, d.ackID); err != nil {
 		return fmt.Errorf("stomp: ack %s: %w", d.msg.BrokerMessageID, err)
 	}
 	return nil

@@ -128,9 +128,62 @@ func TestRoundTripHeaders(t *testing.T) {
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Ack did not wait for its RECEIPT; Close's DISCONNECT, answered after
+	// the frames before it, says the broker has the ACK.
+	s.Close()
 	left, err := stomp.Browse(ctx, b.cfg, b.cfg.Queue, 0)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("after ack the queue holds %d messages (%v)", len(left), err)
+	}
+}
+
+// TestAcksWithoutWaitingFromSeveralHandlers: deliveries acknowledged by
+// several goroutines at once, none waiting for its RECEIPT (the default),
+// are all acknowledged: after Close nothing is left on the queue and
+// nothing comes again.
+func TestAcksWithoutWaitingFromSeveralHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := testCtx(t)
+	const n = 40
+	for i := range n {
+		if err := b.pub.Publish(ctx, b.cfg.Queue, map[string]string{"eventId": fmt.Sprintf("nr-%d", i)}, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := b.cfg
+	cfg.Prefetch = 8
+	s := newSource(t, cfg)
+	ds := make(chan consumer.Delivery)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := map[string]bool{}
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range ds {
+				if err := d.Ack(ctx); err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				got[d.Message().Header("eventId")] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	for range n {
+		ds <- receive(t, s, 10*time.Second)
+	}
+	close(ds)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	s.Close()
+	left, err := stomp.Browse(ctx, b.cfg, b.cfg.Queue, 0)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("after acks of %d events that did not wait the queue holds %d messages (%v)", len(got), len(left), err)
 	}
 }
 
@@ -192,6 +245,7 @@ func TestRequeueComesAgainNotInDLQ(t *testing.T) {
 	if err := d3.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
+	s.Close() // its DISCONNECT's RECEIPT comes after the broker took the ACK
 	for _, q := range []string{b.cfg.Queue, "DLQ." + b.cfg.Queue} {
 		msgs, err := stomp.Browse(ctx, b.cfg, q, 0)
 		if err != nil || len(msgs) != 0 {
@@ -543,6 +597,11 @@ func TestAddressListFailsOver(t *testing.T) {
 	slave := tcpproxy.Start(t, b.cfg.Addr)
 	cfg := b.cfg
 	cfg.Addr = master.Addr() + "," + slave.Addr()
+	// An Ack that waits for its RECEIPT cannot succeed on the dead
+	// master's connection; one that does not may be written before the
+	// client sees the connection end (the message comes again all the
+	// same).
+	cfg.AckWait = true
 	if err := b.pub.Publish(ctx, cfg.Queue, map[string]string{"eventId": "evt-m"}, []byte("m")); err != nil {
 		t.Fatal(err)
 	}
