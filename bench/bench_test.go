@@ -32,7 +32,7 @@ func TestSmoke(t *testing.T) {
 		outboxN:    300,
 		outboxSent: 2000,
 		outboxRate: 100,
-		sections:   map[string]bool{"e2e": true, "library": true, "big": true, "purge": true, "outbox": true, "outbox-peer": true},
+		sections:   map[string]bool{"e2e": true, "library": true, "pgbench": true, "big": true, "purge": true, "outbox": true, "outbox-peer": true},
 		out:        &out,
 		log:        testWriter{t},
 	}
@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit duplicate", "rows in the inbox", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit batch 4 in tx", "inboxkit duplicate", "pgbench 4/tx plain", "inboxkit batch 4 effects-in-tx", "rows in the inbox", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
 		}

@@ -29,8 +29,10 @@ type e2eRun struct {
 	Schema   *schema
 	Handlers int
 	Batch    int // inboxkit batch size; 0 or 1: single-message mode
-	Prefetch int
-	Expect   int
+	// EffectsInTx: consumer.Config.EffectsInTx (batches without savepoints).
+	EffectsInTx bool
+	Prefetch    int
+	Expect      int
 }
 
 // tally counts settled deliveries and says when all are in.
@@ -129,7 +131,7 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 		}),
 	}
 	if r.Batch > 1 {
-		cfg.BatchSize = r.Batch
+		cfg.BatchSize, cfg.EffectsInTx = r.Batch, r.EffectsInTx
 	}
 	c, err := consumer.New(cfg)
 	if err != nil {

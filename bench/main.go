@@ -12,11 +12,18 @@
 //	         one shipping_letters row per distinct event: a raw database/sql
 //	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
 //	         inboxkit single-message, inboxkit batch (consumer.Config.BatchSize
-//	         = -batch; 0 leaves the row out), and a Watermill router (AMQP
+//	         = -batch; 0 leaves the rows out) with savepoints and "in tx"
+//	         (Config.EffectsInTx: none), and a Watermill router (AMQP
 //	         subscriber, Retry + PoisonQueue middleware, pgx). Every run
 //	         checks exactly one letter per distinct event.
 //	library  inbox.Store.Process beside the same SQL by raw database/sql, for
 //	         a new message and for a duplicate, at -c goroutines.
+//	pgbench  the database's own limit: /usr/bin/pgbench (C client) with
+//	         custom scripts on the library section's tables, one message
+//	         per transaction, -batch per transaction as plain statements,
+//	         and with a SAVEPOINT per message, beside Store.Process of a
+//	         first delivery and Store.ProcessBatch of -batch with
+//	         savepoints and with BatchItem.EffectsInTx, at -c clients.
 //	big      Store.Process at -big-c goroutines on an empty inbox and on one
 //	         with -big rows (generate_series; kept in schema inboxbench_big
 //	         for the next run, -keep-big=false drops it).
@@ -116,12 +123,12 @@ func main() {
 	flag.Float64Var(&o.dup, "dup", 0.2, "e2e: share of producer resends")
 	flag.Uint64Var(&o.seed, "seed", 1, "e2e: seed of the send plan")
 	flag.StringVar(&handlers, "handlers", "1,4", "e2e: handler counts (inboxkit Concurrency, Watermill router handlers, raw goroutines)")
-	flag.IntVar(&o.batch, "batch", 16, "e2e: inboxkit batch size for the batch row (0: no batch row)")
+	flag.IntVar(&o.batch, "batch", 16, "e2e: inboxkit batch size for the batch row (0: no batch row); pgbench: messages per batch transaction")
 	flag.IntVar(&o.prefetch, "prefetch", 0, "e2e: prefetch of the raw twin and inboxkit (0: 2 x handlers x batch size)")
 	flag.IntVar(&o.watermillPrefetch, "watermill-prefetch", 0, "e2e: Watermill subscriber prefetch (0: its durable-queue default, 1 per handler)")
 	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds (medians are printed)")
-	flag.StringVar(&concs, "c", "1,4,16", "library: goroutines")
-	flag.DurationVar(&o.dur, "d", 5*time.Second, "library, big, purge: duration of one cell")
+	flag.StringVar(&concs, "c", "1,4,16", "library, pgbench: goroutines (pgbench: clients)")
+	flag.DurationVar(&o.dur, "d", 5*time.Second, "library, pgbench, big, purge: duration of one cell")
 	flag.IntVar(&o.big, "big", 10_000_000, "big: rows already in the inbox")
 	flag.IntVar(&o.bigConc, "big-c", 4, "big, purge: ingest goroutines")
 	flag.BoolVar(&o.keepBig, "keep-big", true, "big: keep the generated table (schema inboxbench_big) for the next run")
@@ -138,7 +145,7 @@ func main() {
 	flag.StringVar(&procs, "procs", "1,2,4", "scaleout: numbers of inboxctl run processes")
 	flag.IntVar(&o.scaleConc, "procs-c", 2, "scaleout: --concurrency of each inboxctl run process")
 	flag.StringVar(&o.inboxctl, "inboxctl", "", "scaleout: inboxctl binary (default: built from ../cmd/inboxctl)")
-	flag.StringVar(&sections, "sections", "e2e,library,big,purge,outbox,outbox-peer", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
+	flag.StringVar(&sections, "sections", "e2e,library,pgbench,big,purge,outbox,outbox-peer", "comma-separated sections to run (scaleout, which needs the clusters, only when named)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
 	var err error
@@ -179,10 +186,10 @@ func parseSections(list string) (map[string]bool, error) {
 	m := map[string]bool{}
 	for _, s := range strings.Split(list, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "e2e", "library", "big", "purge", "outbox", "outbox-write", "outbox-relay", "outbox-peer", "scaleout":
+		case "e2e", "library", "pgbench", "big", "purge", "outbox", "outbox-write", "outbox-relay", "outbox-peer", "scaleout":
 			m[s] = true
 		default:
-			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, big, purge, outbox, outbox-write, outbox-relay, outbox-peer, scaleout)", s)
+			return nil, fmt.Errorf("-sections: unknown section %q (e2e, library, pgbench, big, purge, outbox, outbox-write, outbox-relay, outbox-peer, scaleout)", s)
 		}
 	}
 	return m, nil
@@ -205,7 +212,7 @@ func run(ctx context.Context, o options) error {
 	for _, s := range []struct {
 		name string
 		run  func(context.Context, *sql.DB, options) error
-	}{{"e2e", e2eSection}, {"library", librarySection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}, {"outbox-write", outboxWriteCost}, {"outbox-relay", outboxRelay}, {"outbox-peer", outboxPeerSection}, {"scaleout", scaleoutSection}} {
+	}{{"e2e", e2eSection}, {"library", librarySection}, {"pgbench", pgbenchSection}, {"big", bigSection}, {"purge", purgeSection}, {"outbox", outboxSection}, {"outbox-write", outboxWriteCost}, {"outbox-relay", outboxRelay}, {"outbox-peer", outboxPeerSection}, {"scaleout", scaleoutSection}} {
 		if !o.sections[s.name] {
 			continue
 		}
@@ -253,9 +260,10 @@ func ratio(a, b float64) string {
 
 // e2eContender is one consumer of the end-to-end section.
 type e2eContender struct {
-	name  string
-	batch int
-	run   func(context.Context, e2eRun) (*tally, time.Duration, error)
+	name        string
+	batch       int
+	effectsInTx bool
+	run         func(context.Context, e2eRun) (*tally, time.Duration, error)
 }
 
 type e2eResult struct {
@@ -285,7 +293,8 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 		e2eContender{name: "inboxkit single", run: runInboxkit},
 	)
 	if o.batch > 1 {
-		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit})
+		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit},
+			e2eContender{name: fmt.Sprintf("inboxkit batch %d in tx", o.batch), batch: o.batch, effectsInTx: true, run: runInboxkit})
 	}
 	results := map[string]*e2eResult{}
 	key := func(h int, c string) string { return strconv.Itoa(h) + "/" + c }
@@ -381,7 +390,7 @@ func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan,
 	if err := b.load(ctx, queue, p); err != nil {
 		return e2eOnceResult{}, err
 	}
-	r := e2eRun{AMQP: o.amqp, Broker: b, DB: o.db, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, Expect: len(p.Messages)}
+	r := e2eRun{AMQP: o.amqp, Broker: b, DB: o.db, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, EffectsInTx: c.effectsInTx, Expect: len(p.Messages)}
 	if c.name == "watermill" {
 		r.Prefetch = o.watermillPrefetch
 	} else {

@@ -67,6 +67,19 @@ type Config struct {
 	Store *inbox.Store
 	// Handler does the work. Required.
 	Handler Handler
+	// EffectsInTx declares that Handler's effects are all in the inbox
+	// transaction: every write goes through tx, it calls no other service
+	// and sends nothing (what must leave after the commit goes through an
+	// outbox, outbox.Store.Add), so a run rolled back leaves nothing and
+	// a second run leaves what one leaves. With BatchSize above 1 a batch
+	// then runs its handlers without a savepoint each; when one of them
+	// does not succeed the batch is rolled back whole and runs again with
+	// savepoints, to the outcomes it would have had (inbox.BatchItem
+	// .EffectsInTx, inbox.WorkerConfig.EffectsInTx). The consumer never
+	// guesses it: a handler that calls a service, publishes, or counts
+	// anything outside the database must leave it false. See "Batches
+	// without savepoints" in the package documentation.
+	EffectsInTx bool
 	// DeadLetter publishes dead letters. Required: nothing is ever dropped.
 	// The consumer hands it to the store (inbox.Store.WithPorts), which
 	// publishes by its letter protocol in both modes.

@@ -51,6 +51,22 @@
 // above, acknowledgements only after the commit. A batch that does not
 // commit is handed back whole.
 //
+// # Batches without savepoints
+//
+// Each delivery of a batch runs behind a savepoint, so that one failure
+// rolls back only its own writes. A consumer whose handler's effects are
+// all in the inbox transaction (its writes through tx, no call to another
+// service, messages through an outbox: outbox.Store.Add) declares it with
+// Config.EffectsInTx, and its batches run without savepoints: the batch
+// commits when every handler succeeded; when one does not, the
+// transaction is rolled back whole and the batch runs again with
+// savepoints, to the same outcomes, rows and acknowledgements (in both
+// modes: the workers' batches too). The neighbours' handlers then run
+// twice, the first time without a trace in the database, which is why
+// the declaration is the consumer's and never guessed: a handler that
+// calls a service or publishes would do it twice. See docs/variants.md,
+// "Batches".
+//
 // # Order per key
 //
 // With Config.OrderKeyFunc (ParseOrderKey: the sources of the event id)

@@ -29,6 +29,7 @@ func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
 			PollInterval:  c.cfg.WorkerPollInterval,
 			Logger:        c.cfg.Logger,
 			BatchSize:     c.cfg.BatchSize,
+			EffectsInTx:   c.cfg.EffectsInTx,
 			BatchFunc:     batchFunc(c.cfg),
 		})
 		if err != nil {

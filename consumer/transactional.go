@@ -163,7 +163,7 @@ func (t transactional) handleBatch(ctx context.Context, ds []Delivery) []Settled
 			}
 		}
 		items = append(items, it)
-		batch = append(batch, inbox.BatchItem{Entry: it.entry, Handler: c.handler(it.ctx, it.m), Context: it.ctx})
+		batch = append(batch, inbox.BatchItem{Entry: it.entry, Handler: c.handler(it.ctx, it.m), Context: it.ctx, EffectsInTx: c.cfg.EffectsInTx})
 	}
 	if len(batch) == 0 {
 		return out

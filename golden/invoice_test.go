@@ -39,6 +39,30 @@ func TestInvoiceGoldenBatch16(t *testing.T) {
 	goldentest.Run(t, corpus, invoicegolden.Refactored(nil), golden.Label(invoicegolden.LabelRefactored), golden.BatchSize(16))
 }
 
+// TestInvoiceGoldenBatch16EffectsInTx is TestInvoiceGoldenBatch16 with the
+// refactored consumer's handler declared consumer.Config.EffectsInTx (its
+// letter goes through the outbox): its batches run without savepoints, and
+// again with them where a delivery does not succeed, to the same approved
+// transcripts.
+func TestInvoiceGoldenBatch16EffectsInTx(t *testing.T) {
+	goldentest.Run(t, corpus, effectsInTx(invoicegolden.Refactored(nil)), golden.Label(invoicegolden.LabelRefactored), golden.BatchSize(16))
+}
+
+// effectsInTx is f with consumer.Config.EffectsInTx declared.
+func effectsInTx(f golden.Factory) golden.Factory {
+	return func(env *golden.Env) (golden.Subject, error) {
+		sub, err := f(env)
+		configure := sub.Configure
+		sub.Configure = func(c *consumer.Config) {
+			if configure != nil {
+				configure(c)
+			}
+			c.EffectsInTx = true
+		}
+		return sub, err
+	}
+}
+
 // Difference categories between the legacy and the refactored transcript.
 const (
 	diffDuplicates  = "duplicates"    // legacy: more than one letter (row or sent) for one invoice

@@ -17,6 +17,15 @@ type BatchItem struct {
 	// dead letter or rejection the store publishes for it (a Store
 	// WithPorts); nil: ProcessBatch's.
 	Context context.Context
+	// EffectsInTx declares that Handler's effects are all in the
+	// transaction it is given: every write goes through tx, it calls no
+	// other service and sends nothing (what must leave after the commit
+	// goes through an outbox, outbox.Store.Add), so running it again
+	// after a rollback leaves what one run leaves. A batch whose handlers
+	// that run all declare it runs them without a savepoint each (see
+	// ProcessBatch, "Without savepoints"). The store never guesses it:
+	// false keeps the item behind its savepoint.
+	EffectsInTx bool
 }
 
 // ProcessBatch runs up to len(items) deliveries in one database transaction
@@ -59,6 +68,18 @@ type BatchItem struct {
 // an attempt to its batch neighbours at most once, and then only to itself,
 // instead of sending valid events of every batch it lands in to the
 // dead-letter queue.
+//
+// Without savepoints: when every item whose handler runs in the batch
+// declares BatchItem.EffectsInTx, the handlers run first without a
+// savepoint each, and the batch commits when all of them succeeded. When
+// one does not (a rejection, poison, a technical failure, a claim lost to
+// a competing delivery, a statement that fails, a transaction left
+// aborted), the whole transaction is rolled back, every handler's writes
+// with it, and the batch runs again as above, with savepoints: the results
+// and rows are those of a batch with savepoints, and the handlers of the
+// batch's other items run twice, the first time without a trace. A panic
+// in a handler ends ProcessBatch as it does with savepoints, nothing of the
+// business transaction committed.
 //
 // Handlers run in the order of items, those of the events run alone last.
 // Deliveries of one event in this process take turns with Process and other
@@ -113,7 +134,7 @@ func (s *Store) batchJobs(ctx context.Context, items []BatchItem) ([]*job, []int
 		if it.Handler == nil {
 			return nil, nil, fmt.Errorf("%w: batch item %d: handler is nil", ErrInvalidEntry, i)
 		}
-		j := &job{i: i, ctx: ctx, e: e, h: it.Handler}
+		j := &job{i: i, ctx: ctx, e: e, h: it.Handler, effectsInTx: it.EffectsInTx}
 		if it.Context != nil {
 			j.ctx = it.Context
 		}

@@ -127,6 +127,14 @@ func TestProcessBatchIsProcessOneByOne(t *testing.T) {
 	batch := func(s *inbox.Store, items []inbox.BatchItem) ([]inbox.Result, error) {
 		return s.ProcessBatch(context.Background(), items)
 	}
+	// The same batches with every handler declared EffectsInTx: they run
+	// without savepoints, and where one fails, again with them.
+	inTx := func(s *inbox.Store, items []inbox.BatchItem) ([]inbox.Result, error) {
+		for i := range items {
+			items[i].EffectsInTx = true
+		}
+		return s.ProcessBatch(context.Background(), items)
+	}
 	for _, v := range []struct {
 		name  string
 		items []scenarioItem
@@ -137,6 +145,10 @@ func TestProcessBatchIsProcessOneByOne(t *testing.T) {
 		{"first", every, true, process},
 		{"first-batch", every, true, batch},
 		{"first-batch-ok", succeeding, true, batch},
+		{"batch-effects-in-tx", every, false, inTx},
+		{"batch-ok-effects-in-tx", succeeding, false, inTx},
+		{"first-batch-effects-in-tx", every, true, inTx},
+		{"first-batch-ok-effects-in-tx", succeeding, true, inTx},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			sameAsProcess(t, v.items, v.first, v.run)
@@ -267,17 +279,35 @@ func TestProcessBatchInvalid(t *testing.T) {
 // transaction aborted: in a batch it is a technical failure of its own,
 // and its neighbours commit. Elsewhere the failed statement changed
 // nothing and the handler's nil stands.
+//
+// With the handlers declared EffectsInTx (a batch without savepoints), the
+// same: the batch runs again with savepoints, which find the handler.
 func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 	t.Parallel()
+	for _, inTx := range []bool{false, true} {
+		t.Run(map[bool]string{false: "savepoints", true: "effects-in-tx"}[inTx], func(t *testing.T) {
+			t.Parallel()
+			handlerHidesFailedStatement(t, inTx)
+		})
+	}
+}
+
+func handlerHidesFailedStatement(t *testing.T, inTx bool) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		s, b := setup(t, db, inbox.Config{})
+		declare := func(items []inbox.BatchItem) []inbox.BatchItem {
+			for i := range items {
+				items[i].EffectsInTx = inTx
+			}
+			return items
+		}
 		hides := func(ctx context.Context, tx *sql.Tx) error {
 			_, _ = tx.ExecContext(ctx, `INSERT INTO no_such_table VALUES (1)`)
 			return nil
 		}
-		res, err := s.ProcessBatch(context.Background(), []inbox.BatchItem{
+		res, err := s.ProcessBatch(context.Background(), declare([]inbox.BatchItem{
 			{Entry: entry("A"), Handler: insertBusiness(db, "A", "x")}, {Entry: entry("HIDES"), Handler: hides}, {Entry: entry("C"), Handler: insertBusiness(db, "C", "x")},
-		})
+		}))
 		dbtest.Must(t, err, "ProcessBatch")
 		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
 		wantOutcome(t, res[2], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
@@ -290,7 +320,7 @@ func TestProcessBatchHandlerHidesFailedStatement(t *testing.T) {
 			t.Errorf("neighbours' business rows %d, %d; want 1, 1", b.businessRows(t, "A"), b.businessRows(t, "C"))
 		}
 		// Last in its batch: found before the commit.
-		res, err = s.ProcessBatch(context.Background(), []inbox.BatchItem{{Entry: entry("D"), Handler: insertBusiness(db, "D", "x")}, {Entry: entry("HIDES-LAST"), Handler: hides}})
+		res, err = s.ProcessBatch(context.Background(), declare([]inbox.BatchItem{{Entry: entry("D"), Handler: insertBusiness(db, "D", "x")}, {Entry: entry("HIDES-LAST"), Handler: hides}}))
 		dbtest.Must(t, err, "ProcessBatch")
 		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
 		if db.Backend == dbtest.Postgres {
@@ -455,9 +485,20 @@ func TestProcessBatchCommitFails(t *testing.T) {
 // dead letters and rejections a worker with BatchSize 1 gives for the same
 // entries: processed, rejected (published), poison, technical failures
 // before and at the threshold, a claim past the threshold, stored headers
-// that do not decode.
+// that do not decode. With the handler declared EffectsInTx the batches
+// run without savepoints first, and again with them where one fails: the
+// same results.
 func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
 	t.Parallel()
+	for _, inTx := range []bool{false, true} {
+		t.Run(map[bool]string{false: "savepoints", true: "effects-in-tx"}[inTx], func(t *testing.T) {
+			t.Parallel()
+			workerBatchIsProcessOneByOne(t, inTx)
+		})
+	}
+}
+
+func workerBatchIsProcessOneByOne(t *testing.T, inTx bool) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		fixed := inboxkit.Backoff{Initial: time.Second, Max: time.Second, Jitter: -1}
 		tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 2, Redelivery: fixed}})
@@ -496,7 +537,7 @@ func TestWorkerBatchIsProcessOneByOne(t *testing.T) {
 				}
 			}
 			w := newWorker(t, s, inbox.WorkerConfig{
-				Owner: "w", ClaimSize: 16, BatchSize: batchSize,
+				Owner: "w", ClaimSize: 16, BatchSize: batchSize, EffectsInTx: inTx && batchSize > 1,
 				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 					if err := handler(ctx, tx, m); err != nil {
 						return err
@@ -678,4 +719,87 @@ type publishFunc func(headers map[string]string, body []byte) error
 
 func (f publishFunc) Publish(_ context.Context, _ string, headers map[string]string, body []byte) error {
 	return f(headers, body)
+}
+
+// A batch whose handlers declare EffectsInTx runs without savepoints; when
+// a handler in its middle fails, the whole transaction is rolled back and
+// the batch runs again with savepoints: the results, inbox rows and
+// business rows are those of the same batch with savepoints, the first
+// run's writes are gone (one business row per processed event, not two),
+// and the handlers before the failure ran twice, those after it once. A
+// batch with one item that does not declare it runs with savepoints at
+// once: every handler once.
+func TestProcessBatchEffectsInTxFailureRunsAgain(t *testing.T) {
+	t.Parallel()
+	for _, v := range []struct {
+		name     string
+		first    bool
+		fail     error
+		declared func(i int) bool
+		calls    []int32 // handler runs per item, A, B, FAIL, C, D
+	}{
+		{"marked-technical", false, errors.New("letter service timeout"), func(int) bool { return true }, []int32{2, 2, 2, 1, 1}},
+		{"first-technical", true, errors.New("letter service timeout"), func(int) bool { return true }, []int32{2, 2, 2, 1, 1}},
+		{"first-reject", true, reject("CUSTOMER_UNKNOWN"), func(int) bool { return true }, []int32{2, 2, 2, 1, 1}},
+		{"marked-poison", false, poison("MALFORMED_PAYLOAD"), func(int) bool { return true }, []int32{2, 2, 2, 1, 1}},
+		{"first-one-undeclared", true, errors.New("letter service timeout"), func(i int) bool { return i != 4 }, []int32{1, 1, 1, 1, 1}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+				tw := newTwin(t, db, inbox.Config{Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
+				ids := []string{"A", "B", "FAIL", "C", "D"}
+				calls := make([]atomic.Int32, len(ids))
+				items := func(note string, count bool) []inbox.BatchItem {
+					var out []inbox.BatchItem
+					for i, id := range ids {
+						e := entry(id)
+						e.FirstDelivery = v.first
+						write := insertBusiness(db, id, note)
+						out = append(out, inbox.BatchItem{Entry: e, EffectsInTx: count && v.declared(i), Handler: func(ctx context.Context, tx *sql.Tx) error {
+							if count {
+								calls[i].Add(1)
+							}
+							if err := write(ctx, tx); err != nil {
+								return err
+							}
+							if id == "FAIL" {
+								return v.fail
+							}
+							return nil
+						}})
+					}
+					return out
+				}
+				ctx := context.Background()
+				want, err := tw.single.ProcessBatch(ctx, items("INBOX_SINGLE", false))
+				dbtest.Must(t, err, "batch with savepoints")
+				got, err := tw.batch.ProcessBatch(ctx, items("INBOX_BATCH", true))
+				dbtest.Must(t, err, "batch without savepoints")
+				for i, id := range ids {
+					if g, w := comparable(got[i]), comparable(want[i]); g != w {
+						t.Errorf("%s:\n without savepoints %s\n with savepoints    %s", id, g, w)
+					}
+					if g, w := rowOf(t, tw.batch, id), rowOf(t, tw.single, id); g != w {
+						t.Errorf("row of %s:\n without savepoints %s\n with savepoints    %s", id, g, w)
+					}
+					if n := calls[i].Load(); n != v.calls[i] {
+						t.Errorf("%s: handler ran %d times, want %d", id, n, v.calls[i])
+					}
+					wantRows := map[bool]int{true: 0, false: 1}[id == "FAIL"]
+					for _, note := range []string{"INBOX_SINGLE", "INBOX_BATCH"} {
+						q := `SELECT COUNT(*) FROM business WHERE event_id = ? AND note = ?`
+						if db.Backend == dbtest.Postgres {
+							q = inbox.Postgres.Rebind(q)
+						}
+						var n int
+						dbtest.Must(t, db.QueryRow(q, id, note).Scan(&n), "count")
+						if n != wantRows {
+							t.Errorf("business rows of %s (%s): %d, want %d", id, note, n, wantRows)
+						}
+					}
+				}
+			})
+		})
+	}
 }

@@ -90,6 +90,14 @@
 // duplicate). WorkerConfig.BatchSize does the same for the
 // store-then-process [Worker].
 //
+// A handler whose effects are all in the transaction (its writes through
+// tx, no call to another service; messages through an outbox) may say so:
+// [BatchItem].EffectsInTx, WorkerConfig.EffectsInTx. A batch whose running
+// handlers all say so runs them without a savepoint each and commits when
+// every one succeeded; when one does not, the transaction is rolled back
+// whole and the batch runs again with savepoints, so its results and rows
+// are those above. The store never guesses it.
+//
 // # One engine
 //
 // A single delivery is a batch of one. One engine (engine.go) marks, runs

@@ -25,7 +25,11 @@ import (
 //  2. run: one business transaction runs the handlers, each behind a
 //     savepoint when there is more than one job (alone there is none: the
 //     transaction's rollback is the job's), and records what commits with
-//     the handler's writes: PROCESSED, and in a batch REJECTED.
+//     the handler's writes: PROCESSED, and in a batch REJECTED. A batch
+//     whose handlers all declared their effects in the transaction
+//     (BatchItem.EffectsInTx, WorkerConfig.EffectsInTx) runs first
+//     without savepoints (runPlain): committed when every handler
+//     succeeded, else rolled back whole and run again with them.
 //  3. settle: what is recorded apart, after the business transaction: a
 //     technical failure in a transaction of its own (rule 4), a rejection
 //     alone, a dead letter (the letter protocol, letter.go); an event
@@ -75,6 +79,9 @@ type job struct {
 	// rounds counts the runs alone of a job that lost its row to a
 	// competing delivery (jobAgain).
 	rounds int
+	// effectsInTx: its handler declared that its effects are all in the
+	// transaction (BatchItem.EffectsInTx): it may run without a savepoint.
+	effectsInTx bool
 	// one holds the job itself: alone's batch of one, without an
 	// allocation of its own.
 	one [1]*job
@@ -191,15 +198,120 @@ func (s *Store) runMarked(ctx context.Context, jobs []*job, alone bool) error {
 	if !slices.ContainsFunc(jobs, (*job).runs) {
 		return nil // duplicates and dead letters only
 	}
-	tx, err := s.begin(ctx, txName(alone), nil)
-	if err == nil {
-		defer tx.rollback()
-		err = s.runTx(ctx, tx, jobs, alone)
-	}
+	err := s.runJobsTx(ctx, jobs, alone)
 	if err != nil {
 		s.handBack(ctx, jobs)
 	}
 	return err
+}
+
+// runJobsTx runs the jobs that may run in a business transaction begun
+// here, and commits (runTx): first without savepoints where the batch may
+// (plainBatch), and when that did not succeed throughout, once more with
+// them.
+func (s *Store) runJobsTx(ctx context.Context, jobs []*job, alone bool) error {
+	plain := plainBatch(jobs, alone)
+	for {
+		err := func() error {
+			tx, err := s.begin(ctx, txName(alone), nil)
+			if err != nil {
+				return err
+			}
+			defer tx.rollback()
+			return s.runTx(ctx, tx, jobs, alone, plain)
+		}()
+		if !plain || !errors.Is(err, errPlainFailed) {
+			return err
+		}
+		plain = false
+	}
+}
+
+// plainBatch reports whether a batch runs without savepoints first: more
+// than one job, and the handler of every job that runs declared that its
+// effects are all in the transaction. Never guessed: a job that did not
+// declare it keeps the batch on savepoints.
+func plainBatch(jobs []*job, alone bool) bool {
+	if alone {
+		return false
+	}
+	n := 0
+	for _, j := range jobs {
+		if !j.runs() {
+			continue
+		}
+		if !j.effectsInTx {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// errPlainFailed is runPlain's: a job of the batch did not succeed, nothing
+// was committed, and the jobs are as they were before; run them again with
+// savepoints.
+var errPlainFailed = errors.New("inbox: a batch without savepoints did not succeed throughout")
+
+// runPlain runs the jobs that may run in tx without a savepoint each
+// (plainBatch), and commits when every handler succeeded. When one did
+// not (an error of any class, a claim lost to a competing delivery, a
+// statement that failed, a transaction a handler left aborted), it returns
+// errPlainFailed before anything is committed: the caller rolls tx back,
+// which takes back every handler's writes, and runs the batch again with
+// savepoints, where each outcome is decided and recorded as one by one.
+// By their declaration the handlers had no effect outside the transaction,
+// so the batch ends as if this run had not been. A commit that fails is
+// the batch's error, as with savepoints.
+func (s *Store) runPlain(ctx context.Context, tx *txn, jobs []*job) error {
+	ran := make([]*job, 0, len(jobs))
+	ok := true
+	for _, j := range jobs {
+		if !j.runs() {
+			continue
+		}
+		ran = append(ran, j)
+		if ok = s.runPlainOne(ctx, tx, j); !ok {
+			break
+		}
+	}
+	if ok && ran[len(ran)-1].claim == nil && s.q.checkTx != "" {
+		// The last handler returned nil, but may have left the
+		// transaction aborted (see aborted): its commit would roll back.
+		_, err := tx.ExecContext(ctx, s.q.checkTx)
+		ok = err == nil
+	}
+	if !ok {
+		for _, j := range ran {
+			j.state, j.v, j.herr, j.res, j.err = jobMarked, verdict{}, nil, Result{}, nil
+		}
+		return errPlainFailed
+	}
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("inbox: process batch: commit: %w", err)
+	}
+	return nil
+}
+
+// runPlainOne runs job j in tx without a savepoint: the claim of its
+// marker's row, its handler, a claim's PROCESSED row. It reports whether
+// all of it succeeded.
+func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
+	if j.claim == nil && !j.first {
+		if claimed, err := s.claim(ctx, tx, j.e); err != nil || !claimed {
+			return false
+		}
+	}
+	j.herr = j.h(j.ctx, tx.Tx)
+	j.state = jobRan
+	j.v = decide(facts{Ran: true, Decision: s.classify(j.herr), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	switch {
+	case j.v.Row != inboxkit.StatusProcessed:
+		return false
+	case j.claim != nil:
+		return s.recordRow(ctx, tx, j, j.claim.lease().args(args{{"now", s.t(s.now())}})) == nil
+	}
+	return true
 }
 
 // txName names the business transaction in errors.
@@ -213,7 +325,8 @@ func txName(alone bool) string {
 // runTx runs the jobs that may run in tx, and commits. Alone, a commit
 // that fails is a technical failure of the job (a transactional one) or
 // its outcome not recorded (a worker's); in a batch it is the error.
-func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone bool) error {
+// plain: without savepoints (runPlain, which may return errPlainFailed).
+func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bool) error {
 	if alone {
 		j := jobs[0]
 		if err := s.runOne(ctx, tx, j, nil, true); err != nil || tx.ended {
@@ -230,6 +343,9 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone bool) err
 			j.failed(s, fmt.Errorf("inbox: commit: %w", err))
 		}
 		return nil
+	}
+	if plain {
+		return s.runPlain(ctx, tx, jobs)
 	}
 	var last *job // its handler returned nil: on PostgreSQL the transaction may be aborted all the same
 	for _, j := range jobs {
@@ -557,16 +673,7 @@ func (s *Store) runClaims(jobs []*job) {
 		j.state, j.started = jobMarked, j.claim.Attempts
 	}
 	if i := slices.IndexFunc(jobs, (*job).runs); i >= 0 {
-		ctx := jobs[i].ctx
-		err := func() error {
-			tx, err := s.begin(ctx, txName(alone), nil)
-			if err != nil {
-				return err
-			}
-			defer tx.rollback()
-			return s.runTx(ctx, tx, jobs, alone)
-		}()
-		if err != nil {
+		if err := s.runJobsTx(jobs[i].ctx, jobs, alone); err != nil {
 			for _, j := range jobs {
 				if j.runs() || j.inTx(alone) {
 					j.done(Result{}, err)

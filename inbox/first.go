@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -54,7 +55,26 @@ func (s *Store) firstOnly(jobs []*job, alone bool) bool {
 // alone the event has a row already, or when the dialect's INSERT cannot
 // skip existing rows and met one (MySQL): the jobs take the marked path.
 // In a batch, jobs whose event has a row already run alone after it.
+//
+// A batch that may run without savepoints (plainBatch) runs so first; when
+// that did not succeed throughout, its rows are taken back with the
+// rollback and the batch runs here again, with savepoints.
 func (s *Store) runFirst(ctx context.Context, jobs []*job, alone bool) (bool, error) {
+	ran, err := s.runFirstTx(ctx, jobs, alone, true)
+	if !errors.Is(err, errPlainFailed) {
+		return ran, err
+	}
+	for _, j := range jobs {
+		if j.first {
+			j.state, j.first, j.started = jobNew, false, 0
+		}
+	}
+	return s.runFirstTx(ctx, jobs, alone, false)
+}
+
+// runFirstTx is one transaction of runFirst; mayPlain: without savepoints
+// where the batch may (plainBatch).
+func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain bool) (bool, error) {
 	tx, err := s.begin(ctx, txName(alone), nil)
 	if err != nil {
 		return false, err // no handler ran: no attempt (rule 5)
@@ -87,7 +107,11 @@ func (s *Store) runFirst(ctx context.Context, jobs []*job, alone bool) (bool, er
 			return true, err
 		}
 	}
-	if err := s.runTx(ctx, tx, jobs, alone); err != nil {
+	plain := mayPlain && plainBatch(jobs, alone)
+	if err := s.runTx(ctx, tx, jobs, alone, plain); err != nil {
+		if plain && errors.Is(err, errPlainFailed) {
+			return true, err
+		}
 		s.handBack(ctx, jobs)
 		return true, err
 	}

@@ -86,6 +86,12 @@ type WorkerConfig struct {
 	// back to the next claim after its lease. Defaults to 1: one
 	// transaction per entry.
 	BatchSize int
+	// EffectsInTx declares that HandleFunc's effects are all in the
+	// transaction it is given (see BatchItem.EffectsInTx): a batch then
+	// runs its handlers without a savepoint each, and when one does not
+	// succeed it is rolled back whole and runs again with savepoints, to
+	// the same outcomes. Never guessed: false keeps the savepoints.
+	EffectsInTx bool
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
 	// BatchFunc, if set, is called by Run and RunOnce with the number of
@@ -308,7 +314,7 @@ func (w *Worker) Process(ctx context.Context, c Claimed) (Result, error) {
 // job is the engine's job for claim c, processed with ctx.
 func (w *Worker) job(ctx context.Context, c Claimed) *job {
 	h := w.cfg.HandleFunc
-	return &job{ctx: ctx, claim: &c, h: func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, c.Message) }}
+	return &job{ctx: ctx, claim: &c, h: func(ctx context.Context, tx *sql.Tx) error { return h(ctx, tx, c.Message) }, effectsInTx: w.cfg.EffectsInTx}
 }
 
 // before is the verdict on claim c before its handler runs, and the cause

@@ -63,8 +63,10 @@ type Broker struct {
 	Timeout time.Duration
 	// BatchSizes are the consumer.Config.BatchSize values every body runs
 	// with (in the store-then-process body: the workers' batch). Every size must pass the same bodies: batching changes no
-	// outcome. Sizes other than 1 run as subtests named batchN. Defaults
-	// to 1 only.
+	// outcome. Sizes other than 1 run as subtests named batchN, and again
+	// with the handler declared consumer.Config.EffectsInTx (batches
+	// without savepoints, run again with them where one fails) as
+	// batchN-effects-in-tx. Defaults to 1 only.
 	BatchSizes []int
 }
 
@@ -172,21 +174,24 @@ func Run(t *testing.T, b Broker) {
 					})
 					continue
 				}
-				run := func(t *testing.T) {
-					for _, body := range bodies {
-						t.Run(body.name, func(t *testing.T) {
-							t.Parallel()
-							e := newEnv(t, b, backend)
-							e.batch = size
-							body.fn(t, e)
-						})
+				run := func(effectsInTx bool) func(t *testing.T) {
+					return func(t *testing.T) {
+						for _, body := range bodies {
+							t.Run(body.name, func(t *testing.T) {
+								t.Parallel()
+								e := newEnv(t, b, backend)
+								e.batch, e.effectsInTx = size, effectsInTx
+								body.fn(t, e)
+							})
+						}
 					}
 				}
 				if size == 1 {
-					run(t) // the names the suite always had
+					run(false)(t) // the names the suite always had
 					continue
 				}
-				t.Run(fmt.Sprintf("batch%d", size), run)
+				t.Run(fmt.Sprintf("batch%d", size), run(false))
+				t.Run(fmt.Sprintf("batch%d-effects-in-tx", size), run(true))
 			}
 		})
 	}
@@ -200,7 +205,8 @@ const shortEvents = 200
 // Broker.BatchSizes), so that a batch can fill.
 func Prefetch(t testing.TB, base int) int {
 	for _, part := range strings.Split(t.Name(), "/") {
-		if n, err := strconv.Atoi(strings.TrimPrefix(part, "batch")); err == nil && strings.HasPrefix(part, "batch") && n > 1 {
+		size, _, _ := strings.Cut(strings.TrimPrefix(part, "batch"), "-")
+		if n, err := strconv.Atoi(size); err == nil && strings.HasPrefix(part, "batch") && n > 1 {
 			return base * n
 		}
 	}
@@ -228,6 +234,8 @@ type env struct {
 	pub     dlq.Publisher
 	ctx     context.Context
 	batch   int // consumer.Config.BatchSize of the runs
+	// effectsInTx: consumer.Config.EffectsInTx of the runs.
+	effectsInTx bool
 }
 
 func newEnv(t *testing.T, b Broker, backend string) *env {
@@ -453,6 +461,7 @@ func (e *env) start(t *testing.T, o runOpts) *run {
 		DeadLetter: o.deadLetter, DeadLetterQueue: e.dlq, RejectQueue: o.rejectQueue,
 		Concurrency:  o.concurrency,
 		BatchSize:    e.batch, // in store-then-process mode: the workers' batch
+		EffectsInTx:  e.effectsInTx,
 		Mode:         o.mode,
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),

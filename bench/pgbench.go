@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+)
+
+// pgbenchPath is the machine's pgbench, PostgreSQL's own C client.
+const pgbenchPath = "/usr/bin/pgbench"
+
+// pgbenchScript is one custom pgbench script: perTx messages per
+// transaction, each an inbox row as inboxkit writes it for a first
+// delivery and one shipping_letters row, with a random 64-bit number per
+// message made into a 32-hex event id (md5) like the bench's own ids;
+// savepoint puts a SAVEPOINT before each message, as a batch with
+// savepoints does.
+// The tables are named with schema, the section's own.
+func pgbenchScript(schema string, perTx int, savepoint bool) string {
+	var b strings.Builder
+	for k := range perTx {
+		fmt.Fprintf(&b, "\\set r%d random(1, 9223372036854775806)\n", k)
+	}
+	b.WriteString("BEGIN;\n")
+	for k := range perTx {
+		if savepoint {
+			b.WriteString("SAVEPOINT inbox_item;\n")
+		}
+		id := fmt.Sprintf("md5(:r%d::text)", k)
+		fmt.Fprintf(&b, "INSERT INTO %s.INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH) VALUES (%s, 'bench', 'PROCESSED', 'corr', now(), now(), now(), 1, %s);\n", schema, id, id)
+		fmt.Fprintf(&b, "INSERT INTO %s.shipping_letters (event_id, invoice_no, customer_no) VALUES (%s, 'I-1', 'C-1');\n", schema, id)
+	}
+	b.WriteString("COMMIT;\n")
+	return b.String()
+}
+
+var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
+
+// pgbenchRate runs script at clients clients (a thread each) for d on the
+// schema sc and returns messages per second: pgbench's transactions per
+// second (without connection time) times perTx.
+func pgbenchRate(ctx context.Context, dsn string, sc *schema, script string, perTx, clients int, d time.Duration) (float64, error) {
+	f, err := os.CreateTemp("", "inboxbench-*.sql")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(script); err != nil {
+		f.Close()
+		return 0, err
+	}
+	if err := f.Close(); err != nil {
+		return 0, err
+	}
+	secs := max(1, int(d.Round(time.Second)/time.Second))
+	cmd := exec.CommandContext(ctx, pgbenchPath, "-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(clients),
+		"-T", strconv.Itoa(secs), "-f", f.Name(), dsn)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s %s: %w\n%s%s", pgbenchPath, filepath.Base(f.Name()), err, out.String(), stderr.String())
+	}
+	m := tpsLine.FindStringSubmatch(out.String())
+	if m == nil {
+		return 0, fmt.Errorf("pgbench printed no tps line:\n%s%s", out.String(), stderr.String())
+	}
+	tps, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, err
+	}
+	// The script wrote where the section looks.
+	var rows int
+	if err := sc.DB.QueryRowContext(ctx, `SELECT count(*) FROM shipping_letters`).Scan(&rows); err != nil || rows == 0 {
+		return 0, fmt.Errorf("pgbench reported %.0f tps, but schema %s has %d letters (%v)", tps, sc.Name, rows, err)
+	}
+	return tps * float64(perTx), nil
+}
+
+// processBatchOf is Store.ProcessBatch of n new first deliveries, each
+// writing one letter; effectsInTx declares the handlers' effects all in
+// the transaction (a batch without savepoints). One op is n messages.
+func processBatchOf(s *inbox.Store, n int, effectsInTx bool) op {
+	return func(ctx context.Context, _ int) error {
+		items := make([]inbox.BatchItem, n)
+		for i := range items {
+			id := newID()
+			items[i] = inbox.BatchItem{Entry: inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true},
+				Handler: letterHandler(id), EffectsInTx: effectsInTx}
+		}
+		res, err := s.ProcessBatch(ctx, items)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			if r.Outcome != inboxkit.OutcomeProcessed {
+				return fmt.Errorf("process batch item %s: outcome %s, want processed", items[i].Entry.EventID, r.Outcome)
+			}
+		}
+		return nil
+	}
+}
+
+// pgbenchSection: the database's own rate for the inbox's work, measured
+// by pgbench (custom scripts on a schema of its own with the tables of the
+// library section: the migrated inbox table and shipping_letters) — one
+// message per transaction, -batch messages per transaction as plain
+// statements, and with a savepoint per message — beside Store.Process of
+// a first delivery and Store.ProcessBatch of -batch first deliveries with
+// savepoints and with EffectsInTx (none), at each -c, interleaved for
+// -rounds rounds. The tables are emptied before every cell.
+func pgbenchSection(ctx context.Context, admin *sql.DB, o options) error {
+	if _, err := os.Stat(pgbenchPath); err != nil {
+		return fmt.Errorf("%s is missing: install PostgreSQL's pgbench (Debian and Ubuntu: apt-get install postgresql-client postgresql-<version>, whose package holds /usr/lib/postgresql/<version>/bin/pgbench; check: pgbench --version): %w", pgbenchPath, err)
+	}
+	if o.batch < 2 {
+		return errors.New("needs -batch 2 or more (the batch of pgbench's and inboxkit's batch cells)")
+	}
+	maxC := 0
+	for _, c := range o.concs {
+		maxC = max(maxC, c)
+	}
+	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_pgb_"+suffix(), maxC+4)
+	if err != nil {
+		return err
+	}
+	defer sc.drop(admin)
+	n := o.batch
+	type cell struct {
+		name  string
+		perOp int
+		pg    string // pgbench script; "" for an inboxkit op
+		op    op
+	}
+	cells := []cell{
+		{name: "pgbench 1", perOp: 1, pg: pgbenchScript(sc.Name, 1, false)},
+		{name: "inboxkit single", perOp: 1, op: processFirst(s)},
+		{name: "pgbench plain", perOp: n, pg: pgbenchScript(sc.Name, n, false)},
+		{name: "pgbench savepoints", perOp: n, pg: pgbenchScript(sc.Name, n, true)},
+		{name: "inboxkit savepoints", perOp: n, op: processBatchOf(s, n, false)},
+		{name: "inboxkit effects-in-tx", perOp: n, op: processBatchOf(s, n, true)},
+	}
+	rates := map[string][]float64{}
+	key := func(name string, c int) string { return fmt.Sprintf("%s/%d", name, c) }
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.concs {
+			for _, cl := range cells {
+				if _, err := sc.DB.ExecContext(ctx, `TRUNCATE INBOX_EVENT_PROCESSING, shipping_letters`); err != nil {
+					return err
+				}
+				var r float64
+				if cl.pg != "" {
+					r, err = pgbenchRate(ctx, o.dsn, sc, cl.pg, cl.perOp, c, o.dur)
+				} else {
+					r, err = rate(ctx, c, o.dur, cl.op)
+					r *= float64(cl.perOp)
+				}
+				if err != nil {
+					return fmt.Errorf("%s at %d clients: %w", cl.name, c, err)
+				}
+				rates[key(cl.name, c)] = append(rates[key(cl.name, c)], r)
+				fmt.Fprintf(o.log, "pgbench round %d c=%-3d %-24s %8.0f msgs/s\n", round, c, cl.name, r)
+			}
+		}
+	}
+	m := func(name string, c int) float64 { return median(rates[key(name, c)]) }
+	fmt.Fprintf(o.out, "\nThe database's limit: pgbench (C client, -M prepared, custom scripts) beside inboxkit, same tables (inbox row + one shipping_letters row per message), PostgreSQL, first deliveries, %s per cell, emptied before each, median of %d round(s)\n\n", o.dur, o.rounds)
+	tw := table(o.out)
+	fmt.Fprintf(tw, "clients\tpgbench 1/tx\tinboxkit single\tsingle/pgbench\tpgbench %d/tx plain\tpgbench %d/tx savepoints\tinboxkit batch %d savepoints\tvs plain\tinboxkit batch %d effects-in-tx\tvs plain\tvs savepoints\t\n", n, n, n, n)
+	for _, c := range o.concs {
+		p1, is, pp, ps := m("pgbench 1", c), m("inboxkit single", c), m("pgbench plain", c), m("pgbench savepoints", c)
+		bs, bt := m("inboxkit savepoints", c), m("inboxkit effects-in-tx", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t\n", c, p1, is, ratio(is, p1), pp, ps, bs, ratio(bs, pp), bt, ratio(bt, pp), ratio(bt, bs))
+	}
+	tw.Flush()
+	return nil
+}
