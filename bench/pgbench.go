@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,11 +128,7 @@ func pgbenchSection(ctx context.Context, admin *sql.DB, o options) error {
 	if o.batch < 2 {
 		return errors.New("needs -batch 2 or more (the batch of pgbench's and inboxkit's batch cells)")
 	}
-	maxC := 0
-	for _, c := range o.concs {
-		maxC = max(maxC, c)
-	}
-	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_pgb_"+suffix(), maxC+4)
+	sc, s, err := storeSchema(ctx, admin, o.dsn, "inboxbench_pgb_"+suffix(), slices.Max(o.concs)+4)
 	if err != nil {
 		return err
 	}
