@@ -168,7 +168,8 @@
 // # Databases
 //
 // Dialects: [Postgres] (pgx stdlib), [MySQL] (MariaDB 10.6+ and MySQL 8,
-// go-sql-driver/mysql with parseTime=true&loc=UTC&time_zone='+00:00'),
+// go-sql-driver/mysql with parseTime=true&loc=UTC&time_zone='+00:00', and
+// interpolateParams=true for one round trip a statement),
 // [SQLite] (modernc.org/sqlite, pure Go; open with WAL, a busy timeout and
 // _txlock=immediate), and [Oracle] (go-ora or godror; statements and error
 // mapping only: no Oracle server is available to test it).

@@ -14,7 +14,8 @@ const erDupEntry = 1062
 // _ "github.com/inboxkit/inboxkit/driver/mysql": it links that driver and
 // the reader of its errors, by which duplicates (error 1062) are
 // recognised; [New] refuses this dialect without it. Open the pool with
-// parseTime=true, loc=UTC and time_zone='+00:00'.
+// parseTime=true, loc=UTC and time_zone='+00:00'; interpolateParams=true
+// saves the driver's prepare and close round trips of every statement.
 var MySQL = Dialect{
 	name:     "mysql",
 	database: dberr.MySQL,

@@ -1,11 +1,13 @@
 // Package mysql links MySQL and MariaDB support: the database/sql driver
 // github.com/go-sql-driver/mysql, registered as "mysql", and the reader of
 // its errors. Use it with inbox.MySQL; open the pool with parseTime=true,
-// loc=UTC and time_zone='+00:00':
+// loc=UTC and time_zone='+00:00', and interpolateParams=true (a statement
+// with arguments is then one round trip instead of a prepare, an execute
+// and a close: docs/decisions.md, 2026-12-03):
 //
 //	import _ "github.com/inboxkit/inboxkit/driver/mysql"
 //
-//	db, err := sql.Open("mysql", "user:pass@tcp(host:3306)/db?parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27")
+//	db, err := sql.Open("mysql", "user:pass@tcp(host:3306)/db?parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27&interpolateParams=true")
 //	store, err := inbox.New(db, inbox.MySQL, inbox.Config{ClassifyFunc: classify.Of})
 //
 // The driver's *MySQLError has only fields (Number, Message), no method

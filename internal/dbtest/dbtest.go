@@ -236,7 +236,8 @@ func newMySQL(t testing.TB) *DB {
 }
 
 // MySQLDSNFor returns the go-sql-driver DSN for database name on the server
-// of base, with the settings inbox needs: parseTime, UTC.
+// of base, with the settings inbox needs: parseTime, UTC; and
+// interpolateParams unless base sets it, as inboxctl opens MariaDB.
 func MySQLDSNFor(base, name string) string {
 	dsn := strings.TrimSuffix(base, "/") + "/" + name
 	if i := strings.Index(base, "?"); i >= 0 {
@@ -245,7 +246,11 @@ func MySQLDSNFor(base, name string) string {
 	} else {
 		dsn += "?"
 	}
-	return dsn + "parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
+	dsn += "parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
+	if !strings.Contains(base, "interpolateParams=") {
+		dsn += "&interpolateParams=true"
+	}
+	return dsn
 }
 
 func newSQLite(t testing.TB) *DB {

@@ -217,7 +217,8 @@ func SQLiteDSN(path string) string {
 
 // mysqlDSN converts mysql://user:pass@host:port/db?opts to the
 // go-sql-driver form user:pass@tcp(host:port)/db?opts with parseTime, UTC
-// and a UTC session time zone, which the inbox needs.
+// and a UTC session time zone, which the inbox needs, and
+// interpolateParams (one round trip a statement) unless opts set it.
 func mysqlDSN(u *url.URL) (string, error) {
 	if u.Host == "" {
 		return "", usage("database URL %s has no host: e.g. mysql://root@127.0.0.1:3306/inboxkit", u.Redacted())
@@ -243,6 +244,9 @@ func mysqlDSN(u *url.URL) (string, error) {
 	q.Set("parseTime", "true")
 	q.Set("loc", "UTC")
 	q.Set("time_zone", "'+00:00'")
+	if !q.Has("interpolateParams") {
+		q.Set("interpolateParams", "true")
+	}
 	b.WriteString("?" + q.Encode())
 	return b.String(), nil
 }
