@@ -16,6 +16,8 @@ func TestSmoke(t *testing.T) {
 	var out bytes.Buffer
 	o := options{
 		amqp:       "amqp://guest:guest@127.0.0.1:5672/",
+		broker:     "rabbitmq",
+		db:         postgresKind,
 		dsn:        envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		n:          200,
 		dup:        0.2,
@@ -52,4 +54,40 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestSmokeStompMariaDB runs e2e on ActiveMQ over STOMP with the inbox on
+// MariaDB, and the library section on MariaDB, with a tiny configuration:
+// every consumer one letter per distinct event. It says nothing about
+// speed.
+func TestSmokeStompMariaDB(t *testing.T) {
+	var out bytes.Buffer
+	o := options{
+		amqp:      "amqp://guest:guest@127.0.0.1:5672/",
+		dsn:       envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		broker:    "stomp",
+		stompAddr: envOr("INBOXKIT_STOMP_ADDR", "127.0.0.1:61613"),
+		db:        mysqlKind,
+		mysqlDSN:  envOr("INBOXKIT_TEST_MYSQL", "root@tcp(127.0.0.1:3306)/"),
+		n:         100,
+		dup:       0.2,
+		seed:      1,
+		handlers:  []int{2},
+		batch:     4,
+		rounds:    1,
+		concs:     []int{2},
+		dur:       300 * time.Millisecond,
+		sections:  map[string]bool{"e2e": true, "library": true},
+		out:       &out,
+		log:       testWriter{t},
+	}
+	if err := run(context.Background(), o); err != nil {
+		t.Fatalf("%v\n%s\n(needs ActiveMQ, MariaDB and PostgreSQL: scripts/test starts them)", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"raw database/sql", "inboxkit single", "inboxkit batch 4", "MariaDB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output has no %q", want)
+		}
+	}
 }
