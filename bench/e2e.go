@@ -31,6 +31,8 @@ type e2eRun struct {
 	Batch    int // inboxkit batch size; 0 or 1: single-message mode
 	// EffectsInTx: consumer.Config.EffectsInTx (batches without savepoints).
 	EffectsInTx bool
+	Mode        consumer.Mode
+	Distinct    int // events; store-then-process is done when its workers processed them all
 	Prefetch    int
 	Expect      int
 }
@@ -38,10 +40,16 @@ type e2eRun struct {
 // tally counts settled deliveries and says when all are in.
 type tally struct {
 	processed, duplicates, other atomic.Int64
-	last                         atomic.Int64 // unix nanos of the last settlement
-	expect                       int64
-	done                         chan struct{}
-	once                         sync.Once
+	// stored counts store-then-process receipts (inboxkit.OutcomeStored):
+	// there a delivery is settled when stored, processed by a worker
+	// later, and done is when every delivery is received (stored or a
+	// duplicate) and distinct events are processed.
+	stored   atomic.Int64
+	distinct int64
+	last     atomic.Int64 // unix nanos of the last settlement
+	expect   int64
+	done     chan struct{}
+	once     sync.Once
 }
 
 func newTally(expect int) *tally { return &tally{expect: int64(expect), done: make(chan struct{})} }
@@ -49,7 +57,11 @@ func newTally(expect int) *tally { return &tally{expect: int64(expect), done: ma
 func (t *tally) add(c *atomic.Int64) {
 	c.Add(1)
 	t.last.Store(time.Now().UnixNano())
-	if t.processed.Load()+t.duplicates.Load() >= t.expect {
+	all := t.processed.Load()+t.duplicates.Load() >= t.expect
+	if t.distinct > 0 {
+		all = t.processed.Load() >= t.distinct && t.stored.Load()+t.duplicates.Load() >= t.expect
+	}
+	if all {
 		t.once.Do(func() { close(t.done) })
 	}
 }
@@ -67,7 +79,7 @@ func (t *tally) wait(ctx context.Context, stall time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			n := t.processed.Load() + t.duplicates.Load() + t.other.Load()
+			n := t.processed.Load() + t.duplicates.Load() + t.other.Load() + t.stored.Load()
 			if n != seen {
 				seen, since = n, time.Now()
 			} else if time.Since(since) > stall {
@@ -94,9 +106,9 @@ func decodeInvoice(body []byte) (invoice, error) {
 	return v, nil
 }
 
-// runInboxkit consumes with inboxkit's consumer (transactional mode), the
-// rabbitmq adapter as source and dead-letter publisher, and a handler
-// writing one letter.
+// runInboxkit consumes with inboxkit's consumer (r.Mode; the default is
+// transactional), the rabbitmq adapter as source and dead-letter
+// publisher, and a handler writing one letter.
 func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	store, err := openStore(ctx, r.Schema, r.DB, inbox.Config{ClassifyFunc: classify.Of})
 	if err != nil {
@@ -108,9 +120,12 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	}
 	defer src.Close()
 	t := newTally(r.Expect)
+	if r.Mode == consumer.ModeStoreThenProcess {
+		t.distinct = int64(r.Distinct)
+	}
 	cfg := consumer.Config{
 		Name: "shipping-letters", Source: src, Store: store, DeadLetter: src, DeadLetterQueue: r.Queue + ".dlq",
-		Concurrency: r.Handlers, Logger: quiet, SummaryInterval: -1,
+		Concurrency: r.Handlers, Logger: quiet, SummaryInterval: -1, Mode: r.Mode,
 		Handler: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			inv, err := decodeInvoice(m.Body)
 			if err != nil {
@@ -125,6 +140,8 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 				t.add(&t.processed)
 			case inboxkit.OutcomeDuplicate:
 				t.add(&t.duplicates)
+			case inboxkit.OutcomeStored:
+				t.add(&t.stored)
 			default:
 				t.add(&t.other)
 			}

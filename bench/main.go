@@ -11,11 +11,13 @@
 //	         (round(n*dup) producer resends) loaded for each consumer in turn,
 //	         one shipping_letters row per distinct event: a raw database/sql
 //	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
-//	         inboxkit single-message, inboxkit batch (consumer.Config.BatchSize
-//	         = -batch; 0 leaves the rows out) with savepoints and "in tx"
-//	         (Config.EffectsInTx: none), and a Watermill router (AMQP
-//	         subscriber, Retry + PoisonQueue middleware, pgx). Every run
-//	         checks exactly one letter per distinct event.
+//	         inboxkit single-message, inboxkit store-then-process (done
+//	         when every event is processed), inboxkit batch
+//	         (consumer.Config.BatchSize = -batch; 0 leaves the rows out) with
+//	         savepoints and "in tx" (Config.EffectsInTx: none), and a
+//	         Watermill router (AMQP subscriber, Retry + PoisonQueue
+//	         middleware, pgx). Every run checks exactly one letter per
+//	         distinct event. -e2e-consumers runs only the rows named.
 //	library  inbox.Store.Process beside the same SQL by raw database/sql, for
 //	         a new message and for a duplicate, at -c goroutines.
 //	pgbench  the database's own limit: /usr/bin/pgbench (C client) with
@@ -69,10 +71,13 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/inboxkit/inboxkit/consumer"
 )
 
 type options struct {
@@ -106,6 +111,7 @@ type options struct {
 	scaleConc         int
 	inboxctl          string
 	sections          map[string]bool
+	consumers         string
 	out, log          io.Writer // tables; progress lines
 }
 
@@ -126,6 +132,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 16, "e2e: inboxkit batch size for the batch row (0: no batch row); pgbench: messages per batch transaction")
 	flag.IntVar(&o.prefetch, "prefetch", 0, "e2e: prefetch of the raw twin and inboxkit (0: 2 x handlers x batch size)")
 	flag.IntVar(&o.watermillPrefetch, "watermill-prefetch", 0, "e2e: Watermill subscriber prefetch (0: its durable-queue default, 1 per handler)")
+	flag.StringVar(&o.consumers, "e2e-consumers", "", "e2e: the rows to run, comma-separated (watermill, raw database/sql, single, store-then-process, batch N; empty: all)")
 	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds (medians are printed)")
 	flag.StringVar(&concs, "c", "1,4,16", "library, pgbench: goroutines (pgbench: clients)")
 	flag.DurationVar(&o.dur, "d", 5*time.Second, "library, pgbench, big, purge: duration of one cell")
@@ -263,6 +270,7 @@ type e2eContender struct {
 	name        string
 	batch       int
 	effectsInTx bool
+	mode        consumer.Mode
 	run         func(context.Context, e2eRun) (*tally, time.Duration, error)
 }
 
@@ -291,10 +299,17 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 	contenders = append(contenders,
 		e2eContender{name: "raw database/sql", run: runRaw},
 		e2eContender{name: "inboxkit single", run: runInboxkit},
+		e2eContender{name: "inboxkit store-then-process", mode: consumer.ModeStoreThenProcess, run: runInboxkit},
 	)
 	if o.batch > 1 {
 		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit},
 			e2eContender{name: fmt.Sprintf("inboxkit batch %d in tx", o.batch), batch: o.batch, effectsInTx: true, run: runInboxkit})
+	}
+	if o.consumers != "" {
+		keep := strings.Split(o.consumers, ",")
+		contenders = slices.DeleteFunc(contenders, func(c e2eContender) bool {
+			return !slices.Contains(keep, strings.TrimPrefix(c.name, "inboxkit "))
+		})
 	}
 	results := map[string]*e2eResult{}
 	key := func(h int, c string) string { return strconv.Itoa(h) + "/" + c }
@@ -328,12 +343,13 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 	fmt.Fprintf(tw, "handlers\tconsumer\tprefetch\tseconds\tmsgs/s\tvs watermill\tvs raw\tvs single\tprocessed\tduplicates\tone letter per event\t\n")
 	failed := false
 	for _, h := range o.handlers {
-		var wm float64
-		if r := results[key(h, "watermill")]; r != nil {
-			wm = median(r.rates)
+		rate := func(name string) float64 { // 0 for a row left out (ratio prints "-")
+			if r := results[key(h, name)]; r != nil {
+				return median(r.rates)
+			}
+			return 0
 		}
-		raw := median(results[key(h, "raw database/sql")].rates)
-		single := median(results[key(h, "inboxkit single")].rates)
+		wm, raw, single := rate("watermill"), rate("raw database/sql"), rate("inboxkit single")
 		for _, c := range contenders {
 			r := results[key(h, c.name)]
 			if r.err != nil {
@@ -358,6 +374,7 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 }
 
 type e2eOnceResult struct {
+	reclaimed             int // store-then-process entries claimed more than once
 	rate, seconds         float64
 	processed, duplicates int64
 	letters, events       int
@@ -369,7 +386,7 @@ func (r e2eOnceResult) line(err error) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
-	return fmt.Sprintf("%6.0f msgs/s  %6.2f s  processed %d duplicates %d letters %d events %d ok %v", r.rate, r.seconds, r.processed, r.duplicates, r.letters, r.events, r.ok)
+	return fmt.Sprintf("%6.0f msgs/s  %6.2f s  processed %d duplicates %d letters %d events %d reclaimed %d ok %v", r.rate, r.seconds, r.processed, r.duplicates, r.letters, r.events, r.reclaimed, r.ok)
 }
 
 // e2eOnce gives one consumer a fresh schema and a fresh queue loaded with
@@ -390,7 +407,7 @@ func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan,
 	if err := b.load(ctx, queue, p); err != nil {
 		return e2eOnceResult{}, err
 	}
-	r := e2eRun{AMQP: o.amqp, Broker: b, DB: o.db, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, EffectsInTx: c.effectsInTx, Expect: len(p.Messages)}
+	r := e2eRun{AMQP: o.amqp, Broker: b, DB: o.db, Queue: queue, Schema: sc, Handlers: handlers, Batch: c.batch, EffectsInTx: c.effectsInTx, Mode: c.mode, Expect: len(p.Messages), Distinct: p.Distinct}
 	if c.name == "watermill" {
 		r.Prefetch = o.watermillPrefetch
 	} else {
@@ -407,11 +424,23 @@ func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan,
 	if r.Prefetch == 0 {
 		res.prefetch = 1 // Watermill's durable-queue default
 	}
-	res.rate = float64(res.processed+res.duplicates) / elapsed.Seconds()
+	res.rate = float64(len(p.Messages)) / elapsed.Seconds()
 	res.letters, res.events, err = letterCheck(ctx, sc.DB)
 	if err != nil {
 		return res, err
 	}
-	res.ok = res.letters == p.Distinct && res.events == p.Distinct && res.processed == int64(p.Distinct) && res.duplicates == int64(p.Resends)
+	if c.mode == consumer.ModeStoreThenProcess {
+		// An entry claimed more than once waited for a lease to expire.
+		if err := sc.DB.QueryRowContext(ctx, `SELECT count(*) FROM INBOX_EVENT_PROCESSING WHERE ATTEMPTS > 1`).Scan(&res.reclaimed); err != nil {
+			return res, err
+		}
+	}
+	received, want := res.duplicates, int64(p.Resends)
+	if c.mode == consumer.ModeStoreThenProcess {
+		// Every event is stored once; a resend that found its entry still
+		// open is stored too, one that found it processed a duplicate.
+		received, want = received+t.stored.Load(), want+int64(p.Distinct)
+	}
+	res.ok = res.letters == p.Distinct && res.events == p.Distinct && res.processed == int64(p.Distinct) && received == want
 	return res, nil
 }

@@ -141,9 +141,12 @@ type Config struct {
 	// Concurrency goroutines fills batches of its own, so set the broker's
 	// prefetch to at least BatchSize × Concurrency. In
 	// ModeStoreThenProcess it is the workers' batch
-	// (inbox.WorkerConfig.BatchSize); the receivers store one message per
-	// transaction. Defaults to 1: one transaction per delivery. At most
-	// 1000.
+	// (inbox.WorkerConfig.BatchSize): a worker processes up to BatchSize
+	// of the entries waiting for it in one transaction, each handler
+	// behind its own savepoint, and never waits for more; the receivers
+	// store one message per transaction. Defaults to 1: one transaction
+	// per delivery; in ModeStoreThenProcess to 10 (set 1 for one
+	// transaction per entry). At most 1000.
 	BatchSize int
 	// BatchWait is how long a batch of ModeTransactional waits for more
 	// deliveries after its first before it is processed, so that low
@@ -204,6 +207,10 @@ type Config struct {
 	// logged again; the line per settled message is at debug level.
 	// Defaults to 1 minute; negative turns the summary off.
 	SummaryInterval time.Duration
+
+	// workerBatch is the workers' batch of ModeStoreThenProcess:
+	// BatchSize as set, defaultWorkerBatch when not (setDefaults).
+	workerBatch int
 }
 
 // OnPoison is Config.OnPoison: what a dead-lettered head does to its key.
@@ -229,6 +236,11 @@ const (
 	OnPoisonParkKey OnPoison = "park-key"
 )
 
+// defaultWorkerBatch is the workers' batch of ModeStoreThenProcess when
+// Config.BatchSize is not set: the entries one claim takes by default
+// (inbox.WorkerConfig.ClaimSize).
+const defaultWorkerBatch = 10
+
 // maxBatchSize bounds Config.BatchSize.
 const maxBatchSize = 1000
 
@@ -251,6 +263,10 @@ func (c *Config) setDefaults() {
 	}
 	if c.OnPoison == "" {
 		c.OnPoison = OnPoisonDeadLetter
+	}
+	c.workerBatch = c.BatchSize
+	if c.workerBatch == 0 {
+		c.workerBatch = defaultWorkerBatch
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 1

@@ -35,7 +35,15 @@
 // runs the inbox transaction around the handler while the delivery is in
 // hand; ModeStoreThenProcess (storethenprocess.go) stores and acknowledges
 // at once, and its leased workers (inbox.Worker) process the stored
-// entries. Both report to the one [Observer].
+// entries. A new entry without an order key is stored already claimed by
+// one of the workers and handed to it in process (inbox.Worker.Receive
+// and Hand): no claim transaction and no poll stands between the store
+// and the handler, and a worker processes up to Config.BatchSize of the
+// entries waiting for it in one transaction. The workers' poll
+// (WorkerPollInterval) finds the rest: keyed entries in their key's turn,
+// retries that are due, and entries whose lease expired (a process that
+// died between the store and the handler). Both report to the one
+// [Observer].
 //
 // # Concurrency and shutdown
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/inbox"
@@ -15,8 +16,9 @@ import (
 // workers process the stored entries, and their store publishes what they
 // dead-letter or reject.
 type storeThenProcess struct {
-	c  *Consumer
-	ws []*inbox.Worker
+	c    *Consumer
+	ws   []*inbox.Worker
+	next atomic.Uint64 // round robin over ws for the receivers' claims
 }
 
 func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
@@ -28,7 +30,7 @@ func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
 			LeaseDuration: c.cfg.LeaseDuration,
 			PollInterval:  c.cfg.WorkerPollInterval,
 			Logger:        c.cfg.Logger,
-			BatchSize:     c.cfg.BatchSize,
+			BatchSize:     c.cfg.workerBatch,
 			EffectsInTx:   c.cfg.EffectsInTx,
 			BatchFunc:     batchFunc(c.cfg),
 		})
@@ -40,16 +42,24 @@ func newStoreThenProcess(c *Consumer) (*storeThenProcess, error) {
 	return e, nil
 }
 
-// handle stores the delivery as RECEIVED, then acknowledges it. A message
-// that cannot be stored (no usable event id, a value the database refuses)
-// is dead-lettered (inbox.Store.DeadLetter); a database error hands it
-// back.
+// handle stores the delivery, then acknowledges it. A new entry without an
+// order key is stored claimed by one of the workers (inbox.Worker.Receive:
+// the lease written by the insert) and handed to it in process after the
+// acknowledgement, so that no claim transaction and no poll stands between
+// the store and the handler; a keyed entry is stored RECEIVED and claimed
+// in its key's turn. A message that cannot be stored (no usable event id,
+// a value the database refuses) is dead-lettered (inbox.Store.DeadLetter);
+// a database error hands it back.
 func (e *storeThenProcess) handle(ctx context.Context, d Delivery, m inboxkit.Message, entry inbox.Entry) Settled {
 	c := e.c
 	s := Settled{Message: m}
 	rctx, cancel := c.cfg.bounded(ctx) // the database's work, not the acknowledgement
 	defer cancel()
-	inserted, st, err := c.store.Receive(rctx, entry, m.Headers, m.Body)
+	w := e.ws[(e.next.Add(1)-1)%uint64(len(e.ws))]
+	inserted, st, claim, err := w.Receive(rctx, entry, m.Headers, m.Body)
+	if claim != nil {
+		defer e.hand(ctx, w, *claim)
+	}
 	var rerr *inbox.ReceiveError
 	switch {
 	case errors.As(err, &rerr):
@@ -67,6 +77,17 @@ func (e *storeThenProcess) handle(ctx context.Context, d Delivery, m inboxkit.Me
 		s.Result = inbox.Result{Outcome: inboxkit.OutcomeDuplicate, Status: st}
 	}
 	return c.ack(ctx, d, s, inboxkit.ActionAck)
+}
+
+// hand gives claim to w's Run; when w has stopped, the claim is released
+// for the next claim of any worker (its lease would expire all the same).
+func (e *storeThenProcess) hand(ctx context.Context, w *inbox.Worker, claim inbox.Claimed) {
+	if w.Hand(ctx, claim) {
+		return
+	}
+	if err := w.Release(context.WithoutCancel(ctx), claim); err != nil {
+		e.c.cfg.Logger.Warn("consumer: release a stored entry; it is claimed after its lease", "consumer", e.c.cfg.Name, "event_id", claim.Message.ID, "error", err)
+	}
 }
 
 // handleBatch handles each delivery alone: the receivers store one message
@@ -119,9 +140,9 @@ func (c *Consumer) observeClaim(ctx context.Context, cl inbox.Claimed) (context.
 }
 
 // batchFunc is the workers' inbox.WorkerConfig.BatchFunc: the Observer's
-// Batch when BatchSize is above 1, else nil.
+// Batch when the workers' batch is above 1, else nil.
 func batchFunc(cfg Config) func(n int) {
-	if cfg.Observer != nil && cfg.BatchSize > 1 {
+	if cfg.Observer != nil && cfg.workerBatch > 1 {
 		return cfg.Observer.Batch
 	}
 	return nil

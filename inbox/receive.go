@@ -71,7 +71,11 @@ func (e *ReceiveError) InboxDecision() inboxkit.Decision {
 
 type queueQueries struct {
 	insertReceived stmt
-	adoptReceived  stmt
+	// insertLeased stores a new entry already claimed (Worker.Receive):
+	// IN_PROGRESS under @owner's lease until @until, its first attempt
+	// counted, as a claim would leave it.
+	insertLeased  stmt
+	adoptReceived stmt
 	// lastOpen reads the CREATED_AT of the newest open entry of a key.
 	lastOpen stmt
 	// claim selects claimable rows FOR UPDATE; claimUpdate (with the IN
@@ -132,7 +136,9 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
 	return queueQueries{
 		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)`),
-		lastOpen:       n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
+		insertLeased: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) ` +
+			`VALUES (@event, @consumer, 'IN_PROGRESS', @corr, @hash, @payload, @headers, @created, @now, 1, @source, @okey, @owner, @until)`),
+		lastOpen: n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
 		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
 		// written by the transactional variant, or an adopted legacy row
 		// mapped by Migrate) takes the message in and becomes a RECEIVED
@@ -190,16 +196,23 @@ func fmtTable(q, table string) string { return strings.ReplaceAll(q, "{t}", tabl
 //
 // Receive is safe for concurrent use by many goroutines and processes.
 func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, err error) {
+	inserted, status, _, err = s.receive(ctx, e, headers, payload, nil)
+	return inserted, status, err
+}
+
+// receive is Receive; with w, a new entry without an order key is stored
+// claimed by w (insertLeased) and returned as its claim.
+func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string, payload []byte, w *Worker) (inserted bool, status inboxkit.Status, c *Claimed, err error) {
 	if e.PayloadHash == "" {
 		sum := sha256.Sum256(payload)
 		e.PayloadHash = hex.EncodeToString(sum[:])
 	}
 	e, poison, err := normalize(e)
 	if err != nil {
-		return false, "", err
+		return false, "", nil, err
 	}
 	if poison != "" {
-		return false, "", &ReceiveError{Reason: poison, EventID: e.EventID}
+		return false, "", nil, &ReceiveError{Reason: poison, EventID: e.EventID}
 	}
 	var hdr any
 	if headers != nil {
@@ -207,45 +220,57 @@ func (s *Store) Receive(ctx context.Context, e Entry, headers map[string]string,
 			if !utf8.ValidString(k) || !utf8.ValidString(v) {
 				// JSON would store U+FFFD for the bytes: the stored message
 				// would not be the one received.
-				return false, "", &ReceiveError{Reason: inboxkit.ReasonInvalidEncoding, EventID: e.EventID,
+				return false, "", nil, &ReceiveError{Reason: inboxkit.ReasonInvalidEncoding, EventID: e.EventID,
 					Err: fmt.Errorf("header %q is not valid UTF-8", k)}
 			}
 		}
 		b, err := json.Marshal(headers)
 		if err != nil {
-			return false, "", fmt.Errorf("inbox: receive: encode headers: %w", err)
+			return false, "", nil, fmt.Errorf("inbox: receive: encode headers: %w", err)
 		}
 		hdr = string(b)
 	}
 	q := &s.qq
 	created, err := s.arrival(ctx, e)
 	if err != nil {
-		return false, "", err
+		return false, "", nil, err
 	}
 	// A few rounds: a duplicate row can vanish (retention purge) between
 	// the failed INSERT and the read of its status.
 	for round := 0; round < 3; round++ {
-		a := e.row(arg{"payload", payload}, arg{"headers", hdr}, arg{"now", s.t(s.now())}, arg{"created", s.t(created)})
-		_, err = q.insertReceived.exec(ctx, s.db, a)
-		if err == nil {
-			return true, inboxkit.StatusReceived, nil
+		now := s.now()
+		a := e.row(arg{"payload", payload}, arg{"headers", hdr}, arg{"now", s.t(now)}, arg{"created", s.t(created)})
+		if w != nil && e.OrderKey == "" {
+			// A keyed entry waits for its key's head (the claim's keyHead).
+			until := now.Add(w.cfg.LeaseDuration)
+			_, err = q.insertLeased.exec(ctx, s.db, append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)}))
+			if err == nil {
+				return true, inboxkit.StatusInProgress, &Claimed{Message: inboxkit.Message{ID: e.EventID, CorrelationID: e.CorrelationID, Headers: headers, Body: payload},
+					ConsumerName: e.ConsumerName, Attempts: 1, ReceivedAt: created, LeaseUntil: until, Owner: w.cfg.Owner}, nil
+			}
+		} else {
+			_, err = q.insertReceived.exec(ctx, s.db, a)
+			if err == nil {
+				return true, inboxkit.StatusReceived, nil, nil
+			}
 		}
 		if reason := classify.ValueReason(err); reason != "" {
-			return false, "", &ReceiveError{Reason: reason, EventID: e.EventID, Err: err}
+			return false, "", nil, &ReceiveError{Reason: reason, EventID: e.EventID, Err: err}
 		}
 		if !s.d.IsDuplicate(err) {
-			return false, "", fmt.Errorf("inbox: receive: %w", err)
+			return false, "", nil, fmt.Errorf("inbox: receive: %w", err)
 		}
 		st, _, ok, err := s.status(ctx, s.db, e)
 		if err != nil {
-			return false, "", err
+			return false, "", nil, err
 		}
 		if !ok {
 			continue
 		}
-		return s.received(ctx, e, st, a)
+		inserted, st, err = s.received(ctx, e, st, a)
+		return inserted, st, nil, err
 	}
-	return false, "", fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
+	return false, "", nil, fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
 }
 
 // arrival is the CREATED_AT of entry e: now, to the microsecond; for an

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/inboxkit/inboxkit"
@@ -164,6 +165,18 @@ type Worker struct {
 	s   *Store
 	cfg WorkerConfig
 	q   *queueQueries
+	h   handoff
+}
+
+// handoff is the queue of claims handed to a running Run in process
+// (Hand), at most ClaimSize of them waiting.
+type handoff struct {
+	mu      sync.Mutex
+	q       []Claimed
+	running bool          // Run is taking from q
+	wake    chan struct{} // q got claims (capacity 1)
+	room    chan struct{} // Run took claims from q (capacity 1)
+	stopped chan struct{} // closed when Run stops taking; new per Run
 }
 
 // NewWorker returns a Worker on the store's table. The store must publish
@@ -178,7 +191,105 @@ func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 	if s.ports == nil {
 		return nil, errors.New("inbox: NewWorker: the store has no publish ports: a worker must be able to dead-letter (use Store.WithPorts)")
 	}
-	return &Worker{s: s, cfg: cfg, q: &s.qq}, nil
+	return &Worker{s: s, cfg: cfg, q: &s.qq, h: handoff{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}}, nil
+}
+
+// Receive is Store.Receive for the worker's consumer, with the claim
+// written by the insert while the worker's Run is running: a new entry
+// without an order key is stored IN_PROGRESS under this worker's lease,
+// its first attempt counted, and returned as the claim. The claim is nil
+// otherwise: Run not running, a keyed entry (stored RECEIVED, it waits
+// for its key's turn in a claim), a duplicate, a taken-in
+// TECHNICAL_FAILURE row, or an error as from Store.Receive. The entry is
+// safe in the database when the error is nil, as with Store.Receive. Pass
+// the claim to Hand, Process or Release within LeaseDuration; should the
+// process die first, the lease expires and any worker's claim takes the
+// entry.
+func (w *Worker) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, c *Claimed, err error) {
+	if !w.h.taking() {
+		inserted, status, err = w.s.Receive(ctx, e, headers, payload)
+		return inserted, status, nil, err
+	}
+	return w.s.receive(ctx, e, headers, payload, w)
+}
+
+// Hand gives claims of this worker (from Receive) to its running Run,
+// which processes them before it claims from the table, BatchSize per
+// transaction. It waits while ClaimSize claims are waiting already. It
+// returns false, having handed nothing, when Run is not running or has
+// stopped, or ctx is done: the caller then releases the claims (Release),
+// or leaves them to expire.
+func (w *Worker) Hand(ctx context.Context, cs ...Claimed) bool {
+	h := &w.h
+	for {
+		h.mu.Lock()
+		if !h.running {
+			h.mu.Unlock()
+			return false
+		}
+		stopped := h.stopped
+		if len(h.q) == 0 || len(h.q)+len(cs) <= w.cfg.ClaimSize {
+			h.q = append(h.q, cs...)
+			h.mu.Unlock()
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+			return true
+		}
+		h.mu.Unlock()
+		select {
+		case <-h.room:
+		case <-stopped:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// taking reports whether Run is taking handed claims.
+func (h *handoff) taking() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.running
+}
+
+// take returns the claims waiting in the handoff, at most BatchSize.
+func (h *handoff) take(n int) []Claimed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := min(n, len(h.q))
+	if k == 0 {
+		return nil
+	}
+	out := make([]Claimed, k)
+	copy(out, h.q)
+	h.q = append(h.q[:0], h.q[k:]...)
+	select {
+	case h.room <- struct{}{}:
+	default:
+	}
+	return out
+}
+
+// start marks Run as taking handed claims; stop ends that and returns
+// the claims still waiting.
+func (h *handoff) start() {
+	h.mu.Lock()
+	h.running = true
+	h.stopped = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (h *handoff) stop() []Claimed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.running = false
+	close(h.stopped)
+	out := h.q
+	h.q = nil
+	return out
 }
 
 // Owner returns the worker's lease owner name.
@@ -437,6 +548,13 @@ func (w *Worker) RunOnce(ctx context.Context, around ...Around) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	w.runClaimed(ctx, claimed, around)
+	return len(claimed), nil
+}
+
+// runClaimed processes claims, BatchSize at a time; when ctx is
+// cancelled it finishes the batch in hand and releases the rest.
+func (w *Worker) runClaimed(ctx context.Context, claimed []Claimed, around []Around) {
 	work := context.WithoutCancel(ctx)
 	for rest := claimed; len(rest) > 0; {
 		if ctx.Err() != nil {
@@ -470,7 +588,6 @@ func (w *Worker) RunOnce(ctx context.Context, around ...Around) (int, error) {
 			w.logOutcome(batch[i], j.res, j.err)
 		}
 	}
-	return len(claimed), nil
 }
 
 func (w *Worker) logOutcome(c Claimed, res Result, err error) {
@@ -491,25 +608,53 @@ func (w *Worker) logOutcome(c Claimed, res Result, err error) {
 
 // Run claims and processes entries until ctx is cancelled, sleeping
 // PollInterval whenever there is nothing to claim (or the claim failed).
-// On cancellation it finishes the entry in hand (its handler's ctx is not
-// cancelled), releases the rest of its claim and returns nil. around is
+// Claims handed to it (Hand) are processed first, as they come, BatchSize
+// per transaction; the table is then claimed from every PollInterval, for
+// entries no receiver handed over (keyed ones, failures due again, expired
+// leases, entries of a process that died). On cancellation it finishes the
+// entry in hand (its handler's ctx is not cancelled), releases the rest of
+// its claim and what was handed and not begun, and returns nil. around is
 // RunOnce's.
 func (w *Worker) Run(ctx context.Context, around ...Around) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	<-timer.C
-	for ctx.Err() == nil {
+	w.h.start()
+	defer func() {
+		work := context.WithoutCancel(ctx)
+		for _, r := range w.h.stop() {
+			if err := w.Release(work, r); err != nil {
+				w.cfg.Logger.Warn("inbox worker: release", "owner", w.cfg.Owner, "event_id", r.Message.ID, "error", err)
+			}
+		}
+	}()
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	claim := func() {
 		n, err := w.RunOnce(ctx, around...)
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("inbox worker: claim", "owner", w.cfg.Owner, "error", err)
 		}
 		if n > 0 && err == nil {
+			poll.Reset(0) // more may be waiting
+		} else {
+			poll.Reset(w.cfg.PollInterval)
+		}
+	}
+	for ctx.Err() == nil {
+		// The poll is due even while claims keep being handed over.
+		select {
+		case <-poll.C:
+			claim()
+			continue
+		default:
+		}
+		if cs := w.h.take(w.cfg.BatchSize); len(cs) > 0 {
+			w.runClaimed(ctx, cs, around)
 			continue
 		}
-		timer.Reset(w.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-		case <-timer.C:
+		case <-w.h.wake:
+		case <-poll.C:
+			claim()
 		}
 	}
 	return nil
