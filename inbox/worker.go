@@ -255,6 +255,13 @@ func (h *handoff) taking() bool {
 	return h.running
 }
 
+// waiting reports whether claims wait in the handoff.
+func (h *handoff) waiting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.q) > 0
+}
+
 // take returns the claims waiting in the handoff, at most BatchSize.
 func (h *handoff) take(n int) []Claimed {
 	h.mu.Lock()
@@ -627,15 +634,23 @@ func (w *Worker) Run(ctx context.Context, around ...Around) error {
 	}()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	// claim claims and processes until a claim finds nothing (or fails),
+	// or claims were handed over meanwhile (they go first; the claiming
+	// goes on after them).
 	claim := func() {
-		n, err := w.RunOnce(ctx, around...)
-		if err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Error("inbox worker: claim", "owner", w.cfg.Owner, "error", err)
-		}
-		if n > 0 && err == nil {
-			poll.Reset(0) // more may be waiting
-		} else {
-			poll.Reset(w.cfg.PollInterval)
+		for {
+			n, err := w.RunOnce(ctx, around...)
+			if err != nil && ctx.Err() == nil {
+				w.cfg.Logger.Error("inbox worker: claim", "owner", w.cfg.Owner, "error", err)
+			}
+			if n == 0 || err != nil || ctx.Err() != nil {
+				poll.Reset(w.cfg.PollInterval)
+				return
+			}
+			if w.h.waiting() {
+				poll.Reset(0)
+				return
+			}
 		}
 	}
 	for ctx.Err() == nil {

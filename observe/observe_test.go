@@ -447,8 +447,13 @@ func TestMetricsOfStoreThenProcessWorkers(t *testing.T) {
 	// copy came after its entry was processed.
 	storedOrDup := func(body string) (stored, dups int) {
 		for _, l := range strings.Split(body, "\n") {
-			if v, ok := strings.CutPrefix(l, `inboxkit_deliveries_total{action="ack",consumer="mix",outcome="STORED",status="RECEIVED"} `); ok {
-				stored, _ = strconv.Atoi(v)
+			// A new entry is stored claimed by a running worker
+			// (IN_PROGRESS), or RECEIVED while none runs yet.
+			for _, st := range []string{"RECEIVED", "IN_PROGRESS"} {
+				if v, ok := strings.CutPrefix(l, `inboxkit_deliveries_total{action="ack",consumer="mix",outcome="STORED",status="`+st+`"} `); ok {
+					n, _ := strconv.Atoi(v)
+					stored += n
+				}
 			}
 			if v, ok := strings.CutPrefix(l, `inboxkit_duplicates_total{consumer="mix"} `); ok {
 				dups, _ = strconv.Atoi(v)
