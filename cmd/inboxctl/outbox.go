@@ -102,7 +102,7 @@ type relayFlags struct {
 func (f *relayFlags) register(c *cobra.Command, prefix string) {
 	f.prefix = "--" + prefix
 	f.outbox.register(c)
-	c.Flags().IntVar(&f.concurrency, prefix+"concurrency", 32, "outbox keys sent at once (a key's messages leave one at a time, in commit order)")
+	c.Flags().IntVar(&f.concurrency, prefix+"concurrency", 32, "outbox keys sent at once (a key's messages leave one at a time, in commit order); keyless messages 4 to a key's place (outbox.KeylessPerSlot)")
 	c.Flags().IntVar(&f.maxAttempts, prefix+"max-attempts", 10, "send attempts of an outbox message before it is parked (backoff: "+prefix+"retry-delay, doubling to 1m)")
 	c.Flags().StringVar(&f.onPoison, prefix+"on-poison", string(outbox.ParkKey), "what a parked message does to its key: park-key (later messages of the key wait for 'outbox retry' or 'outbox drop') or skip (they go on)")
 	c.Flags().DurationVar(&f.poll, prefix+"poll", 250*time.Millisecond, "how often an idle relay looks for messages (PostgreSQL also wakes it at each commit)")
