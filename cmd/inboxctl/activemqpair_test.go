@@ -75,12 +75,7 @@ func TestRunActiveMQPairFailover(t *testing.T) {
 		t.Skip("an ActiveMQ master/slave pair, the master killed; skipped with -short")
 	}
 	t.Parallel()
-	p := startActiveMQPair(t, 61713)
-	broker := p.url()
-	db := dbtest.New(t, dbtest.Postgres)
-	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
-
-	publish, retries := pairPublisher(t, f, broker)
+	p, f, publish, retries := startPairRun(t, 61713)
 
 	const n, burst = 50, 10
 	publish(2)
@@ -113,6 +108,19 @@ func TestRunActiveMQPairFailover(t *testing.T) {
 		killedWhat, burst, atKill, n, metricSum(metrics, "inboxkit_deliveries_total"), metricSum(metrics, "inboxkit_duplicates_total"), *retries,
 		f.sent, st["PROCESSED"], st["DEAD_LETTERED"], st["TECHNICAL_FAILURE"], redelivered,
 		dlq, left, reconnects, recovery.Round(time.Millisecond), allDone.Round(time.Millisecond))
+}
+
+// startPairRun starts a master/slave pair on port (see startActiveMQPair),
+// `inboxctl run` on its address list with a 2 s heartbeat on a fresh
+// PostgreSQL database, and the publisher of pairPublisher.
+func startPairRun(t *testing.T, port int) (p *activeMQPair, f *faultRun, publish func(int), retries *int) {
+	t.Helper()
+	p = startActiveMQPair(t, port)
+	broker := p.url()
+	db := dbtest.New(t, dbtest.Postgres)
+	f = startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
+	publish, retries = pairPublisher(t, f, broker)
+	return p, f, publish, retries
 }
 
 // pairPublisher returns a publish of n invoices through `inboxctl publish`
@@ -157,11 +165,7 @@ func TestRunActiveMQPairHangingMaster(t *testing.T) {
 		t.Skip("an ActiveMQ master/slave pair, the master hanging; skipped with -short")
 	}
 	t.Parallel()
-	p := startActiveMQPair(t, 61753)
-	broker := p.url()
-	db := dbtest.New(t, dbtest.Postgres)
-	f := startFaultRun(t, db, broker, "--db", db.DSN, "--broker", broker+"?heartbeat=2s", "--process-timeout", "5s")
-	publish, retries := pairPublisher(t, f, broker)
+	p, f, publish, retries := startPairRun(t, 61753)
 
 	const n, burst, hang = 50, 10, 20 * time.Second
 	publish(2)
