@@ -246,3 +246,52 @@ func TestListenWakesTheRelay(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestTrailingNotifyWakesTheRelay: an Add within NotifyInterval of the
+// last notification sends none at once; its transaction commits after the
+// relay woken by that notification went back to its hourly poll. The
+// notification at the interval's end (the trailing one) wakes the relay,
+// which then sends the message.
+func TestTrailingNotifyWakesTheRelay(t *testing.T) {
+	st, db := setup(t, dbtest.Postgres)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const interval = 1500 * time.Millisecond
+	s, err := outbox.New(db.DB, st.Dialect(), outbox.Config{NotifyInterval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := &recorder{}
+	relay := newRelay(t, st, outbox.RelayConfig{SendFunc: dst.send, PollInterval: time.Hour,
+		Wake: postgres.Listen(ctx, db.DSN, st.NotifyChannel(), nil)})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = relay.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitSent := func(n int, what string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for len(dst.sent()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not sent", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// The relay listens before the first Add notifies.
+	time.Sleep(200 * time.Millisecond)
+	add(t, ctx, s, outbox.Message{Destination: "q", Body: []byte("first")})
+	waitSent(1, "the first message (its Add notified)")
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Add(ctx, tx, outbox.Message{Destination: "q", Body: []byte("second")}); err != nil {
+		t.Fatal(err)
+	}
+	// Past the relay's busy while (100ms after its last find), well before
+	// the interval ends.
+	time.Sleep(500 * time.Millisecond)
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitSent(2, "the second message (its Add within the interval: the trailing notification)")
+}

@@ -37,6 +37,8 @@ type ListOptions struct {
 	// Key, MessageID: only this key's, or this message's, rows.
 	Key, MessageID string
 	// CauseEventIDs: only rows written while these events were handled.
+	// On PostgreSQL no index serves it (outbox schema step 3): it reads
+	// the rows the other conditions leave, the whole table without them.
 	CauseEventIDs []string
 	// OlderThan: only rows written before this time.
 	OlderThan time.Time
@@ -63,7 +65,7 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Row, error) {
 		}
 	}
 	if opt.Key != "" {
-		where = append(where, "MSG_KEY = ?")
+		where = append(where, "MSG_KEY = ? AND SEQ > 0") // a keyed row: the key numbers' index
 		args = append(args, opt.Key)
 	}
 	if opt.MessageID != "" {
@@ -367,7 +369,7 @@ func (s *Store) Purge(ctx context.Context, opt PurgeOptions) (int64, error) {
 		err := s.db.QueryRowContext(ctx, s.d.Rebind(`SELECT COUNT(*) FROM `+t+` WHERE `+done), cutoff).Scan(&n)
 		return n, wrapErr("outbox: purge (dry run)", err)
 	}
-	idleKey := `LAST_SEQ = DONE_SEQ AND NEXT_AT IS NULL AND NOT EXISTS (SELECT 1 FROM ` + t + ` o WHERE o.MSG_KEY = ` + k + `.MSG_KEY)`
+	idleKey := `LAST_SEQ = DONE_SEQ AND NEXT_AT IS NULL AND NOT EXISTS (SELECT 1 FROM ` + t + ` o WHERE o.MSG_KEY = ` + k + `.MSG_KEY AND o.SEQ > 0)`
 	var rowsQ, keysQ string
 	switch s.d.Name() {
 	case "postgres":

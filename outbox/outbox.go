@@ -129,13 +129,17 @@ type Config struct {
 	// Add. The NOTIFY is a statement of its own on the store's pool, a
 	// moment after the Add, not part of the caller's transaction: a
 	// PostgreSQL commit that notifies holds a database-wide lock through
-	// its WAL flush, which the writers' commits would queue for. A relay
-	// woken by one notification keeps looking every few milliseconds for a
-	// while (RelayConfig.BusyPollInterval), which finds the messages of the
-	// Adds in between (and the message of a notification that came before
-	// its commit); one whose transaction runs on for longer than that after
-	// its Add is found at the relay's next poll (RelayConfig.PollInterval).
-	// Defaults to 10ms.
+	// its WAL flush, which the writers' commits would queue for. The first
+	// Add after a quiet NotifyInterval notifies 2ms after it; the Adds
+	// within an interval of a notification share one more notification at
+	// that interval's end (a trailing one), so every Add is followed by a
+	// notification within NotifyInterval + 2ms, and a steady stream of
+	// Adds costs one NOTIFY transaction per NotifyInterval. A woken relay
+	// keeps looking every few milliseconds for a while
+	// (RelayConfig.BusyPollInterval), which finds the messages whose
+	// transactions commit after their notification but within that while;
+	// one whose transaction runs on for longer is found at the relay's next
+	// poll (RelayConfig.PollInterval). Defaults to 50ms.
 	NotifyInterval time.Duration
 }
 
@@ -147,7 +151,7 @@ func (c *Config) setDefaults() {
 		c.Clock = inboxkit.SystemClock{}
 	}
 	if c.NotifyInterval == 0 {
-		c.NotifyInterval = 10 * time.Millisecond
+		c.NotifyInterval = 50 * time.Millisecond
 	}
 }
 
@@ -173,7 +177,8 @@ type Store struct {
 	cfg Config
 	q   queries
 
-	lastNotify atomic.Int64 // when Add last notified (UnixNano)
+	lastNotify atomic.Int64 // when the last notification was sent or scheduled (UnixNano)
+	trailing   atomic.Bool  // a trailing notification is scheduled
 }
 
 // ErrUnsupportedDialect is returned by New for a dialect whose outbox
@@ -285,24 +290,40 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 // an Add, at most every NotifyInterval, in a statement of its own on the
 // store's pool rather than in the caller's transaction: a PostgreSQL
 // commit that notifies takes a database-wide lock through its WAL flush,
-// which the writers' commits then queue for. The notification may arrive
-// before the Add's commit: a woken relay keeps looking every
-// BusyPollInterval for a while and finds the message then. A notification
-// that fails is dropped (the relays poll).
+// which the writers' commits then queue for. An Add within NotifyInterval
+// of the last notification is covered by one trailing notification at
+// that interval's end, so that no Add waits more than NotifyInterval +
+// notifyDelay for its notification. A notification may arrive before the
+// Add's commit: a woken relay keeps looking every BusyPollInterval for a
+// while and finds the message then. A notification that fails is dropped
+// (the relays poll).
 func (s *Store) notifySoon() {
 	if s.q.notifyAlone == "" {
 		return
 	}
 	now := time.Now().UnixNano()
 	last := s.lastNotify.Load()
-	if now-last < int64(s.cfg.NotifyInterval) || !s.lastNotify.CompareAndSwap(last, now) {
+	if now-last >= int64(s.cfg.NotifyInterval) && s.lastNotify.CompareAndSwap(last, now) {
+		time.AfterFunc(notifyDelay, s.notifyNow)
 		return
 	}
-	time.AfterFunc(notifyDelay, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, _ = s.db.ExecContext(ctx, s.q.notifyAlone)
+	if !s.trailing.CompareAndSwap(false, true) {
+		return // the scheduled trailing notification comes after this Add
+	}
+	wait := max(time.Duration(s.lastNotify.Load()+int64(s.cfg.NotifyInterval)-now), notifyDelay)
+	time.AfterFunc(wait, func() {
+		// Cleared first: an Add from here on schedules a notification
+		// of its own (or is covered by the one sent below).
+		s.trailing.Store(false)
+		s.lastNotify.Store(time.Now().UnixNano())
+		s.notifyNow()
 	})
+}
+
+func (s *Store) notifyNow() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = s.db.ExecContext(ctx, s.q.notifyAlone)
 }
 
 // notifyDelay is how long after an Add its notification is sent: most

@@ -36,9 +36,15 @@ type addArgs struct {
 // with SEQ 0 and its own NEXT_AT, and relays claim it by its row
 // (LEASE_OWNER, NEXT_AT on the outbox table) as a key of one message,
 // which is settled once the message is (NEXT_AT NULL). It is ordered with
-// nothing, so it needs no sequence and no lock beyond its own row: Add
-// writes one row and three index entries for it instead of two rows and
-// six. Keyless messages written before step 2 keep their key rows.
+// nothing, so it needs no sequence and no lock beyond its own row.
+// Keyless messages written before step 2 keep their key rows (SEQ 1).
+//
+// Since schema step 3 the unique index of the key numbers (MSG_KEY, SEQ)
+// holds only SEQ > 0 on PostgreSQL (a keyless row has no entry in it), so
+// every statement that reads a key's messages by number says o.SEQ > 0,
+// which lets the partial index serve it; the other dialects keep the full
+// constraint, where the condition changes nothing. A keyless row written
+// now has entries in three indexes: the primary key, STATUS and NEXT.
 type queries struct {
 	add []stmt
 	// addOwn is add for a message without a key.
@@ -149,7 +155,7 @@ WHERE MESSAGE_ID = ANY(ARRAY(SELECT MESSAGE_ID FROM {t} WHERE NEXT_AT <= CAST($3
 RETURNING ` + strings.ReplaceAll(rowCols, "o.", "")
 		}
 		read := `
-SELECT 0, c.MSG_KEY, c.DONE_SEQ, ` + rowCols + ` FROM c LEFT JOIN {t} o ON o.MSG_KEY = c.MSG_KEY AND o.SEQ > c.DONE_SEQ AND o.SEQ <= c.DONE_SEQ + $5
+SELECT 0, c.MSG_KEY, c.DONE_SEQ, ` + rowCols + ` FROM c LEFT JOIN {t} o ON o.MSG_KEY = c.MSG_KEY AND o.SEQ > 0 AND o.SEQ > c.DONE_SEQ AND o.SEQ <= c.DONE_SEQ + $5
 UNION ALL SELECT ` + ownCols + ` FROM w o
 ORDER BY 2, 6`
 		q.claimRead[0] = r(`WITH c AS (` + keys("CAST($4 AS BIGINT)") + `), w AS (` + owns("(CAST($4 AS BIGINT) - (SELECT COUNT(*) FROM c)) * CAST($6 AS BIGINT)") + `)` + read)
@@ -190,7 +196,7 @@ ON CONFLICT (MSG_KEY) DO UPDATE SET LAST_SEQ = LAST_SEQ + 1, NEXT_AT = CASE WHEN
 		q.claim = r(`UPDATE {k} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MSG_KEY IN (SELECT MSG_KEY FROM {k} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ?) RETURNING MSG_KEY`)
 		q.claimOwn = r(`UPDATE {t} SET LEASE_OWNER = ?, NEXT_AT = ? WHERE MESSAGE_ID IN (SELECT MESSAGE_ID FROM {t} WHERE NEXT_AT <= ? ORDER BY NEXT_AT LIMIT ?) RETURNING MESSAGE_ID`)
 	}
-	q.readRows = r(`SELECT 0, k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
+	q.readRows = r(`SELECT 0, k.MSG_KEY, k.DONE_SEQ, ` + rowCols + ` FROM {k} k LEFT JOIN {t} o ON o.MSG_KEY = k.MSG_KEY AND o.SEQ > 0 AND o.SEQ > k.DONE_SEQ AND o.SEQ <= k.DONE_SEQ + ?
 WHERE k.MSG_KEY IN (@keys) ORDER BY k.MSG_KEY, o.SEQ`)
 	q.readOwn = r(`SELECT ` + ownCols + ` FROM {t} o WHERE o.MESSAGE_ID IN (@keys) ORDER BY o.MSG_KEY`)
 	q.nextDue = r(`SELECT MIN(n) FROM (SELECT MIN(NEXT_AT) AS n FROM {k} UNION ALL SELECT MIN(NEXT_AT) AS n FROM {t}) x`)

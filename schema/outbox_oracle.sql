@@ -1,4 +1,4 @@
--- inboxkit schema of INBOXKIT_OUTBOX (oracle): version 0 -> 2
+-- inboxkit schema of INBOXKIT_OUTBOX (oracle): version 0 -> 3
 CREATE TABLE INBOXKIT_SCHEMA_VERSION (
     TABLE_NAME VARCHAR2(30) NOT NULL,
     VERSION NUMBER(10) NOT NULL,
@@ -52,4 +52,8 @@ ALTER TABLE INBOXKIT_OUTBOX ADD (NEXT_AT TIMESTAMP, LEASE_OWNER VARCHAR2(120))
 CREATE INDEX INBOXKIT_OUTBOX_NEXT ON INBOXKIT_OUTBOX (NEXT_AT)
 /
 INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOXKIT_OUTBOX', 2, 'a message without a key is claimed by its own row (NEXT_AT, LEASE_OWNER), without a key row')
+/
+
+-- step 3: PostgreSQL: a message without a key has no entry in (MSG_KEY, SEQ), CAUSE_EVENT_ID no index (fewer entries per Add)
+INSERT INTO INBOXKIT_SCHEMA_VERSION (TABLE_NAME, VERSION, DESCRIPTION) VALUES ('INBOXKIT_OUTBOX', 3, 'PostgreSQL: a message without a key has no entry in (MSG_KEY, SEQ), CAUSE_EVENT_ID no index (fewer entries per Add)')
 /
