@@ -42,7 +42,40 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit batch 4 in tx", "inboxkit duplicate", "pgbench 4/tx plain", "inboxkit batch 4 effects-in-tx", "rows in the inbox", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit batch 4", "inboxkit batch 4 in tx", "inboxkit duplicate", "pgbench 4/tx plain", "inboxkit batch 4 effects-in-tx", "rows in the inbox", "first, time-ordered ids", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output has no %q", want)
+		}
+	}
+}
+
+// TestSmokeBacklog runs the relay's backlog drains with a tiny
+// configuration over two rounds: the tables made once, drained a round at a
+// time. It says nothing about speed.
+func TestSmokeBacklog(t *testing.T) {
+	var out bytes.Buffer
+	o := options{
+		amqp:          "amqp://guest:guest@127.0.0.1:5672/",
+		db:            postgresKind,
+		dsn:           envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		n:             200,
+		dup:           0.2,
+		rounds:        2,
+		dur:           300 * time.Millisecond,
+		bigConc:       2,
+		outboxN:       300,
+		outboxSent:    2000,
+		outboxBacklog: 1000,
+		outboxRate:    100,
+		sections:      map[string]bool{"outbox-relay": true},
+		out:           &out,
+		log:           testWriter{t},
+	}
+	if err := run(context.Background(), o); err != nil {
+		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"next 300 of 1000 pending, no SENT rows", "next 300 of 1000 pending, beside 2000 SENT rows"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
 		}

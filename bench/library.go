@@ -95,14 +95,20 @@ VALUES ($1, 'bench', 'PROCESSED', $2, now(), now(), now(), 1, $3)`
 // rawNew is the raw database/sql twin of a new message: BEGIN, the inbox
 // row, one letter, COMMIT.
 func rawNew(k dbKind, db *sql.DB) op {
+	return rawKeyed(k, db, newID, func(id string) string { return id })
+}
+
+// rawKeyed is rawNew with the event id from key and the payload hash
+// hash(id).
+func rawKeyed(k dbKind, db *sql.DB, key func() string, hash func(id string) string) op {
 	return func(ctx context.Context, _ int) error {
-		id := newID()
+		id := key()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // no-op after Commit
-		if _, err := tx.ExecContext(ctx, k.rawNew, id, "corr", id); err != nil {
+		if _, err := tx.ExecContext(ctx, k.rawNew, id, "corr", hash(id)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, k.insertLetter, id, "I-1", "C-1"); err != nil {

@@ -26,9 +26,11 @@
 //	         and with a SAVEPOINT per message, beside Store.Process of a
 //	         first delivery and Store.ProcessBatch of -batch with
 //	         savepoints and with BatchItem.EffectsInTx, at -c clients.
-//	big      Store.Process at -big-c goroutines on an empty inbox and on one
-//	         with -big rows (generate_series; kept in schema inboxbench_big
-//	         for the next run, -keep-big=false drops it).
+//	big      Store.Process at -big-cs goroutines (default -big-c) on an empty
+//	         inbox and on one with -big rows (generate_series; kept in
+//	         schema inboxbench_big for the next run, -keep-big=false drops
+//	         it), beside the raw database/sql twin on the same tables, with
+//	         random and with time-ordered event ids.
 //	purge    Store.Purge of -purge rows (PurgeOptions.MaxRowsPerSecond =
 //	         -purge-rate) while Store.Process ingests at -big-c goroutines,
 //	         beside the ingest rate just before, for -rounds rounds.
@@ -96,6 +98,7 @@ type options struct {
 	concs             []int
 	dur               time.Duration
 	big, bigConc      int
+	bigConcs          []int
 	keepBig           bool
 	purge             int
 	purgeBatch        int
@@ -117,7 +120,7 @@ type options struct {
 
 func main() {
 	var o options
-	var handlers, concs, procs, sections string
+	var handlers, concs, procs, sections, bigConcs string
 	flag.StringVar(&o.amqp, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	var dbName string
 	flag.StringVar(&o.broker, "broker", "rabbitmq", "e2e: broker (rabbitmq, or stomp: ActiveMQ at -stomp)")
@@ -138,6 +141,7 @@ func main() {
 	flag.DurationVar(&o.dur, "d", 5*time.Second, "library, pgbench, big, purge: duration of one cell")
 	flag.IntVar(&o.big, "big", 10_000_000, "big: rows already in the inbox")
 	flag.IntVar(&o.bigConc, "big-c", 4, "big, purge: ingest goroutines")
+	flag.StringVar(&bigConcs, "big-cs", "", "big: goroutine counts, comma-separated (empty: -big-c)")
 	flag.BoolVar(&o.keepBig, "keep-big", true, "big: keep the generated table (schema inboxbench_big) for the next run")
 	flag.IntVar(&o.purge, "purge", 1_000_000, "purge: rows to purge")
 	flag.IntVar(&o.purgeBatch, "purge-batch", 0, "purge: rows per purge transaction (0: PurgeOptions' default, 1000)")
@@ -145,7 +149,7 @@ func main() {
 	flag.StringVar(&o.bigSchema, "big-schema", "inboxbench_big", "big: schema of the generated table")
 	flag.IntVar(&o.outboxN, "outbox-n", 20000, "outbox: messages of each relay drain")
 	flag.IntVar(&o.outboxSent, "outbox-sent", 1_000_000, "outbox: SENT rows beside the backlog of the third drain")
-	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 0, "outbox: with n > 0, the third and fourth drains time the first -outbox-n of n pending messages (generate_series), without and beside -outbox-sent SENT rows")
+	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 0, "outbox: with n > 0, the third and fourth drains time the next -outbox-n of n pending messages (generate_series, made once and drained a round at a time), without and beside -outbox-sent SENT rows")
 	flag.IntVar(&o.outboxRate, "outbox-rate", 500, "outbox: messages a second the paced writer adds")
 	flag.StringVar(&o.rabbitCluster, "rabbit-cluster", rabbitClusterURL(), "scaleout: URL of the 3-node RabbitMQ cluster (scripts/rabbit-cluster; default from $INBOXKIT_RABBITC_PORT)")
 	flag.StringVar(&o.natsCluster, "nats-cluster", natsClusterURL(), "scaleout: URL of the 3-node JetStream cluster (scripts/nats-cluster; default from $INBOXKIT_NATSC_PORT)")
@@ -161,6 +165,11 @@ func main() {
 	}
 	if o.concs, err = ints(concs); err != nil {
 		fail(fmt.Errorf("-c: %w", err))
+	}
+	if bigConcs != "" {
+		if o.bigConcs, err = ints(bigConcs); err != nil {
+			fail(fmt.Errorf("-big-cs: %w", err))
+		}
 	}
 	if o.procs, err = ints(procs); err != nil {
 		fail(fmt.Errorf("-procs: %w", err))

@@ -196,24 +196,27 @@ func addBacklog(ctx context.Context, db *sql.DB, ob *outbox.Store, queue string,
 
 // generateOutboxRows inserts sent SENT rows and pending PENDING rows (due
 // now) of keyless messages for queue, as Add writes them (SEQ 0, no key
-// row): one INSERT ... SELECT FROM generate_series per million rows.
+// row, the key the message's id): one INSERT ... SELECT FROM
+// generate_series per million rows. The ids are ordered as they were
+// written, SENT rows first, as Add's default ids (UUID version 7) are: a
+// relay claims the pending rows in their order on the primary key.
 func generateOutboxRows(ctx context.Context, db *sql.DB, log io.Writer, queue string, sent, pending int) error {
 	const chunk = 1_000_000
 	began := time.Now()
 	for _, g := range []struct {
-		prefix, status, settled string
-		n                       int
+		status, settled string
+		first, n        int
 	}{
-		{"sent-", "SENT", "1, now() - interval '1 day', now(), now(), NULL", sent},
-		{"pend-", "PENDING", "0, now(), NULL, NULL, now()", pending},
+		{"SENT", "1, now() - interval '1 day', now(), now(), NULL", 1, sent},
+		{"PENDING", "0, now(), NULL, NULL, now()", sent + 1, pending},
 	} {
-		for lo := 1; lo <= g.n; lo += chunk {
-			hi := min(lo+chunk-1, g.n)
+		for lo := g.first; lo < g.first+g.n; lo += chunk {
+			hi := min(lo+chunk-1, g.first+g.n-1)
 			if _, err := db.ExecContext(ctx, `INSERT INTO INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, BODY, STATUS, ATTEMPTS, CREATED_AT, UPDATED_AT, SENT_AT, NEXT_AT)
-SELECT '`+g.prefix+`' || i, '`+g.prefix+`' || i, 0, $3, decode(repeat('00', 200), 'hex'), '`+g.status+`', `+g.settled+` FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi, queue); err != nil {
+SELECT 'm-' || lpad(i::text, 12, '0'), 'm-' || lpad(i::text, 12, '0'), 0, $3, decode(repeat('00', 200), 'hex'), '`+g.status+`', `+g.settled+` FROM generate_series($1::bigint, $2::bigint) AS i`, lo, hi, queue); err != nil {
 				return fmt.Errorf("generate %s rows: %w", g.status, err)
 			}
-			fmt.Fprintf(log, "outbox: %d of %d %s rows generated, %s\n", hi, g.n, g.status, time.Since(began).Round(time.Second))
+			fmt.Fprintf(log, "outbox: %d of %d %s rows generated, %s\n", hi-g.first+1, g.n, g.status, time.Since(began).Round(time.Second))
 		}
 	}
 	// The measurement starts after the bulk insert's autovacuum and
@@ -242,29 +245,50 @@ func outboxQueue(ctx context.Context, admin *sql.DB, o options, conn *amqp.Conne
 	return sc, ob, queue, func() { deleteQueues(conn, queue); sc.drop(admin) }, nil
 }
 
-// drain measures how fast a relay sends a backlog: -outbox-n messages
-// added by outbox.Add (keyless, or over keys), or, with pending > 0, pending
-// keyless messages made by generateRows of which the relay's first
-// -outbox-n confirms are timed; sent SENT rows lie beside them.
-func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, keys, sent, pending int) (relayRun, error) {
+// drain measures how fast a relay sends a backlog of -outbox-n messages
+// added by outbox.Add (keyless, or over keys), sent SENT rows beside them
+// (generateOutboxRows), in a schema of its own.
+func drain(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, pub *rabbitmq.Adapter, keys, sent int) (relayRun, error) {
 	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, 24)
 	if err != nil {
 		return relayRun{}, err
 	}
 	defer done()
-	if pending > 0 {
-		err = generateOutboxRows(ctx, sc.DB, o.log, queue, sent, pending)
-	} else {
-		if sent > 0 {
-			err = generateOutboxRows(ctx, sc.DB, o.log, queue, sent, 0)
-		}
-		if err == nil {
-			err = addBacklog(ctx, sc.DB, ob, queue, o.outboxN, keys)
-		}
+	if sent > 0 {
+		err = generateOutboxRows(ctx, sc.DB, o.log, queue, sent, 0)
+	}
+	if err == nil {
+		err = addBacklog(ctx, sc.DB, ob, queue, o.outboxN, keys)
 	}
 	if err != nil {
 		return relayRun{}, err
 	}
+	return timedDrain(ctx, o, sc, ob, pub)
+}
+
+// backlog is a schema holding pending keyless messages made by
+// generateOutboxRows, beside SENT rows, made once and drained -outbox-n at
+// a time, one drain a round: the rounds' drains of the tables interleave.
+type backlog struct {
+	sc   *schema
+	ob   *outbox.Store
+	done func()
+}
+
+func newBacklog(ctx context.Context, admin *sql.DB, o options, conn *amqp.Connection, sent, pending int) (*backlog, error) {
+	sc, ob, queue, done, err := outboxQueue(ctx, admin, o, conn, 24)
+	if err != nil {
+		return nil, err
+	}
+	if err := generateOutboxRows(ctx, sc.DB, o.log, queue, sent, pending); err != nil {
+		done()
+		return nil, err
+	}
+	return &backlog{sc: sc, ob: ob, done: done}, nil
+}
+
+// timedDrain starts a relay and times its first -outbox-n confirms.
+func timedDrain(ctx context.Context, o options, sc *schema, ob *outbox.Store, pub *rabbitmq.Adapter) (relayRun, error) {
 	lags := &lagObserver{}
 	began := time.Now()
 	stop := startBenchRelay(ctx, sc, ob, pub, lags)
@@ -319,17 +343,26 @@ func outboxRelay(ctx context.Context, admin *sql.DB, o options) error {
 		run  func() (relayRun, error)
 	}
 	cells := []cell{
-		{"drain, keyless, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0, 0) }},
-		{"drain, 100 keys, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 100, 0, 0) }},
+		{"drain, keyless, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0) }},
+		{"drain, 100 keys, empty table", func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 100, 0) }},
 	}
 	if o.outboxBacklog > 0 {
-		cells = append(cells,
-			cell{fmt.Sprintf("first %d of %d pending, no SENT rows", o.outboxN, o.outboxBacklog), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, 0, o.outboxBacklog) }},
-			cell{fmt.Sprintf("first %d of %d pending, beside %d SENT rows", o.outboxN, o.outboxBacklog, o.outboxSent), func() (relayRun, error) {
-				return drain(ctx, admin, o, conn, pub, 0, o.outboxSent, o.outboxBacklog)
-			}})
+		// Made once (minutes at 10 million rows), drained a round at a
+		// time; a round's relay finds the rows the last one left leased
+		// and sends the others first.
+		for _, b := range []struct {
+			name string
+			sent int
+		}{{fmt.Sprintf("next %d of %d pending, no SENT rows", o.outboxN, o.outboxBacklog), 0}, {fmt.Sprintf("next %d of %d pending, beside %d SENT rows", o.outboxN, o.outboxBacklog, o.outboxSent), o.outboxSent}} {
+			bl, err := newBacklog(ctx, admin, o, conn, b.sent, o.outboxBacklog)
+			if err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+			defer bl.done()
+			cells = append(cells, cell{b.name, func() (relayRun, error) { return timedDrain(ctx, o, bl.sc, bl.ob, pub) }})
+		}
 	} else {
-		cells = append(cells, cell{fmt.Sprintf("drain, keyless, beside %d SENT rows", o.outboxSent), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, o.outboxSent, 0) }})
+		cells = append(cells, cell{fmt.Sprintf("drain, keyless, beside %d SENT rows", o.outboxSent), func() (relayRun, error) { return drain(ctx, admin, o, conn, pub, 0, o.outboxSent) }})
 	}
 	cells = append(cells, []cell{
 		{fmt.Sprintf("%d msg/s, 1 writer", o.outboxRate), func() (relayRun, error) { return flow(ctx, admin, o, conn, pub, o.outboxRate, 1) }},

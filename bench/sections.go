@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -99,7 +100,8 @@ func eventIDs(ctx context.Context, db *sql.DB, n int) ([]string, error) {
 }
 
 // bigSection: new messages on an empty inbox and on one holding o.big
-// rows, interleaved, at o.bigConc goroutines.
+// rows, interleaved, at each of o.bigConcs goroutines (o.bigConc when
+// none), beside the raw database/sql twin on the same tables.
 func bigSection(ctx context.Context, admin *sql.DB, o options) error {
 	empty, es, err := storeSchema(ctx, admin, o.dsn, "inboxbench_empty_"+suffix(), o.bigConc+4)
 	if err != nil {
@@ -135,51 +137,117 @@ func bigSection(ctx context.Context, admin *sql.DB, o options) error {
 	if have, err = countRows(ctx, big.DB); err != nil {
 		return err
 	}
-	// Marked deliveries (attempt marker, then an UPDATE of the row) and
-	// first deliveries (one INSERT), each on both tables.
-	// The server's WAL per message (pg_stat_wal, the whole server: run it
-	// on a quiet one) says why a large inbox is slower: full-page images
+	// Each cell on both tables, interleaved, so that the raw twin and
+	// inboxkit meet the same index size and the same cache state: raw
+	// database/sql, Store.Process of a first delivery (one INSERT) and of a
+	// marked one (attempt marker, then an UPDATE of the row), with random
+	// event ids, and the raw twin and a first delivery with time-ordered
+	// ids. The server's WAL per message (pg_stat_wal, the whole server: run
+	// it on a quiet one) says why a large inbox is slower: full-page images
 	// of the index pages a new key lands on.
-	var emptyRates, bigRates, emptyFirst, bigFirst []float64
-	walPer := map[string][]float64{}
-	fpiPer := map[string][]float64{}
+	cells := []bigCell{
+		{"raw", "", func(s *schema, _ *inbox.Store) op { return rawKeyed(postgresKind, s.DB, randomKey, randomHash) }},
+		{"first", "raw", func(_ *schema, st *inbox.Store) op { return processKeyed(st, true, randomKey) }},
+		{"marked", "raw", func(_ *schema, st *inbox.Store) op { return processKeyed(st, false, randomKey) }},
+		{"raw, time-ordered ids", "", func(s *schema, _ *inbox.Store) op { return rawKeyed(postgresKind, s.DB, timeKey, randomHash) }},
+		{"first, time-ordered ids", "raw, time-ordered ids", func(_ *schema, st *inbox.Store) op { return processKeyed(st, true, timeKey) }},
+	}
+	tables := []struct {
+		sc   *schema
+		s    *inbox.Store
+		rows int
+	}{{empty, es, 0}, {big, bs, have}}
+	concs := o.bigConcs
+	if len(concs) == 0 {
+		concs = []int{o.bigConc}
+	}
+	type key struct {
+		c, rows int
+		cell    string
+	}
+	rates, walPer, fpiPer := map[key][]float64{}, map[key][]float64{}, map[key][]float64{}
 	for round := 1; round <= o.rounds; round++ {
-		for _, cell := range []struct {
-			s     *inbox.Store
-			rates *[]float64
-			name  string
-			op    func(*inbox.Store) op
-		}{{es, &emptyRates, "empty", processNew}, {bs, &bigRates, "big", processNew}, {es, &emptyFirst, "empty first", processFirst}, {bs, &bigFirst, "big first", processFirst}} {
-			wal0, fpi0, err := walStats(ctx, admin)
-			if err != nil {
-				return err
+		for _, c := range concs {
+			for _, cell := range cells {
+				for _, t := range tables {
+					wal0, fpi0, err := walStats(ctx, admin)
+					if err != nil {
+						return err
+					}
+					began := time.Now()
+					r, err := rate(ctx, c, o.dur, cell.op(t.sc, t.s))
+					if err != nil {
+						return fmt.Errorf("%s on %d rows: %w", cell.name, t.rows, err)
+					}
+					msgs := r * time.Since(began).Seconds()
+					wal1, fpi1, err := walStats(ctx, admin)
+					if err != nil {
+						return err
+					}
+					k := key{c, t.rows, cell.name}
+					rates[k] = append(rates[k], r)
+					walPer[k] = append(walPer[k], float64(wal1-wal0)/msgs)
+					fpiPer[k] = append(fpiPer[k], float64(fpi1-fpi0)/msgs)
+					fmt.Fprintf(o.log, "big round %d c=%-3d rows %-9d %-24s %8.0f msgs/s, %6.0f bytes of WAL and %.2f full-page images per message\n", round, c, t.rows, cell.name, r, float64(wal1-wal0)/msgs, float64(fpi1-fpi0)/msgs)
+				}
 			}
-			began := time.Now()
-			r, err := rate(ctx, o.bigConc, o.dur, cell.op(cell.s))
-			if err != nil {
-				return fmt.Errorf("%s: %w", cell.name, err)
-			}
-			msgs := r * time.Since(began).Seconds()
-			wal1, fpi1, err := walStats(ctx, admin)
-			if err != nil {
-				return err
-			}
-			walPer[cell.name] = append(walPer[cell.name], float64(wal1-wal0)/msgs)
-			fpiPer[cell.name] = append(fpiPer[cell.name], float64(fpi1-fpi0)/msgs)
-			*cell.rates = append(*cell.rates, r)
-			fmt.Fprintf(o.log, "big round %d %-11s %8.0f msgs/s, %6.0f bytes of WAL and %.2f full-page images per message\n", round, cell.name, r, float64(wal1-wal0)/msgs, float64(fpi1-fpi0)/msgs)
 		}
 	}
-	fmt.Fprintf(o.out, "\nA full inbox: Store.Process of new messages at %d goroutines, %s per cell, median of %d round(s)\n\n", o.bigConc, o.dur, o.rounds)
+	fmt.Fprintf(o.out, "\nA full inbox: Store.Process of new messages beside the raw database/sql twin (the same table, in turns), %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "rows in the inbox\tmarked msgs/s\tvs empty\tWAL bytes/msg\tfull-page images/msg\tfirst delivery msgs/s\tvs empty\tWAL bytes/msg\tfull-page images/msg\t\n")
-	m := func(v map[string][]float64, k string) float64 { return median(v[k]) }
-	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t\n", 0, median(emptyRates), "1.00×", m(walPer, "empty"), m(fpiPer, "empty"),
-		median(emptyFirst), "1.00×", m(walPer, "empty first"), m(fpiPer, "empty first"))
-	fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.0f\t%.2f\t%.0f\t%s\t%.0f\t%.2f\t\n", have, median(bigRates), ratio(median(bigRates), median(emptyRates)), m(walPer, "big"), m(fpiPer, "big"),
-		median(bigFirst), ratio(median(bigFirst), median(emptyFirst)), m(walPer, "big first"), m(fpiPer, "big first"))
-	tw.Flush()
-	return nil
+	fmt.Fprintf(tw, "goroutines\trows in the inbox\tcell\tmsgs/s\tvs raw\tvs empty\tWAL bytes/msg\tfull-page images/msg\t\n")
+	for _, c := range concs {
+		for _, t := range tables {
+			for _, cell := range cells {
+				k := key{c, t.rows, cell.name}
+				r, vsRaw := median(rates[k]), "-"
+				if cell.raw != "" {
+					vsRaw = ratio(r, median(rates[key{c, t.rows, cell.raw}]))
+				}
+				fmt.Fprintf(tw, "%d\t%d\t%s\t%.0f\t%s\t%s\t%.0f\t%.2f\t\n", c, t.rows, cell.name, r, vsRaw, ratio(r, median(rates[key{c, 0, cell.name}])), median(walPer[k]), median(fpiPer[k]))
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// bigCell is one contender of the big section: op on a table's schema and
+// store; raw names the cell it is compared with on the same table.
+type bigCell struct {
+	name, raw string
+	op        func(*schema, *inbox.Store) op
+}
+
+// randomKey is an event id spread over the key space (a random UUID's
+// shape): each new one lands on its own leaf page of the primary key.
+func randomKey() string { return newID() }
+
+// timeKey is a time-ordered event id (a UUID version 7's shape: 48 bits of
+// Unix milliseconds, then random), 32 hex digits like randomKey: new ids
+// land on the few leaf pages at the end of their range.
+func timeKey() string {
+	return fmt.Sprintf("%012x", time.Now().UnixMilli()) + newID()[12:]
+}
+
+// randomHash is a payload hash that is not the event id: a digest is
+// random whatever the id's shape.
+func randomHash(string) string { return newID() }
+
+// processKeyed is Store.Process of a new message writing one letter, a
+// first delivery or a marked one, its event id from key and its payload
+// hash random (a digest is random whatever the id's shape).
+func processKeyed(s *inbox.Store, first bool, key func() string) op {
+	return func(ctx context.Context, _ int) error {
+		id := key()
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: newID(), FirstDelivery: first}, letterHandler(id))
+		if err != nil {
+			return err
+		}
+		if res.Outcome != inboxkit.OutcomeProcessed {
+			return fmt.Errorf("process %s: outcome %s, want processed", id, res.Outcome)
+		}
+		return nil
+	}
 }
 
 // walStats reads the server's WAL bytes and full-page images so far.
