@@ -66,9 +66,6 @@ type job struct {
 	// first: a first delivery whose row the business transaction inserted
 	// as PROCESSED, without a marker (first.go).
 	first bool
-	// claimed: the business transaction claimed the marker's row already,
-	// in the batch that sent the marker (pipeline.go).
-	claimed bool
 	// started is the attempt that runs: ATTEMPTS after the marker or the
 	// claim (1 for a first delivery).
 	started int
@@ -167,12 +164,6 @@ func (s *Store) run(ctx context.Context, jobs []*job) error {
 	if s.firstOnly(jobs, alone) {
 		var err error
 		if ran, err = s.runFirst(ctx, jobs, alone); err != nil {
-			return err
-		}
-	}
-	if !ran && s.pipes(jobs, alone) {
-		var err error
-		if ran, err = s.runPiped(ctx, jobs[0]); err != nil {
 			return err
 		}
 	}
@@ -392,7 +383,7 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	if err != nil {
 		return err
 	}
-	if j.claim == nil && !j.first && !j.claimed {
+	if j.claim == nil && !j.first {
 		// The marker left the row TECHNICAL_FAILURE: claim it as PROCESSED.
 		claimed, err := s.claim(ctx, tx, j.e)
 		if err != nil {
@@ -623,7 +614,7 @@ func (s *Store) again(ctx context.Context, j *job) {
 		j.done(Result{}, fmt.Errorf("inbox: event %q for %q changed under us five times in a row; giving up this delivery", j.e.EventID, j.e.ConsumerName))
 		return
 	}
-	j.state, j.first, j.claimed, j.started, j.v, j.herr = jobNew, false, false, 0, verdict{}, nil
+	j.state, j.first, j.started, j.v, j.herr = jobNew, false, 0, verdict{}, nil
 	j.e.FirstDelivery = false // it ran, or its event has a row: the marked path
 	if err := s.run(ctx, j.alone()); err != nil {
 		j.done(Result{}, err)

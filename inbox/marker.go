@@ -209,28 +209,18 @@ func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, erro
 		Scan(&st, &attempts, &counted)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return s.uncounted(ctx, q, e, "", 0, true)
+		// Another delivery inserted the row after our snapshot: read it.
+		st, attempts, ok, err := s.status(ctx, q, e)
+		if err != nil || !ok {
+			return marked{again: err == nil}, err
+		}
+		return s.found(ctx, q, e, st, attempts)
 	case err != nil:
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	case counted:
 		return marked{started: attempts}, nil
 	}
-	return s.uncounted(ctx, q, e, st, attempts, false)
-}
-
-// uncounted decides about the row the one-statement marker returned
-// without counting an attempt (st, attempts), or about no row at all
-// (noRow: another delivery inserted it after the statement's snapshot, so
-// it is read through q).
-func (s *Store) uncounted(ctx context.Context, q execer, e Entry, st string, attempts int, noRow bool) (marked, error) {
-	if !noRow {
-		return s.found(ctx, q, e, inboxkit.Status(st), attempts)
-	}
-	found, attempts, ok, err := s.status(ctx, q, e)
-	if err != nil || !ok {
-		return marked{again: err == nil}, err
-	}
-	return s.found(ctx, q, e, found, attempts)
+	return s.found(ctx, q, e, inboxkit.Status(st), attempts)
 }
 
 // markBatch commits the attempt markers of the batch's new jobs in one

@@ -155,9 +155,8 @@ var ErrInvalidEntry = errors.New("inbox: invalid entry")
 // status is DEAD_LETTERED.
 //
 // Process is a batch of one: it runs the engine of ProcessBatch with its
-// fast paths for one delivery (the one-statement marker, on pgx sent with
-// the business transaction's BEGIN and claim in one round trip; no
-// savepoint; the first delivery's single INSERT).
+// fast paths for one delivery (the one-statement marker, no savepoint, the
+// first delivery's single INSERT).
 func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error) {
 	e, poison, err := normalize(e)
 	if err != nil {

@@ -14,8 +14,7 @@ import (
 // BenchmarkProcessSteps measures the steps of Process one by one, per
 // dialect, in one run: the attempt marker as one upsert beside the three
 // statements it replaced (UPDATE, status SELECT, INSERT; still MySQL's),
-// on PostgreSQL also the upsert with a synchronous commit and Process
-// without the pgx batch of pipeline.go, for a new
+// on PostgreSQL also the upsert with a synchronous commit, for a new
 // message and for a duplicate; the business transaction with and without
 // its savepoint; and the whole Process both ways.
 //
@@ -42,12 +41,6 @@ func BenchmarkProcessSteps(b *testing.B) {
 				s    *Store
 			}{"upsert", upsert})
 			if d.name == "postgres" {
-				plain, _ := New(db.DB, d, Config{})
-				plain.nopipe.Store(true) // pipeline.go off: marker, BEGIN and claim one by one
-				ways = append(ways, struct {
-					name string
-					s    *Store
-				}{"upsert, no pipeline", plain})
 				syncd, _ := New(db.DB, d, Config{})
 				syncd.q.markUpsert.text = strings.Replace(syncd.q.markUpsert.text, "set_config('synchronous_commit', 'off', true)", "1", 1)
 				ways = append(ways, struct {

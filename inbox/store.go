@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -96,9 +95,6 @@ type Store struct {
 	forgot   *forgotten  // attempt markers to take back (see ForgetAttempt)
 	attempts *attemptLog // whether AttemptTable exists
 	ports    *Ports      // nil: the caller publishes (see WithPorts)
-	// nopipe: the driver has no pgx batch (pipeline.go); the marked path
-	// alone takes the ordinary statements. nil: not known yet, try.
-	nopipe *atomic.Bool
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 
@@ -120,7 +116,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, nopipe: &atomic.Bool{}}, nil
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}}, nil
 }
 
 // DB returns the store's database.
