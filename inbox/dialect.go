@@ -54,8 +54,15 @@ type Dialect struct {
 	claim        string
 	claimUpdates bool
 	// markUpsert is the attempt marker in one statement on table %[1]s
-	// (see pgMarkUpsert); "" where mark uses three statements.
+	// (see pgMarkUpsert, mysqlMarkUpsert); "" where mark uses three
+	// statements.
 	markUpsert string
+	// firstFound follows a first delivery's INSERT where it reports the
+	// row it found instead of failing (mysqlFirstFound); "" elsewhere.
+	firstFound string
+	// foundByID: markUpsert and firstFound report the row they found
+	// through the last insert id (mysqlFound), not a result set.
+	foundByID bool
 	// multiRowInsert: INSERT ... VALUES (...), (...) inserts many rows.
 	multiRowInsert bool
 	// doNothing is the clause that makes an INSERT skip a row whose key

@@ -39,8 +39,9 @@
 // # Rules the store keeps
 //
 //   - Duplicates are detected by the primary key (PostgreSQL 23505,
-//     MySQL/MariaDB 1062, SQLite SQLITE_CONSTRAINT_PRIMARYKEY, Oracle
-//     ORA-00001), never by a SELECT first.
+//     MySQL/MariaDB 1062 or its ON DUPLICATE KEY UPDATE, SQLite
+//     SQLITE_CONSTRAINT_PRIMARYKEY, Oracle ORA-00001), never by a SELECT
+//     first.
 //   - Every transition is one INSERT or one conditional UPDATE (WHERE STATUS =
 //     expected). A row is read only to report or route after such a
 //     statement decided.

@@ -180,13 +180,12 @@ func (m marked) apply(j *job) {
 // fraction of a second), can lose a marker, and then that one attempt is
 // not counted: the message comes again and is counted then.
 //
-// The other dialects keep the three statements of mark (UPDATE, status
-// SELECT, INSERT; BenchmarkProcessSteps runs both): MySQL's upsert reports
-// "inserted" and "found, unchanged" both as 1 row when the driver sets
-// CLIENT_FOUND_ROWS, so its count cannot tell the cases apart; on SQLite an
-// upsert takes the write lock for every duplicate, and a new message's cost
-// is its commit either way; Oracle has no upsert that returns what it did.
-// The figures: docs/decisions.md.
+// MySQL has its own (mysqlMarkUpsert), which reports what it found through
+// the last insert id. SQLite and Oracle keep the three statements of mark
+// (UPDATE, status SELECT, INSERT; BenchmarkProcessSteps runs both): on
+// SQLite an upsert takes the write lock for every duplicate, and a new
+// message's cost is its commit either way; Oracle has no upsert that
+// returns what it did. The figures: docs/decisions.md.
 const pgMarkUpsert = `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)), ` +
 	`m AS (INSERT INTO %[1]s AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) ` +
 	`SELECT @event, @consumer, 'TECHNICAL_FAILURE', @corr, @now, @now, 1, @hash, @source, @okey FROM sync ` +
@@ -202,6 +201,9 @@ const pgMarkUpsert = `WITH sync AS (SELECT set_config('synchronous_commit', 'off
 // markUpsert is mark in one statement, where the dialect has one (see
 // pgMarkUpsert).
 func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, error) {
+	if s.d.foundByID {
+		return s.markByID(ctx, q, e)
+	}
 	var st string
 	var attempts int
 	var counted bool
@@ -210,17 +212,46 @@ func (s *Store) markUpsert(ctx context.Context, q execer, e Entry) (marked, erro
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// Another delivery inserted the row after our snapshot: read it.
-		st, attempts, ok, err := s.status(ctx, q, e)
-		if err != nil || !ok {
-			return marked{again: err == nil}, err
-		}
-		return s.found(ctx, q, e, st, attempts)
+		return s.readFound(ctx, q, e)
 	case err != nil:
 		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
 	case counted:
 		return marked{started: attempts}, nil
 	}
 	return s.found(ctx, q, e, inboxkit.Status(st), attempts)
+}
+
+// markByID is markUpsert where the upsert reports the row it found
+// through the last insert id (mysqlMarkUpsert).
+func (s *Store) markByID(ctx context.Context, q execer, e Entry) (marked, error) {
+	r, err := s.q.markUpsert.exec(ctx, q, e.row(arg{"marker", markerError}, arg{"now", s.t(s.now())}, arg{"max", s.cfg.Retry.MaxAttempts}))
+	if err != nil {
+		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
+	}
+	id, err := r.LastInsertId()
+	if err != nil {
+		return marked{}, fmt.Errorf("inbox: start attempt: %w", err)
+	}
+	switch f := foundOf(id); {
+	case !f.row:
+		return marked{started: 1}, nil
+	case f.counted:
+		return marked{started: f.attempts}, nil
+	case f.known:
+		return s.found(ctx, q, e, f.st, f.attempts)
+	}
+	// A status it does not report, or another key's row: read ours.
+	return s.readFound(ctx, q, e)
+}
+
+// readFound reads e's row and decides about it as found does; no row:
+// look again.
+func (s *Store) readFound(ctx context.Context, q execer, e Entry) (marked, error) {
+	st, attempts, ok, err := s.status(ctx, q, e)
+	if err != nil || !ok {
+		return marked{again: err == nil}, err
+	}
+	return s.found(ctx, q, e, st, attempts)
 }
 
 // markBatch commits the attempt markers of the batch's new jobs in one

@@ -2,7 +2,10 @@ package inbox
 
 import (
 	"database/sql"
+	"strconv"
+	"strings"
 
+	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/dberr"
 )
 
@@ -38,6 +41,10 @@ var MySQL = Dialect{
 	claim:          `SELECT %[3]s FROM %[1]s WHERE %[2]s LIMIT @n FOR UPDATE SKIP LOCKED`,
 	multiRowInsert: true,
 
+	markUpsert: mysqlMarkUpsert,
+	firstFound: mysqlFirstFound,
+	foundByID:  true,
+
 	schema: schemaSQL{
 		varchar: "VARCHAR(%d)", integer: "INTEGER", count: "INTEGER DEFAULT 0 NOT NULL", time: "TIMESTAMP",
 		serial:   "BIGINT NOT NULL AUTO_INCREMENT",
@@ -58,3 +65,95 @@ var MySQL = Dialect{
 }
 
 const mysqlMigrateLockKey = `CONCAT('inboxkit.', LEFT(SHA1(CONCAT(DATABASE(), '.', UPPER(?))), 40))`
+
+// MySQL has no upsert that returns a row, and its affected-rows count
+// cannot tell an insert from a row found and left unchanged when the
+// driver sets CLIENT_FOUND_ROWS (both count 1). Its upserts (INSERT ... ON
+// DUPLICATE KEY UPDATE) report instead what they found in the OK packet's
+// last insert id, through LAST_INSERT_ID(expr) in the UPDATE part, which
+// runs only when the key exists: sql.Result.LastInsertId returns
+// mysqlFoundTag plus the row's ATTEMPTS and STATUS and whether the marker
+// counted an attempt (mysqlFound, decoded by foundOf). Without the tag the
+// row was inserted (0, or the value of an AUTO_INCREMENT column a legacy
+// table may have). A row whose key the statement's own does not match (a
+// unique index of a legacy table other than the primary key) and a
+// status foundStatuses does not list are reported as such, and read by
+// the key.
+
+// mysqlFoundTag is set in every last insert id that reports a found row.
+const mysqlFoundTag = 1 << 62
+
+// foundStatuses are the statuses mysqlFound reports by number: the
+// status at index i is code i+2; code 1 is "read the row".
+var foundStatuses = [...]inboxkit.Status{
+	inboxkit.StatusTechnicalFailure, inboxkit.StatusProcessed, inboxkit.StatusRejected,
+	inboxkit.StatusDeadLettered, inboxkit.StatusReceived, inboxkit.StatusInProgress,
+}
+
+// mysqlFound is the last insert id of a found row: the tag, ATTEMPTS
+// (offset by 2^31, so that any INTEGER is positive) times 16, the status
+// code times 2, plus counted (an SQL condition: the marker counted an
+// attempt; "0" where it never does).
+func mysqlFound(counted string) string {
+	var b strings.Builder
+	b.WriteString("LAST_INSERT_ID(4611686018427387904 + CASE WHEN EVENT_ID = @event AND CONSUMER_NAME = @consumer AND ATTEMPTS IS NOT NULL THEN (ATTEMPTS + 2147483648) * 16 + 2 * CASE CAST(STATUS AS BINARY)")
+	for i, st := range foundStatuses {
+		b.WriteString(" WHEN '" + string(st) + "' THEN " + strconv.Itoa(i+2))
+	}
+	b.WriteString(" ELSE 1 END + IF(" + counted + ", 1, 0) ELSE 2 END)")
+	return b.String()
+}
+
+// found is a row an upsert reported (foundOf).
+type found struct {
+	// row: the statement found a row (else it inserted one); known: its
+	// status and attempts are in st and attempts (else read the row).
+	row, known bool
+	st         inboxkit.Status
+	attempts   int
+	// counted: the marker counted an attempt; attempts is the attempt
+	// that may run.
+	counted bool
+}
+
+// foundOf decodes a last insert id mysqlFound made.
+func foundOf(id int64) found {
+	if id&mysqlFoundTag == 0 {
+		return found{}
+	}
+	id &^= mysqlFoundTag
+	f := found{row: true, counted: id&1 == 1}
+	code := int(id>>1) & 7
+	if code < 2 || code-2 >= len(foundStatuses) {
+		return f
+	}
+	f.known, f.st, f.attempts = true, foundStatuses[code-2], int(id>>4-2147483648)
+	if f.counted {
+		f.attempts++
+	}
+	return f
+}
+
+// mysqlCounts is the marker's condition on the row it found (startAttempt's
+// WHERE), checked on its values before the update.
+const mysqlCounts = `(EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'TECHNICAL_FAILURE' AND ATTEMPTS < @max)`
+
+// mysqlMarkUpsert is MySQL's attempt marker in one statement, as
+// pgMarkUpsert on PostgreSQL (rule 5): it inserts the row as
+// TECHNICAL_FAILURE with ATTEMPTS 1, or raises the ATTEMPTS of a
+// TECHNICAL_FAILURE row below the backout threshold as startAttempt does,
+// and reports the row it found (mysqlFound). The first assignment reads
+// the row before any other assigns to it; MySQL assigns left to right,
+// so every condition reads the values the row had.
+var mysqlMarkUpsert = strings.ReplaceAll(insertStartedRows, "{t}", "%[1]s") + startedRow + ` ON DUPLICATE KEY UPDATE ` +
+	`STATUS = IF(` + mysqlFound(mysqlCounts) + ` > 0, STATUS, STATUS), ` +
+	`LAST_ERROR = IF(` + mysqlCounts + `, CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN @marker ELSE LAST_ERROR END, LAST_ERROR), ` +
+	`FIRST_FAILED_AT = IF(` + mysqlCounts + `, CASE WHEN ERROR_CLASS IS NULL AND ATTEMPTS > 0 THEN COALESCE(FIRST_FAILED_AT, UPDATED_AT) ELSE FIRST_FAILED_AT END, FIRST_FAILED_AT), ` +
+	`ERROR_CLASS = IF(` + mysqlCounts + `, NULL, ERROR_CLASS), ` +
+	`UPDATED_AT = IF(` + mysqlCounts + `, @now, UPDATED_AT), ` +
+	`ATTEMPTS = IF(` + mysqlCounts + `, ATTEMPTS + 1, ATTEMPTS)`
+
+// mysqlFirstFound makes a first delivery's INSERT report the row it found
+// (mysqlFound) and leave it unchanged, instead of failing: a duplicate is
+// told in the INSERT's own round trip (first.go).
+var mysqlFirstFound = ` ON DUPLICATE KEY UPDATE STATUS = IF(` + mysqlFound("0") + ` > 0, STATUS, STATUS)`

@@ -13,7 +13,7 @@ import (
 
 // BenchmarkProcessSteps measures the steps of Process one by one, per
 // dialect, in one run: the attempt marker as one upsert beside the three
-// statements it replaced (UPDATE, status SELECT, INSERT; still MySQL's),
+// statements it replaced (UPDATE, status SELECT, INSERT; still SQLite's),
 // on PostgreSQL also the upsert with a synchronous commit, for a new
 // message and for a duplicate; the business transaction with and without
 // its savepoint; and the whole Process both ways.

@@ -1,0 +1,114 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// On MariaDB a delivery costs the statements of a hand-written inbox: a
+// first delivery BEGIN, its INSERT, the handler's, COMMIT; its duplicate
+// BEGIN, the INSERT that finds the row, ROLLBACK; a marked delivery one
+// statement more for its marker, and its duplicate that statement alone.
+// Counted by the server (the session's Questions), on one connection.
+func TestMariaDBStatementsPerDelivery(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.MySQL)
+	db.DB.SetMaxOpenConns(1)
+	s, _ := setup(t, db, inbox.Config{})
+	ctx := context.Background()
+	questions := func() int {
+		var name string
+		var n int
+		dbtest.Must(t, db.DB.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
+		return n
+	}
+	business := func(id string) inbox.Handler {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO business (event_id, note) VALUES (?, ?)`, id, "x")
+			return err
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		e       inbox.Entry
+		outcome inboxkit.Outcome
+		want    int
+	}{
+		{"first delivery", first("Q-FIRST"), inboxkit.OutcomeProcessed, 4},
+		{"its duplicate", first("Q-FIRST"), inboxkit.OutcomeDuplicate, 3},
+		{"marked", entry("Q-MARKED"), inboxkit.OutcomeProcessed, 5},
+		{"its duplicate, marked", entry("Q-MARKED"), inboxkit.OutcomeDuplicate, 1},
+	} {
+		before := questions()
+		res := mustProcess(t, s, c.e, business(c.e.EventID))
+		got := questions() - before - 1 // the SHOW itself counts
+		if res.Outcome != c.outcome || res.Status != inboxkit.StatusProcessed || res.Attempts != 1 {
+			t.Fatalf("%s: %+v, want %s, PROCESSED at attempt 1", c.name, res, c.outcome)
+		}
+		if got != c.want {
+			t.Errorf("%s: %d statements, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// MariaDB's upserts read what they found from the last insert id: an
+// AUTO_INCREMENT column of a legacy table (whose values are the last insert
+// id of an INSERT that inserts) is not taken for a found row, and a row
+// another unique index finds (not the event's key) is left as it is: the
+// delivery fails as it did with a plain INSERT, and counts no attempt on
+// another event's row.
+func TestMariaDBUpsertReadsItsOwnRow(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.MySQL)
+	s, _ := setup(t, db, inbox.Config{})
+	ctx := context.Background()
+	row := func(id string) string {
+		r, err := s.Get(ctx, id, consumerName)
+		dbtest.Must(t, err, "get %s", id)
+		return fmt.Sprintf("%s %d %v %v %q", r.Status, r.Attempts, r.UpdatedAt, r.FirstFailedAt, r.LastError)
+	}
+	for _, ddl := range []string{
+		`ALTER TABLE INBOX_EVENT_PROCESSING ADD COLUMN LEGACY_ID BIGINT NOT NULL AUTO_INCREMENT UNIQUE`,
+		`CREATE UNIQUE INDEX LEGACY_CORR ON INBOX_EVENT_PROCESSING (CORRELATION_ID)`,
+	} {
+		_, err := db.ExecContext(ctx, ddl)
+		dbtest.Must(t, err, "%s", ddl)
+	}
+	ok := func(context.Context, *sql.Tx) error { return nil }
+	for _, e := range []inbox.Entry{first("U-FIRST"), entry("U-MARKED")} {
+		wantOutcome(t, mustProcess(t, s, e, ok), inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		res := mustProcess(t, s, e, ok)
+		wantOutcome(t, res, inboxkit.OutcomeDuplicate, inboxkit.StatusProcessed)
+		if res.Attempts != 1 {
+			t.Fatalf("%s duplicate: attempts %d, want 1", e.EventID, res.Attempts)
+		}
+	}
+	// A failed attempt: the marker counts the next one on the row it found.
+	e := entry("U-RETRY")
+	mustProcess(t, s, e, func(context.Context, *sql.Tx) error { return errors.New("database down") })
+	res := mustProcess(t, s, e, ok)
+	if res.Outcome != inboxkit.OutcomeProcessed || res.Attempts != 2 {
+		t.Fatalf("retry: %+v, want processed at attempt 2", res)
+	}
+
+	before := row("U-MARKED")
+	for _, e := range []inbox.Entry{first("U-OTHER-1"), entry("U-OTHER-2")} {
+		e.CorrelationID = "corr-U-MARKED" // U-MARKED's: the unique index finds its row
+		ran := false
+		_, err := s.Process(ctx, e, func(context.Context, *sql.Tx) error { ran = true; return nil })
+		if err == nil || ran || !strings.Contains(err.Error(), "kept changing") {
+			t.Fatalf("%s on another event's unique value: err %v, handler ran %v; want the error of a row that keeps changing", e.EventID, err, ran)
+		}
+	}
+	if after := row("U-MARKED"); after != before {
+		t.Fatalf("another event's row changed: %s, was %s", after, before)
+	}
+}
