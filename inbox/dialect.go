@@ -57,11 +57,8 @@ type Dialect struct {
 	// (see pgMarkUpsert, mysqlMarkUpsert); "" where mark uses three
 	// statements.
 	markUpsert string
-	// firstFound follows a first delivery's INSERT where it reports the
-	// row it found instead of failing (mysqlFirstFound); "" elsewhere.
-	firstFound string
-	// foundByID: markUpsert and firstFound report the row they found
-	// through the last insert id (mysqlFound), not a result set.
+	// foundByID: markUpsert reports the row it found through the last
+	// insert id (mysqlFound), not a result set.
 	foundByID bool
 	// multiRowInsert: INSERT ... VALUES (...), (...) inserts many rows.
 	multiRowInsert bool

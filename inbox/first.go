@@ -28,9 +28,7 @@ import (
 //
 // When the row exists already (a duplicate, a resend of an event that
 // failed before), the INSERT does not insert and the delivery takes the
-// marked path, which tells a duplicate from a retry. Where the INSERT
-// reports the row it found (MySQL, firstFound), a terminal row is reported
-// as the duplicate it is at once, as the marked path would.
+// marked path, which tells a duplicate from a retry.
 
 // firstOnly reports whether the jobs to start are first deliveries only
 // and can run without markers: alone, or where the dialect inserts many
@@ -55,9 +53,7 @@ func (s *Store) firstOnly(jobs []*job, alone bool) bool {
 // turned back into the marker it skipped (undoPoint), so that what follows
 // is the marked path's own. It reports false, with nothing run, when
 // alone the event has a row already, or when the dialect's INSERT cannot
-// skip existing rows and met one (MySQL's batch): the jobs take the
-// marked path; alone, a duplicate the INSERT reported (firstFound) is
-// settled instead, and true reported.
+// skip existing rows and met one (MySQL): the jobs take the marked path.
 // In a batch, jobs whose event has a row already run alone after it.
 //
 // A batch that may run without savepoints (plainBatch) runs so first; when
@@ -86,9 +82,9 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	defer tx.rollback()
 	now := s.now()
 	if alone {
-		inserted, row, err := s.insertFirst(ctx, tx, jobs[0].e, now)
+		inserted, err := s.insertFirst(ctx, tx, jobs[0].e, now)
 		if err != nil || !inserted {
-			return row != nil && s.duplicate(jobs[0], *row), err
+			return false, err
 		}
 		jobs[0].state, jobs[0].first, jobs[0].started = jobMarked, true, 1
 	} else {
@@ -124,32 +120,18 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 
 // insertFirst inserts e's row as PROCESSED at attempt 1 in tx, and reports
 // false when the event has a row already: the marked path then tells a
-// duplicate from a retry. Where the INSERT reports the row it found in its
-// own round trip (firstFound), that row is returned; elsewhere it does
-// not read it (why: docs/decisions.md, 2026-12-01, 897690b).
-func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, *presentRow, error) {
+// duplicate from a retry. It does not read the row it found (why:
+// docs/decisions.md, 2026-12-01, 897690b).
+func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
 	r, err := s.q.insertFirst.exec(ctx, tx, e.row(arg{"now", s.t(now)}))
 	if err != nil {
 		if s.d.IsDuplicate(err) {
-			return false, nil, nil
+			return false, nil
 		}
-		return false, nil, fmt.Errorf("inbox: insert event: %w", err)
-	}
-	if s.d.foundByID {
-		id, err := r.LastInsertId()
-		if err != nil {
-			return false, nil, fmt.Errorf("inbox: insert event: %w", err)
-		}
-		switch f := foundOf(id); {
-		case !f.row:
-			return true, nil, nil
-		case f.known:
-			return false, &presentRow{f.st, f.attempts}, nil
-		}
-		return false, nil, nil
+		return false, fmt.Errorf("inbox: insert event: %w", err)
 	}
 	n, err := r.RowsAffected()
-	return err == nil && n == 1, nil, nil
+	return err == nil && n == 1, nil
 }
 
 // duplicatesOf reads, in one statement, the rows the batch's INSERT found
@@ -165,23 +147,15 @@ func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
 		return err
 	}
 	for _, j := range jobs {
-		if r, ok := rows[j.key()]; ok {
-			s.duplicate(j, r)
+		r, ok := rows[j.key()]
+		if !ok {
+			continue
+		}
+		if v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}); v.Outcome == inboxkit.OutcomeDuplicate {
+			j.done(Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}, nil)
 		}
 	}
 	return nil
-}
-
-// duplicate settles j as Process reports a duplicate when r, the row of
-// its event a statement found, is one by the decision table (a terminal
-// row), and reports whether it did.
-func (s *Store) duplicate(j *job, r presentRow) bool {
-	v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts})
-	if v.Outcome != inboxkit.OutcomeDuplicate {
-		return false
-	}
-	j.done(Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}, nil)
-	return true
 }
 
 // insertFirstBatch inserts the rows of jobs as PROCESSED at attempt 1 in one

@@ -42,7 +42,6 @@ var MySQL = Dialect{
 	multiRowInsert: true,
 
 	markUpsert: mysqlMarkUpsert,
-	firstFound: mysqlFirstFound,
 	foundByID:  true,
 
 	schema: schemaSQL{
@@ -68,8 +67,8 @@ const mysqlMigrateLockKey = `CONCAT('inboxkit.', LEFT(SHA1(CONCAT(DATABASE(), '.
 
 // MySQL has no upsert that returns a row, and its affected-rows count
 // cannot tell an insert from a row found and left unchanged when the
-// driver sets CLIENT_FOUND_ROWS (both count 1). Its upserts (INSERT ... ON
-// DUPLICATE KEY UPDATE) report instead what they found in the OK packet's
+// driver sets CLIENT_FOUND_ROWS (both count 1). Its marker (INSERT ... ON
+// DUPLICATE KEY UPDATE) reports instead what it found in the OK packet's
 // last insert id, through LAST_INSERT_ID(expr) in the UPDATE part, which
 // runs only when the key exists: sql.Result.LastInsertId returns
 // mysqlFoundTag plus the row's ATTEMPTS and STATUS and whether the marker
@@ -92,8 +91,8 @@ var foundStatuses = [...]inboxkit.Status{
 
 // mysqlFound is the last insert id of a found row: the tag, ATTEMPTS
 // (offset by 2^31, so that any INTEGER is positive) times 16, the status
-// code times 2, plus counted (an SQL condition: the marker counted an
-// attempt; "0" where it never does).
+// code times 2, plus 1 when counted (the SQL condition under which the
+// marker counts an attempt) holds.
 func mysqlFound(counted string) string {
 	var b strings.Builder
 	b.WriteString("LAST_INSERT_ID(4611686018427387904 + CASE WHEN EVENT_ID = @event AND CONSUMER_NAME = @consumer AND ATTEMPTS IS NOT NULL THEN (ATTEMPTS + 2147483648) * 16 + 2 * CASE CAST(STATUS AS BINARY)")
@@ -152,8 +151,3 @@ var mysqlMarkUpsert = strings.ReplaceAll(insertStartedRows, "{t}", "%[1]s") + st
 	`ERROR_CLASS = IF(` + mysqlCounts + `, NULL, ERROR_CLASS), ` +
 	`UPDATED_AT = IF(` + mysqlCounts + `, @now, UPDATED_AT), ` +
 	`ATTEMPTS = IF(` + mysqlCounts + `, ATTEMPTS + 1, ATTEMPTS)`
-
-// mysqlFirstFound makes a first delivery's INSERT report the row it found
-// (mysqlFound) and leave it unchanged, instead of failing: a duplicate is
-// told in the INSERT's own round trip (first.go).
-var mysqlFirstFound = ` ON DUPLICATE KEY UPDATE STATUS = IF(` + mysqlFound("0") + ` > 0, STATUS, STATUS)`

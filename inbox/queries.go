@@ -106,7 +106,7 @@ func buildQueries(d Dialect, table string) queries {
 	return queries{
 		markUpsert:      markUpsert,
 		insertAttempt:   n(fmt.Sprintf(insertAttempt, sqlString(table))),
-		insertFirst:     n(insertFirstRows + firstRow + d.doNothing + d.firstFound),
+		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
 		insertFirstRows: firstRows,
 		// A first delivery's PROCESSED row (ProcessBatch) made the marker
 		// it skipped, after its handler did not succeed.
