@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -46,22 +47,23 @@ func shadowAMQPorts(p string) (dir, openwire, stomp string) {
 	return filepath.Join(os.TempDir(), "inboxkit-activemq-shadowtest-"+strconv.Itoa(n)), strconv.Itoa(n), strconv.Itoa(n + 1)
 }
 
-// freePortPair returns a loopback port P such that P and P+1 are free now.
+// freePortPair returns a loopback port P such that P and P+1 are free now,
+// below the kernel's ephemeral range (32768 and up here): a port in that
+// range can be taken by any outgoing connection of a parallel test between
+// this check and the JVM's bind, which failed a full run once.
 func freePortPair() int {
 	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		n := 17000 + rand.IntN(2999) // clear of the fixed ports of scripts/ and the tests
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n))
 		if err != nil {
-			panic(err)
+			continue
 		}
-		n := l.Addr().(*net.TCPAddr).Port
-		if n < 65535 {
-			if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n+1)); err == nil {
-				l2.Close()
-				l.Close()
-				return n
-			}
-		}
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(n+1))
 		l.Close()
+		if err == nil {
+			l2.Close()
+			return n
+		}
 	}
 }
 
