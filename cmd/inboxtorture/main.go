@@ -204,7 +204,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.brokerOutage, "broker-outage", 0, "instead of a restart, stop the broker (the whole --cluster) at 60 % of the run for this long (implies --restart-broker)")
 	fs.IntVar(&c.stops, "stops", 0, "SIGSTOP of a random consumer this many times at random points, each for --stop-for, then SIGCONT")
 	fs.DurationVar(&c.stopFor, "stop-for", 45*time.Second, "how long a --stops consumer stays stopped: past the store-then-process lease and JetStream's AckWait (30s) and the heartbeats")
-	fs.IntVar(&c.garbleAfter, "garble-after", 0, "STOMP only: consumer 0 talks to the broker through a proxy that, from 30 % to 45 %% of the run, turns each of its connections to garbage after this many frames (0: none)")
+	fs.IntVar(&c.garbleAfter, "garble-after", 0, "STOMP only: consumer 0 talks to the broker through a proxy that, from 30 % to 45 % of the run (longer, up to 30 s, until it has garbled a byte), turns each of its connections to garbage after this many frames (0: none)")
 	fs.BoolVar(&c.private, "private", false, "use the private PostgreSQL and broker of scripts/torture-services (ports 5433, 61633, 5673, 4223) and restart them with that script: restarts then disturb no one else")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: inboxtorture [flags]\n\n%s\n\nexample:\n  scripts/torture-services start\n  go run ./cmd/inboxtorture --private --broker stomp --messages 10000 --kills 10 --restart-db --restart-broker\n\nflags:\n", strings.TrimSpace(summary))

@@ -214,6 +214,22 @@ func (h *hostile) garbled() int64 {
 	return n
 }
 
+// hostileMaxWait bounds how long the hostile peer stays on past 45 % of
+// the run while it has garbled nothing yet.
+const hostileMaxWait = 30 * time.Second
+
+// waitGarbled returns once the peer has garbled a byte, or after max. In
+// a short run consumer 0 may not pass its frames inside the 30–45 %
+// window (killed, stopped, or the window is a few seconds long); the
+// window then stays open until the garbage has reached it, so every run
+// with the peer shows the consumer refusing garbage.
+func (h *hostile) waitGarbled(max time.Duration) {
+	deadline := time.Now().Add(max)
+	for h.garbled() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (h *hostile) close() {
 	for _, p := range h.proxies {
 		p.Close()
@@ -232,7 +248,7 @@ func (r *rig) soakFaults(h *hostile) []fault {
 		n := r.cfg.garbleAfter
 		fs = append(fs,
 			fault{at: 0.3, name: fmt.Sprintf("hostile STOMP peer on (garbage after %d frames)", n), run: func() error { h.garbleAfter(n); return nil }},
-			fault{at: 0.45, name: "hostile STOMP peer off", run: func() error { h.restore(); return nil }})
+			fault{at: 0.45, name: "hostile STOMP peer off", run: func() error { h.waitGarbled(hostileMaxWait); h.restore(); return nil }})
 	}
 	return fs
 }
