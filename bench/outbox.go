@@ -24,7 +24,9 @@ import (
 //
 //  1. Store.Process with one outbox.Add in the handler beside Store.Process
 //     alone (a broker's first delivery, one letter row), at -c goroutines,
-//     interleaved; with Add's NOTIFY and without (Config.NoNotify).
+//     interleaved; with Add's NOTIFY and without (Config.NoNotify); and
+//     with a statement that writes nothing in place of the Add (the round
+//     trip every Add costs, its floor).
 //  2. A relay (outbox.Relay, RabbitMQ publisher confirms, LISTEN wake-up):
 //     its send rate draining a backlog of -outbox-n messages (keyless, and
 //     over 100 keys), on an empty table and beside -outbox-sent SENT rows;
@@ -62,18 +64,36 @@ func outboxStores(ctx context.Context, admin *sql.DB, o options, conns int, cfg 
 // outbox schema step 2.
 func processWithAdd(s *inbox.Store, ob *outbox.Store, ownKey bool) op {
 	body := make([]byte, 200)
+	return processWithExtra(s, func(ctx context.Context, tx *sql.Tx, id string) error {
+		m := outbox.Message{Destination: "letters", Body: body, CauseEventID: id, CorrelationID: "corr"}
+		if ownKey {
+			m.Key = id
+		}
+		_, err := ob.Add(ctx, tx, m)
+		return err
+	})
+}
+
+// processWithRoundTrip is processFirst whose handler also sends one
+// statement that writes nothing (SELECT $1, with an argument as Add's
+// INSERT has): the round trip an Add cannot avoid, as a floor for its cost.
+func processWithRoundTrip(s *inbox.Store) op {
+	return processWithExtra(s, func(ctx context.Context, tx *sql.Tx, _ string) error {
+		_, err := tx.ExecContext(ctx, `SELECT CAST($1 AS INTEGER)`, 1)
+		return err
+	})
+}
+
+// processWithExtra is processFirst whose handler runs extra after the
+// letter, with the event's id.
+func processWithExtra(s *inbox.Store, extra func(ctx context.Context, tx *sql.Tx, id string) error) op {
 	return func(ctx context.Context, _ int) error {
 		id := newID()
 		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, func(ctx context.Context, tx *sql.Tx) error {
 			if err := letterHandler(id)(ctx, tx); err != nil {
 				return err
 			}
-			m := outbox.Message{Destination: "letters", Body: body, CauseEventID: id, CorrelationID: "corr"}
-			if ownKey {
-				m.Key = id
-			}
-			_, err := ob.Add(ctx, tx, m)
-			return err
+			return extra(ctx, tx, id)
 		})
 		if err != nil {
 			return err
@@ -104,16 +124,17 @@ func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
 		{"add", processWithAdd(s, ob, false)},
 		{"add, no notify", processWithAdd(s, quiet, false)},
 		{"add, key row", processWithAdd(s, ob, true)},
+		{"round trip", processWithRoundTrip(s)},
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\t\n")
+	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\tProcess + SELECT $1 (a round trip, no write)\tratio\t\n")
 	for _, c := range o.concs {
-		a, w, q, k := m("alone", c), m("add", c), m("add, no notify", c), m("add, key row", c)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a), k, ratio(k, a))
+		a, w, q, k, r := m("alone", c), m("add", c), m("add, no notify", c), m("add, key row", c), m("round trip", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a), k, ratio(k, a), r, ratio(r, a))
 	}
 	return tw.Flush()
 }
