@@ -129,7 +129,8 @@ type Config struct {
 	// Add. The NOTIFY is a statement of its own on the store's pool, a
 	// moment after the Add, not part of the caller's transaction: a
 	// PostgreSQL commit that notifies holds a database-wide lock through
-	// its WAL flush, which the writers' commits would queue for. The first
+	// its WAL flush, so writers that each notified would queue for one
+	// another (a commit without a notification takes no such lock). The first
 	// Add after a quiet NotifyInterval notifies 2ms after it; the Adds
 	// within an interval of a notification share one more notification at
 	// that interval's end (a trailing one), so every Add is followed by a
@@ -290,7 +291,8 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 // an Add, at most every NotifyInterval, in a statement of its own on the
 // store's pool rather than in the caller's transaction: a PostgreSQL
 // commit that notifies takes a database-wide lock through its WAL flush,
-// which the writers' commits then queue for. An Add within NotifyInterval
+// so writers that each notified would queue for one another; the writers'
+// own commits, notifying nothing, take no such lock. An Add within NotifyInterval
 // of the last notification is covered by one trailing notification at
 // that interval's end, so that no Add waits more than NotifyInterval +
 // notifyDelay for its notification. A notification may arrive before the
