@@ -155,6 +155,7 @@ messages are received and handed back unchanged.`,
 			if len(ms) == 0 {
 				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
+			b.noteBrowseCut(cmd.ErrOrStderr(), queue, len(ms), limit)
 			es := make([]dlqEntry, 0, len(ms))
 			for _, m := range ms {
 				es = append(es, dlqEntryOf(m))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -152,11 +153,20 @@ func (r *rig) countBy(ctx context.Context, query string) (map[string]int, error)
 	return out, q.Err()
 }
 
+// dlqListLimit is the --limit of the ledger's dlq list for a run of n
+// events: above every copy the run can make (each poison or reject event
+// dead-lettered once, and again after each failpoint death between the
+// publish and the mark), so that the list is never cut short. On
+// RabbitMQ and JetStream the limit is also what the broker may hand out
+// unsettled at once (with --limit 0 it would be 1000); ActiveMQ's browser
+// stops at the queue's maxBrowsePageSize, which scripts/activemq raises.
+func dlqListLimit(n int) int { return max(1000, 2*n) }
+
 // dlqIDs lists the dead-letter queue with inboxctl dlq list: copies per event id.
 func (r *rig) dlqIDs(ctx context.Context) (map[string]int, error) {
 	var lastErr error
 	for try := 0; try < 5; try++ {
-		out, err := r.inboxctlRun(ctx, "dlq", "list", "--broker", r.cfg.brokerURL, "--queue", r.dlq, "--json", "--limit", "0")
+		out, err := r.inboxctlRun(ctx, "dlq", "list", "--broker", r.cfg.brokerURL, "--queue", r.dlq, "--json", "--limit", strconv.Itoa(dlqListLimit(r.cfg.messages)))
 		if err != nil {
 			lastErr = fmt.Errorf("inboxctl dlq list: %v: %s", err, out)
 			time.Sleep(2 * time.Second)
