@@ -154,7 +154,7 @@ func (r *rig) countBy(ctx context.Context, query string) (map[string]int, error)
 }
 
 // dlqListLimit is the --limit of the ledger's dlq list for a run of n
-// events: above every copy the run can make (each poison or reject event
+// events: above every copy the run can make (each poison event
 // dead-lettered once, and again after each failpoint death between the
 // publish and the mark), so that the list is never cut short. On
 // RabbitMQ and JetStream the limit is also what the broker may hand out

@@ -218,13 +218,13 @@ func (h *hostile) garbled() int64 {
 // the run while it has garbled nothing yet.
 const hostileMaxWait = 30 * time.Second
 
-// waitGarbled returns once the peer has garbled a byte, or after max. In
+// waitGarbled returns once the peer has garbled a byte, or after limit. In
 // a short run consumer 0 may not pass its frames inside the 30–45 %
 // window (killed, stopped, or the window is a few seconds long); the
 // window then stays open until the garbage has reached it, so every run
 // with the peer shows the consumer refusing garbage.
-func (h *hostile) waitGarbled(max time.Duration) {
-	deadline := time.Now().Add(max)
+func (h *hostile) waitGarbled(limit time.Duration) {
+	deadline := time.Now().Add(limit)
 	for h.garbled() == 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
