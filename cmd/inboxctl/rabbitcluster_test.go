@@ -36,7 +36,18 @@ func startRabbitCluster(t *testing.T, port int, name string) *rabbitCluster {
 	c := &rabbitCluster{t: t, port: port, scripted: newScripted(t, rabbitClusterScript, "inboxkit-rabbitc-",
 		"INBOXKIT_RABBITC_DIR", fmt.Sprintf("INBOXKIT_RABBITC_PORT=%d", port), "INBOXKIT_RABBITC_NAME="+name)}
 	start := time.Now()
-	if out, err := c.script("start"); err != nil {
+	out, err := c.script("start")
+	if err != nil {
+		// A node that hangs joining the forming cluster under load has
+		// been seen once in CI (the script restarts it once); a new
+		// cluster from scratch is the last try.
+		t.Logf("scripts/rabbit-cluster start: %v\n%s\nstarting a new cluster once more", err, out)
+		if out, err := c.script("clean"); err != nil {
+			t.Fatalf("scripts/rabbit-cluster clean: %v\n%s", err, out)
+		}
+		out, err = c.script("start")
+	}
+	if err != nil {
 		t.Fatalf("a 3-node RabbitMQ cluster did not start (needs the machine's rabbitmq-server and Erlang; "+
 			"start it by hand with `scripts/rabbit-cluster start`, see docs/operations.md): %v\n%s", err, out)
 	}
