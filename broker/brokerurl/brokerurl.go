@@ -455,6 +455,11 @@ func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, 
 // without a queue browser before it takes the queue as read.
 const browseWait = 1500 * time.Millisecond
 
+// BrowseAll is the most messages Browse reads on a broker without a queue
+// browser (with limit 0, or a larger one): the unsettled messages it is
+// handed at once, RabbitMQ's largest prefetch (rabbitmq.MaxPrefetch).
+const BrowseAll = rabbitmq.MaxPrefetch
+
 // browseDurable is the JetStream durable consumer Browse and ToolSource
 // read through: the name inboxctl's dlq list has always used, so an
 // existing one is reused. It is transient (jetstream.Config.Transient): on
@@ -481,14 +486,20 @@ func (b *Broker) ToolSource(ctx context.Context, queue string, prefetch int) (Ad
 // AckWait is a minute meanwhile) and handed back when Browse returns, so
 // they count as redelivered there; Browse stops when no message came for
 // 1.5 s or a message came round again. The broker hands it at most
-// max(1000, limit) unsettled messages (its prefetch), so with limit 0 it
-// reads at most 1000 there. On an error it returns the messages
-// read so far with it.
+// max(1000, limit) unsettled messages (its prefetch), and BrowseAll with
+// limit 0 or above BrowseAll, so that is the most it reads there. On
+// ActiveMQ a queue browser sees at most the queue's maxBrowsePageSize
+// (400 by default). On an error it returns the messages read so far
+// with it.
 func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
 	if b.URL.Kind == STOMP {
 		return stomp.Browse(ctx, stomp.Config{URL: b.URL.URL}, queue, limit)
 	}
-	src, err := b.open(ctx, queue, browseDurable, max(1000, limit), time.Minute, true)
+	prefetch := min(max(1000, limit), BrowseAll)
+	if limit <= 0 {
+		prefetch = BrowseAll
+	}
+	src, err := b.open(ctx, queue, browseDurable, prefetch, time.Minute, true)
 	if err != nil {
 		return nil, err
 	}

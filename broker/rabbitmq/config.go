@@ -16,6 +16,10 @@ import (
 	"github.com/inboxkit/inboxkit/internal/reconnect"
 )
 
+// MaxPrefetch is the largest Config.Prefetch: basic.qos's prefetch count
+// is 16 bits wide, and a larger value would reach the broker cut down.
+const MaxPrefetch = 65535
+
 // Config configures an Adapter. The zero value of every field selects its
 // documented default.
 type Config struct {
@@ -41,7 +45,8 @@ type Config struct {
 	Queue string
 	// Prefetch is the channel QoS: the most unacknowledged deliveries the
 	// broker hands this Adapter at once. A delivery held back by a delayed
-	// Requeue keeps its slot until it is requeued. Defaults to 10.
+	// Requeue keeps its slot until it is requeued. Defaults to 10; at
+	// most MaxPrefetch.
 	Prefetch int
 	// QueueType is the type of the queues the Adapter creates: Queue and
 	// the destination queues of Publish, when they do not exist yet (an
@@ -191,6 +196,9 @@ func (c *Config) validate() error {
 	}
 	if c.Prefetch < 0 {
 		return errors.New("rabbitmq: Config.Prefetch must not be negative")
+	}
+	if c.Prefetch > MaxPrefetch {
+		return fmt.Errorf("rabbitmq: Config.Prefetch %d is above %d, the most AMQP 0-9-1's prefetch count holds (16 bits)", c.Prefetch, MaxPrefetch)
 	}
 	if err := reconnect.Validate("rabbitmq", c.Reconnect, c.DialTimeout); err != nil {
 		return err

@@ -352,6 +352,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{Config{URL: "http://x"}, "Config.URL"},
 		{Config{Prefetch: -1}, "Config.Prefetch"},
+		{Config{Prefetch: MaxPrefetch + 1}, "Config.Prefetch"},
 		{Config{Reconnect: inboxkit.Backoff{Initial: time.Minute, Max: time.Second}}, "Config.Reconnect.Max"},
 	} {
 		_, err := Open(context.Background(), tc.cfg)

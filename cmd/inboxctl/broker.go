@@ -81,8 +81,8 @@ const activeMQBrowsePage = 400
 
 // noteBrowseCut warns that a browse of queue that returned n messages may
 // have been cut short by the broker rather than by limit: on ActiveMQ when
-// n is its default browse page size, on RabbitMQ and JetStream when n is
-// the 1000 unsettled messages a browse with limit 0 is handed.
+// n is its default browse page size, elsewhere when n is
+// brokerurl.BrowseAll, the most unsettled messages a browse is handed.
 func (b *broker) noteBrowseCut(w io.Writer, queue string, n, limit int) {
 	if limit > 0 && n >= limit {
 		return // the limit asked for
@@ -90,8 +90,8 @@ func (b *broker) noteBrowseCut(w io.Writer, queue string, n, limit int) {
 	switch {
 	case b.t.Kind == target.STOMP && n == activeMQBrowsePage:
 		fmt.Fprintf(w, "note: %s showed exactly %d messages, ActiveMQ's default maxBrowsePageSize: a queue browser sees no more than that, so the queue may hold more. Raise maxBrowsePageSize on the queue's policyEntry in activemq.xml to see them all\n", queue, n)
-	case b.t.Kind != target.STOMP && limit <= 0 && n == 1000:
-		fmt.Fprintf(w, "note: %s showed 1000 messages, the most a browse with --limit 0 is handed at once: the queue may hold more. Give --limit a number above the queue's depth to see them all\n", queue)
+	case b.t.Kind != target.STOMP && n == brokerurl.BrowseAll:
+		fmt.Fprintf(w, "note: %s showed %d messages, the most a browse is handed at once: the queue may hold more. Take some off (dlq replay, dlq drop) and list again\n", queue, n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/cmd/inboxctl/internal/target"
 )
 
@@ -22,8 +23,10 @@ func TestNoteBrowseCut(t *testing.T) {
 		{"ActiveMQ page under --limit", stomp, 400, 1000, "maxBrowsePageSize"},
 		{"ActiveMQ, --limit reached", stomp, 400, 400, ""},
 		{"ActiveMQ, fewer than a page", stomp, 399, 0, ""},
-		{"RabbitMQ 1000 with --limit 0", rabbit, 1000, 0, "--limit"},
-		{"RabbitMQ 1000 asked for", rabbit, 1000, 1000, ""},
+		{"RabbitMQ, all it is handed", rabbit, brokerurl.BrowseAll, 0, "the most a browse is handed"},
+		{"RabbitMQ, all it is handed, under --limit", rabbit, brokerurl.BrowseAll, brokerurl.BrowseAll + 1, "the most a browse is handed"},
+		{"RabbitMQ, --limit reached", rabbit, brokerurl.BrowseAll, brokerurl.BrowseAll, ""},
+		{"RabbitMQ 1000, once its cut", rabbit, 1000, 0, ""},
 		{"RabbitMQ 400", rabbit, 400, 0, ""},
 	} {
 		var w strings.Builder

@@ -157,9 +157,9 @@ func (r *rig) countBy(ctx context.Context, query string) (map[string]int, error)
 // events: above every copy the run can make (each poison event
 // dead-lettered once, and again after each failpoint death between the
 // publish and the mark), so that the list is never cut short. On
-// RabbitMQ and JetStream the limit is also what the broker may hand out
-// unsettled at once (with --limit 0 it would be 1000); ActiveMQ's browser
-// stops at the queue's maxBrowsePageSize, which scripts/activemq raises.
+// RabbitMQ and JetStream a browse reads at most brokerurl.BrowseAll
+// (65535) messages, far above a run's copies; ActiveMQ's browser stops at
+// the queue's maxBrowsePageSize, which scripts/activemq raises.
 func dlqListLimit(n int) int { return max(1000, 2*n) }
 
 // dlqIDs lists the dead-letter queue with inboxctl dlq list: copies per event id.
