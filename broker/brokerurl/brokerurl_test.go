@@ -105,6 +105,12 @@ func TestReadinessFollowsTheConnection(t *testing.T) {
 			if b.URL.Kind == brokerurl.AMQP10 {
 				rabbittest.Declare(t, queue)
 			}
+			t.Cleanup(func() { // not through the proxy, which may be cut
+				if direct, err := brokerurl.Open(fmt.Sprintf(bk.url, bk.addr), brokerurl.Options{}); err == nil {
+					cleanup(direct, queue)
+					direct.Close()
+				}
+			})
 			ctx := ctxFor(t, 2*time.Minute)
 			src, err := b.Source(ctx, queue, "readiness", 1)
 			if err != nil {

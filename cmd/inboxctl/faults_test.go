@@ -33,6 +33,7 @@ func startFaultRun(t *testing.T, db *dbtest.DB, broker string, runArgs ...string
 	t.Helper()
 	wantCode(t, inboxctl(t, "", "migrate", "--db", db.DSN, "--seed-customers"), 0, "migrated")
 	f := &faultRun{t: t, db: db, broker: broker, queue: fmt.Sprintf("inboxctl.faults.%d", time.Now().UnixNano())}
+	t.Cleanup(func() { dropQueue(t, broker, f.queue) }) // after the run stops
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	_, f.logs = startRun(ctx, t, append(runArgs, "--queue", f.queue, "--no-relay", "--log-format", "json", "--metrics-addr", "127.0.0.1:0")...)

@@ -27,6 +27,7 @@ func TestRunParkKey(t *testing.T) {
 	dbURL := dbURL(t, db)
 	queue := fmt.Sprintf("inboxctl.park.%d", time.Now().UnixNano())
 	dlqName := "DLQ." + queue
+	t.Cleanup(func() { dropQueue(t, rabbitURL, queue); dropQueue(t, rabbitURL, dlqName) })
 	wantCode(t, inboxctl(t, "", "migrate", "--db", dbURL, "--seed-customers"), 0, "migrated")
 	wantCode(t, inboxctl(t, "", "run", "--db", dbURL, "--broker", rabbitURL, "--queue", queue, "--on-poison", "park-key"), exitUsage,
 		"--on-poison park-key parks a key: give --order-key too")

@@ -31,6 +31,7 @@ func TestRunReadinessFollowsTheBroker(t *testing.T) {
 			db := "sqlite:" + filepath.Join(t.TempDir(), "inbox.db")
 			wantCode(t, inboxctl(t, "", "migrate", "--db", db, "--seed-customers"), 0, "migrated")
 			queue := fmt.Sprintf("inboxctl.readiness.%s.%d", tc.name, time.Now().UnixNano())
+			t.Cleanup(func() { dropQueue(t, fmt.Sprintf(tc.url, tc.addr), queue) }) // after the run stops
 
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

@@ -374,9 +374,10 @@ func TestShadowRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_, _ = ch.QueueDelete(queue, false, false, false)
-		_, _ = ch.QueueDelete(queue+shadowSuffix, false, false, false)
-		_, _ = ch.QueueDelete("DLQ."+queue+shadowSuffix, false, false, false)
+		// a connection of their own: the test's channel may be closed by now
+		for _, q := range []string{queue, queue + shadowSuffix, "DLQ." + queue + shadowSuffix} {
+			dropQueue(t, rabbitURL, q)
+		}
 		_ = ch.ExchangeDelete(exchange, false, false)
 	})
 	publish := func(t *testing.T, p string, n int) {
