@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -100,6 +101,9 @@ func (b *broker) noteBrowseCut(w io.Writer, queue string, n, limit int) {
 type broker struct {
 	*brokerurl.Broker
 	t target.Broker
+	// notes is where Browse says that the broker may have cut a browse
+	// short (noteBrowseCut): standard error, or the command's.
+	notes io.Writer
 
 	mu  sync.Mutex
 	src brokerurl.Adapter // the last source opened: /readyz's "broker"
@@ -116,7 +120,7 @@ func openBroker(raw string, logger *slog.Logger) (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &broker{Broker: bb, t: t}, nil
+	return &broker{Broker: bb, t: t, notes: os.Stderr}, nil
 }
 
 func (b *broker) fail(what string, err error) error {
@@ -187,11 +191,15 @@ func (b *broker) toolSource(ctx context.Context, queue string, prefetch int, ack
 
 // Browse returns up to limit messages of queue without removing them
 // (brokerurl.Broker.Browse: a queue browser on ActiveMQ; elsewhere the
-// messages are received and handed back, so they count as redelivered).
+// messages are received and handed back, so they count as redelivered),
+// and writes to b.notes when the broker may have cut the list short.
 func (b *broker) Browse(ctx context.Context, queue string, limit int) ([]inboxkit.Message, error) {
 	ms, err := b.Broker.Browse(ctx, queue, limit)
 	if err != nil {
 		return ms, b.fail("browse "+queue, err)
+	}
+	if b.notes != nil {
+		b.noteBrowseCut(b.notes, queue, len(ms), limit)
 	}
 	return ms, nil
 }

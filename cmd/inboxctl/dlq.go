@@ -148,6 +148,7 @@ messages are received and handed back unchanged.`,
 			if err := b.requireQueue(ctx, queue); err != nil {
 				return err
 			}
+			b.notes = cmd.ErrOrStderr()
 			ms, err := b.Browse(ctx, queue, limit)
 			if err != nil {
 				return err
@@ -155,7 +156,6 @@ messages are received and handed back unchanged.`,
 			if len(ms) == 0 {
 				b.noteSTOMPQueue(cmd.ErrOrStderr(), queue)
 			}
-			b.noteBrowseCut(cmd.ErrOrStderr(), queue, len(ms), limit)
 			es := make([]dlqEntry, 0, len(ms))
 			for _, m := range ms {
 				es = append(es, dlqEntryOf(m))
