@@ -70,7 +70,11 @@ type Config struct {
 	// after a crash without a per-key inversion (docs/order.md). An
 	// existing queue is used as it is: one created without the argument
 	// stays without it (delete it, or create it through an adapter with
-	// this option first, e.g. inboxctl publish with the same URL). For
+	// this option first, e.g. inboxctl publish with the same URL). Set it
+	// as well for an existing queue created single-active by others: Close
+	// then does not cancel the consumer before the connection closes,
+	// which would let the standby take later messages before the
+	// unacknowledged ones return (see Adapter.Close). For
 	// more than one active consumer, partition the keys over several
 	// queues. Defaults to the URL's single-active-consumer, else false.
 	SingleActiveConsumer bool

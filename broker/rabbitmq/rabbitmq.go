@@ -63,8 +63,12 @@ type session struct {
 	conn    *amqp.Connection
 	netConn net.Conn // the raw socket, so tests can break it
 
-	deliveries <-chan amqp.Delivery // nil without Config.Queue
-	acks       *acks                // settles the deliveries of the consuming channel
+	consCh *amqp.Channel // nil without Config.Queue
+	// cancelFirst: Close cancels the consumer before it closes the
+	// connection (not on a single-active-consumer queue).
+	cancelFirst bool
+	deliveries  <-chan amqp.Delivery // nil without Config.Queue
+	acks        *acks                // settles the deliveries of the consuming channel
 
 	pubMu    sync.Mutex    // one publish frame sequence at a time; confirms are awaited outside it
 	inFlight chan struct{} // bounds the publishes awaiting a confirm (see maxInFlight)
@@ -367,6 +371,15 @@ func (a *Adapter) publishFresh(ctx context.Context, destination string, headers 
 // delivery not yet acknowledged, and their Ack returns an error. Receive and
 // Publish return consumer.ErrClosed afterwards. Close waits for the
 // background reconnect loop to end and is safe to call more than once.
+//
+// Before the connection closes, Close cancels the consumer and waits up
+// to 5s for the broker to confirm it, so that a quorum queue applies every
+// acknowledgement sent before (RabbitMQ may otherwise forget the last
+// ones, and their messages come again). With SingleActiveConsumer it does
+// not: the cancellation would hand the queue to the standby before the
+// unacknowledged deliveries return. There, acknowledgements sent in the
+// moment before Close may be forgotten on a quorum queue, and the inbox
+// takes those messages as duplicates.
 func (a *Adapter) Close() error {
 	a.sv.Close()
 	return nil
@@ -468,9 +481,10 @@ func (a *Adapter) connect() (*session, error) {
 		if err = ch.Qos(a.cfg.Prefetch, 0, false); err != nil {
 			return fail("set prefetch", err)
 		}
-		if s.deliveries, err = ch.Consume(a.cfg.Queue, "", false, false, false, false, nil); err != nil {
+		if s.deliveries, err = ch.Consume(a.cfg.Queue, consumerTag, false, false, false, false, nil); err != nil {
 			return fail("consume from "+a.cfg.Queue, err)
 		}
+		s.consCh, s.cancelFirst = ch, !a.cfg.SingleActiveConsumer
 	}
 
 	go func() {
@@ -522,9 +536,37 @@ func precondition(err error) error {
 	return fmt.Errorf("%w: %w (an existing queue is used as it is, so this queue was created with other arguments at the same moment, or its type or a policy refuses the request: compare the queue's arguments and policies with the adapter's queue type)", ErrPreconditionFailed, err)
 }
 
+// consumerTag names the one consumer of a session's consuming channel.
+const consumerTag = "inboxkit"
+
+// cancelWait bounds how long Close waits for the broker to confirm the
+// consumer's cancellation before it closes the connection anyway.
+const cancelWait = 5 * time.Second
+
 // Close closes the connection (and so its channels); the broker requeues
 // what was delivered and not acknowledged.
+//
+// A consuming session cancels its consumer first and waits for the
+// broker's basic.cancel-ok (up to cancelWait): a quorum queue may hold
+// back the acknowledgements a channel sent last (RabbitMQ stashes them
+// while the queue has not yet applied 32 earlier commands of the channel)
+// and forget them when the channel closes, so those deliveries would come
+// again. The queue applies the cancellation after them and sends what is
+// stashed first. What is unacknowledged stays with the cancelled consumer
+// until the connection closes, as before. Not with cancelFirst false (see
+// Adapter.Close).
 func (s *session) Close() {
+	if s.consCh != nil && s.cancelFirst {
+		cancelled := make(chan struct{})
+		go func() {
+			defer close(cancelled)
+			_ = s.consCh.Cancel(consumerTag, false) // fails at once on a closed channel
+		}()
+		select {
+		case <-cancelled:
+		case <-time.After(cancelWait):
+		}
+	}
 	_ = s.conn.Close()
 }
 
