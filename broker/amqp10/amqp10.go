@@ -65,6 +65,10 @@ type session struct {
 	rabbit bool          // AddressingRabbitMQ in effect
 	single *amqp.Session // ProfileIBMMQ: the one session of every link; nil: a session per link
 	rcv    *amqp.Receiver
+	rcvS   *amqp.Session // the receiver's session (single, or its own)
+	// detachFirst: Close detaches the receiver before it ends rcvS (not
+	// with Config.SingleActiveConsumer).
+	detachFirst bool
 
 	// Link credit, managed here: given is credit issued and not yet used
 	// by a delivery that Receive returned, held the deliveries returned
@@ -200,7 +204,10 @@ func (a *Adapter) sessionEnded(s *session, err error) {
 // delivery not yet settled to another consumer, and their Ack returns an
 // error. Receive and Publish return consumer.ErrClosed afterwards. Close
 // waits for the background reconnect loop to end and is safe to call more
-// than once.
+// than once. It detaches the receiver first, so that every settlement sent
+// before Close counts; on RabbitMQ 3.10, whose plugin does not answer the
+// detach, that adds 100ms. Not with Config.SingleActiveConsumer (see
+// there).
 func (a *Adapter) Close() error {
 	a.sv.Close()
 	return nil
@@ -298,6 +305,7 @@ func (a *Adapter) connect(ctx context.Context) (*session, error) {
 		} else {
 			opts.SourceCapabilities = []string{"queue"}
 		}
+		s.rcvS, s.detachFirst = rs, !a.cfg.SingleActiveConsumer
 		if s.rcv, err = rs.NewReceiver(ctx, addr, opts); err != nil {
 			_ = conn.Close()
 			if answered, ok := peerSenderMode(err); ok {
@@ -494,9 +502,37 @@ func closeQuietly(ps interface{ Close(context.Context) error }) {
 
 // Close closes the connection; the broker hands back what was delivered
 // and not settled.
+//
+// A receiving session first detaches its receiver (unless detachFirst is
+// false) and ends the receiver's session, so that the broker has applied
+// every settlement sent before:
+// RabbitMQ 3.10's plugin forgot some of those sent just before the
+// connection closed (on a classic queue as on a quorum queue), and ending
+// the session alone kept them only on a classic queue: the detach cancels
+// the consumer, and a quorum queue applies what its channel held back
+// first (see the rabbitmq adapter's Close).
 func (s *session) Close() {
+	if s.rcv != nil {
+		if s.detachFirst {
+			ctx, cancel := context.WithTimeout(context.Background(), detachWait)
+			_ = s.rcv.Close(ctx)
+			cancel()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), endWait)
+		_ = s.rcvS.Close(ctx)
+		cancel()
+	}
 	_ = s.conn.Close()
 }
+
+// detachWait bounds the wait for the broker's answer to the receiver's
+// detach, endWait for its answer to the receiver session's end. RabbitMQ
+// 3.10's plugin does not answer the detach: there Close waits detachWait,
+// the time the client takes to send it, and the end is what it answers.
+const (
+	detachWait = 100 * time.Millisecond
+	endWait    = 5 * time.Second
+)
 
 func newID() string {
 	var b [16]byte

@@ -239,6 +239,7 @@ func TestConfigRefused(t *testing.T) {
 		{amqp10.Config{URL: "amqp10://"}, "no host"},
 		{amqp10.Config{URL: "amqp://guest:guest@127.0.0.1:5672/?prefetch=x"}, "prefetch"},
 		{amqp10.Config{URL: rabbitURL + "?allow-presettled=maybe"}, "allow-presettled"},
+		{amqp10.Config{URL: rabbitURL + "?single-active-consumer=maybe"}, "single-active-consumer=\"maybe\": use true or false"},
 		{amqp10.Config{URL: rabbitURL + "?profile=websphere"}, "Profile"},
 		{amqp10.Config{URL: rabbitURL + "?profile=ibmmq&addressing=rabbitmq"}, "plain"},
 		{amqp10.Config{Profile: amqp10.ProfileIBMMQ, ContainerID: "billing-consumer-1"}, "ContainerID"},

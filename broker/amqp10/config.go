@@ -59,7 +59,8 @@ type Config struct {
 	// fields of the same meaning when those are zero: addressing
 	// (Addressing), requeue=modified (RequeueModified), hostname (HostName),
 	// prefetch (Prefetch), allow-presettled (AllowPresettled), profile
-	// (Profile). The password never appears in errors or logs.
+	// (Profile), single-active-consumer=true|false (SingleActiveConsumer).
+	// The password never appears in errors or logs.
 	// Defaults to "amqp10://guest:guest@127.0.0.1:5672".
 	URL string
 	// Queue is the queue Receive consumes from, a plain name (Addressing
@@ -93,6 +94,17 @@ type Config struct {
 	// URL's query parameter allow-presettled (no value, or true) sets it.
 	// Defaults to false.
 	AllowPresettled bool
+	// SingleActiveConsumer says that Queue delivers to one consumer at a
+	// time (a RabbitMQ queue declared with x-single-active-consumer, by
+	// others: the adapter declares no queue to receive from). Close then
+	// does not detach the receiver before the connection closes: a detach
+	// cancels the consumer, and the standby would take the queue before
+	// the deliveries not settled return, getting later messages first.
+	// The price: on RabbitMQ 3.10 a quorum queue may forget settlements
+	// sent just before Close, and those messages come again (see
+	// Adapter.Close). Defaults to the URL's single-active-consumer, else
+	// false.
+	SingleActiveConsumer bool
 	// TrustDeliveryCount fills Message.DeliveryCount from the header's
 	// delivery-count (+1). Leave it off unless the broker keeps that count
 	// and cannot overcount: the count also grows for deliveries that sat in
@@ -203,9 +215,9 @@ func (c *Config) validate() (endpoint, error) {
 	q := u.Query()
 	for k := range q {
 		switch k {
-		case "addressing", "requeue", "hostname", "prefetch", "allow-presettled", "profile":
+		case "addressing", "requeue", "hostname", "prefetch", "allow-presettled", "profile", "single-active-consumer":
 		default:
-			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch, allow-presettled, profile)", ep.display, k)
+			return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: unknown query parameter %q (known: addressing, requeue, hostname, prefetch, allow-presettled, profile, single-active-consumer)", ep.display, k)
 		}
 	}
 	if c.Profile == "" {
@@ -229,6 +241,13 @@ func (c *Config) validate() (endpoint, error) {
 		c.AllowPresettled = true
 	default:
 		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: allow-presettled=%q: give it without a value (or =true) to accept a broker that settles deliveries itself", ep.display, v)
+	}
+	switch v := q.Get("single-active-consumer"); v {
+	case "", "false":
+	case "true":
+		c.SingleActiveConsumer = true
+	default:
+		return endpoint{}, fmt.Errorf("amqp10: Config.URL %s: single-active-consumer=%q: use true or false", ep.display, v)
 	}
 	if c.Addressing == "" {
 		c.Addressing = q.Get("addressing")

@@ -159,4 +159,12 @@
 //   - "/queue/NAME" on an existing quorum queue is refused
 //     (PRECONDITION_FAILED, inequivalent arg); "/amq/queue/NAME" of a
 //     missing queue accepts and drops.
+//   - Accepts written just before the connection closes can be forgotten,
+//     on classic and quorum queues, and those messages come again. Ending
+//     the session first keeps them on a classic queue only; detaching the
+//     receiver first keeps them on both (Adapter.Close does both). The
+//     plugin never answers that detach (Close waits 100ms for it), and the
+//     detach cancels the consumer, which on a single-active-consumer queue
+//     hands the queue to the standby ahead of the deliveries not settled
+//     (Config.SingleActiveConsumer).
 package amqp10
