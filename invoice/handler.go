@@ -121,7 +121,9 @@ func LetterIDFor(eventID string) string {
 // letter id, key = the customer number) for Config.LetterDestination. It
 // calls nothing outside the database: the relay sends the request after the
 // commit, at least once, always with the letter id as idempotency key, so
-// the provider sends the letter once; a rollback sends nothing.
+// the provider sends the letter once; a rollback sends nothing. Its effects
+// are all in the transaction, so a consumer running it may declare
+// consumer.Config.EffectsInTx (inboxctl run does).
 func NewHandler(cfg Config) (consumer.Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

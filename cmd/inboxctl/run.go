@@ -259,6 +259,9 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 			}
 			cons, err := consumer.New(consumer.Config{
 				Name: f.name, Source: src, Store: st, Handler: withMessage(h), DeadLetter: observe.TracePublisher(pub), DeadLetterQueue: f.dlq,
+				// The invoice handler writes only through tx (invoice.NewHandler);
+				// a test build's variant declares nothing.
+				EffectsInTx: handlerVariant == nil,
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				ProcessTimeout:  f.process,
