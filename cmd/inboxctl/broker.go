@@ -92,7 +92,7 @@ func (b *broker) noteBrowseCut(w io.Writer, queue string, n, limit int) {
 	case b.t.Kind == target.STOMP && n == activeMQBrowsePage:
 		fmt.Fprintf(w, "note: %s showed exactly %d messages, ActiveMQ's default maxBrowsePageSize: a queue browser sees no more than that, so the queue may hold more. Raise maxBrowsePageSize on the queue's policyEntry in activemq.xml to see them all\n", queue, n)
 	case b.t.Kind != target.STOMP && n == brokerurl.BrowseAll:
-		fmt.Fprintf(w, "note: %s showed %d messages, the most a browse is handed at once: the queue may hold more. a browse sees the rest once messages ahead of them are consumed (on a dead-letter queue: dlq replay or dlq drop, then list again)\n", queue, n)
+		fmt.Fprintf(w, "note: %s showed %d messages, the most a browse is handed at once: the queue may hold more: a browse sees the rest once messages ahead of them are consumed (on a dead-letter queue: dlq replay or dlq drop, then list again)\n", queue, n)
 	}
 }
 
