@@ -321,10 +321,17 @@ func (w *Worker) Owner() string { return w.cfg.Owner }
 // concurrent claims take different entries without waiting for each other.
 // SQLite claims with one UPDATE ... RETURNING; its writers are serialized.
 // Each claim must be passed to Process (or Release) within LeaseDuration.
+//
+// The claim's statements run within LeaseDuration, whatever ctx allows: a
+// claim that took longer would hand out leases already run out, and one
+// waiting on a connection that will never answer (its bytes lost in a
+// network partition) would stop the worker for good.
 func (w *Worker) Claim(ctx context.Context, n int) ([]Claimed, error) {
 	if n <= 0 {
 		n = w.cfg.ClaimSize
 	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration)
+	defer cancel()
 	s := w.s
 	now := s.now()
 	until := now.Add(w.cfg.LeaseDuration)
