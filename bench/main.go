@@ -133,7 +133,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "e2e: seed of the send plan")
 	flag.StringVar(&handlers, "handlers", "1,4", "e2e: handler counts (inboxkit Concurrency, Watermill router handlers, raw goroutines)")
 	flag.IntVar(&o.batch, "batch", 16, "e2e: inboxkit batch size for the batch row (0: no batch row); pgbench: messages per batch transaction")
-	flag.IntVar(&o.prefetch, "prefetch", 0, "e2e: prefetch of the raw twin and inboxkit (0: 2 x handlers x batch size)")
+	flag.IntVar(&o.prefetch, "prefetch", 0, "e2e: prefetch of the raw twin and inboxkit (0: 2 x handlers x batch size; store-then-process 2 x its receivers)")
 	flag.IntVar(&o.watermillPrefetch, "watermill-prefetch", 0, "e2e: Watermill subscriber prefetch (0: its durable-queue default, 1 per handler)")
 	flag.StringVar(&o.consumers, "e2e-consumers", "", "e2e: the rows to run, comma-separated (watermill, raw database/sql, single, store-then-process, batch N; empty: all)")
 	flag.IntVar(&o.rounds, "rounds", 1, "interleaved rounds (medians are printed)")
@@ -421,7 +421,11 @@ func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan,
 		r.Prefetch = o.watermillPrefetch
 	} else {
 		r.Prefetch = o.prefetch
-		if r.Prefetch == 0 {
+		switch {
+		case r.Prefetch != 0:
+		case c.mode == consumer.ModeStoreThenProcess: // a delivery in hand and one on its way per receiver
+			r.Prefetch = 2 * consumer.DefaultReceivers(handlers)
+		default:
 			r.Prefetch = 2 * handlers * max(c.batch, 1)
 		}
 	}

@@ -42,14 +42,15 @@ const (
 	// delivery is unacknowledged, and acknowledges after the commit.
 	ModeTransactional Mode = "transactional"
 	// ModeStoreThenProcess stores the message as RECEIVED and acknowledges
-	// at once; Config.Concurrency leased workers process the stored entries.
+	// at once (Config.Receivers goroutines); Config.Concurrency leased
+	// workers process the stored entries.
 	ModeStoreThenProcess Mode = "store-then-process"
 )
 
 // Config configures a Consumer. Zero values mean the documented defaults.
-// Every field works in both modes, except LeaseDuration and
-// WorkerPollInterval (ModeStoreThenProcess only), which New refuses in
-// ModeTransactional rather than ignore.
+// Every field works in both modes, except LeaseDuration,
+// WorkerPollInterval and Receivers (ModeStoreThenProcess only), which New
+// refuses in ModeTransactional rather than ignore.
 //
 // The retry and backout policy is not configured here but once, on the
 // Store (inbox.Config.Retry, an inboxkit.RetryPolicy): the backout
@@ -129,9 +130,19 @@ type Config struct {
 	// Mode is the inbox variant. Defaults to ModeTransactional.
 	Mode Mode
 	// Concurrency is the number of deliveries handled at once (in
-	// ModeStoreThenProcess: the number of receivers, and of workers).
+	// ModeStoreThenProcess: the number of workers; see Receivers).
 	// Defaults to 1. Set the broker's prefetch to at least this.
 	Concurrency int
+	// Receivers is, in ModeStoreThenProcess, the number of goroutines that
+	// receive, store and acknowledge deliveries for the Concurrency
+	// workers. A receiver waits for its store's commit most of the time,
+	// so it takes more receivers than workers to keep the workers fed:
+	// defaults to DefaultReceivers(Concurrency). Set the broker's prefetch
+	// to at least Receivers, better twice that (each receiver's next
+	// delivery on its way while it acknowledges one). New refuses it in
+	// ModeTransactional, where the Concurrency goroutines receive and
+	// handle, and with OrderKeyFunc, where one goroutine receives.
+	Receivers int
 	// BatchSize is the number of deliveries handled in one database
 	// transaction. In ModeTransactional (inbox.Store.ProcessBatch) a batch
 	// closes at BatchSize deliveries or BatchWait after its first, commits
@@ -241,6 +252,14 @@ const (
 // (inbox.WorkerConfig.ClaimSize).
 const defaultWorkerBatch = 10
 
+// DefaultReceivers is Config.Receivers in ModeStoreThenProcess when it is
+// not set: four receivers per worker. A program that sets the broker's
+// prefetch from Concurrency sets it to at least this in that mode (inboxctl
+// run sets twice this). Each receiver holds a database connection while
+// it stores: the store's pool and the server's connection limit should
+// allow Receivers + Concurrency.
+func DefaultReceivers(concurrency int) int { return 4 * concurrency }
+
 // maxBatchSize bounds Config.BatchSize.
 const maxBatchSize = 1000
 
@@ -260,6 +279,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Mode == "" {
 		c.Mode = ModeTransactional
+	}
+	if c.Mode == ModeStoreThenProcess && c.OrderKeyFunc == nil && c.Receivers == 0 {
+		c.Receivers = DefaultReceivers(c.Concurrency)
 	}
 	if c.OnPoison == "" {
 		c.OnPoison = OnPoisonDeadLetter
@@ -364,6 +386,13 @@ func (c *Config) validateMode() error {
 		return onlySTP("LeaseDuration", c.LeaseDuration)
 	case c.Mode == ModeTransactional && c.WorkerPollInterval != 0:
 		return onlySTP("WorkerPollInterval", c.WorkerPollInterval)
+	case c.Receivers < 0:
+		return fmt.Errorf("consumer: Config.Receivers is %d, it must be positive (or 0 for the default)", c.Receivers)
+	case c.Mode == ModeTransactional && c.Receivers != 0:
+		return fmt.Errorf("consumer: Config.Receivers is %d, but Mode is %q, where the Concurrency goroutines receive and handle: set Concurrency instead, or set Mode to %q",
+			c.Receivers, c.Mode, ModeStoreThenProcess)
+	case c.OrderKeyFunc != nil && c.Receivers != 0:
+		return fmt.Errorf("consumer: Config.Receivers is %d, but OrderKeyFunc is set, and with it one goroutine receives, in arrival order: leave Receivers out", c.Receivers)
 	case c.Mode == ModeStoreThenProcess && c.Store.Config().Retry.InProcessRetries != 0:
 		return fmt.Errorf("consumer: the Store's inbox.Config.Retry.InProcessRetries is %d, but Mode %q does not retry in process "+
 			"(its workers retry a failed entry after Retry.Redelivery): set InProcessRetries to 0 for this store, or use Mode %q",

@@ -87,7 +87,8 @@ func (c *Consumer) requeueDelay(attempts int) time.Duration {
 func (c *Consumer) Workers() []*inbox.Worker { return c.eng.workers() }
 
 // Run receives and handles deliveries with Config.Concurrency goroutines
-// until ctx is done, then drains: it logs "draining N deliveries", stops
+// (in ModeStoreThenProcess Config.Receivers receive and store,
+// Config.Concurrency workers handle) until ctx is done, then drains: it logs "draining N deliveries", stops
 // intake, lets the deliveries in hand finish (their inbox transaction
 // commits and they are acknowledged), and closes the source. It returns nil
 // after a drain caused by ctx, or the source's error: a Receive error (the
@@ -108,7 +109,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	work, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	var wg sync.WaitGroup
-	errs := make(chan error, c.cfg.Concurrency)
+	loops, loop := c.cfg.Concurrency, c.loop
+	switch {
+	case c.order != nil:
+		loops, loop = 1, c.order.run // its own receiver and Concurrency workers
+	case c.cfg.Mode == ModeStoreThenProcess:
+		loops = c.cfg.Receivers
+	}
+	errs := make(chan error, loops)
 	c.eng.start(ctx, &wg)
 	// The prober of outages runs until the receivers and workers are done.
 	c.gate.start(ctx)
@@ -121,11 +129,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	summaryDone := make(chan struct{})
 	go func() { defer close(summaryDone); c.summarize(ctx) }()
 	defer func() { stop(); <-summaryDone; c.logSummary() }()
-	loops := c.cfg.Concurrency
-	loop := c.loop
-	if c.order != nil {
-		loops, loop = 1, c.order.run // its own receiver and Concurrency workers
-	}
 	for range loops {
 		wg.Add(1)
 		go func() {

@@ -245,6 +245,16 @@ func TestNewRefusesFieldsTheModeIgnores(t *testing.T) {
 			func(c *consumer.Config) {
 				c.OrderKeyFunc, c.OnPoison = func(inboxkit.Message) string { return "k" }, consumer.OnPoisonParkKey
 			}},
+		{"receivers in transactional", cfg, consumer.ModeTransactional, []string{"Config.Receivers is 8", "set Concurrency instead", "store-then-process"},
+			func(c *consumer.Config) { c.Receivers = 8 }},
+		{"negative receivers", cfg, consumer.ModeStoreThenProcess, []string{"Config.Receivers is -1", "positive"},
+			func(c *consumer.Config) { c.Receivers = -1 }},
+		{"receivers with an order key", cfg, consumer.ModeStoreThenProcess, []string{"Config.Receivers is 8", "OrderKeyFunc is set", "leave Receivers out"},
+			func(c *consumer.Config) {
+				c.Receivers, c.OrderKeyFunc = 8, func(inboxkit.Message) string { return "k" }
+			}},
+		{"receivers in store-then-process", cfg, consumer.ModeStoreThenProcess, nil,
+			func(c *consumer.Config) { c.Receivers = 8 }},
 		{"park-key in transactional", cfg, consumer.ModeTransactional, nil,
 			func(c *consumer.Config) {
 				c.OrderKeyFunc, c.OnPoison = func(inboxkit.Message) string { return "k" }, consumer.OnPoisonParkKey

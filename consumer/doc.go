@@ -47,7 +47,9 @@
 //
 // # Concurrency and shutdown
 //
-// [Consumer.Run] uses Config.Concurrency goroutines. When its context is
+// [Consumer.Run] uses Config.Concurrency goroutines (in store-then-process
+// mode Config.Receivers receivers, four per worker by default, and
+// Config.Concurrency workers). When its context is
 // cancelled it stops receiving, finishes the deliveries in hand (they
 // commit and are acknowledged), and closes the source. Messages not yet
 // received stay on the broker.

@@ -248,10 +248,14 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 			defer o.stop()
 			// Every goroutine fills batches of its own: the prefetch covers
 			// them all; with --order-key, all the deliveries the consumer
-			// holds for their keys.
+			// holds for their keys; in store-then-process, two for each
+			// receiver (one in hand, the next on its way).
 			prefetch := f.concurrency * f.batch
-			if orderKey != nil {
+			switch {
+			case orderKey != nil:
 				prefetch = consumer.OrderHeld(f.concurrency, f.batch)
+			case mode == consumer.ModeStoreThenProcess:
+				prefetch = max(prefetch, 2*consumer.DefaultReceivers(f.concurrency))
 			}
 			src, err := b.Source(ctx, f.queue, f.name, prefetch)
 			if err != nil {
@@ -308,7 +312,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 	c.Flags().StringVar(&f.name, "consumer", defaultConsumer, "consumer name, stored in CONSUMER_NAME")
 	c.Flags().StringVar(&f.dlq, "dlq", "", "dead-letter queue (default DLQ.<queue>)")
 	c.Flags().StringVar(&f.rejectQueue, "reject-queue", "", "queue for business rejections (default: none, rejections are only recorded)")
-	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once")
+	c.Flags().IntVar(&f.concurrency, "concurrency", 1, "messages handled at once (store-then-process: workers, each with four receivers)")
 	c.Flags().IntVar(&f.batch, "batch", 1, "messages per database transaction, acknowledged after its commit (store-then-process: the workers' batch)")
 	c.Flags().DurationVar(&f.batchWait, "batch-wait", 5*time.Millisecond, "how long a batch waits for more messages after its first (with --batch N)")
 	c.Flags().StringVar(&f.mode, "mode", "transactional", "inbox variant: transactional or store-then-process")
