@@ -71,35 +71,46 @@ func setupViaProxy(t *testing.T, backend string, cfg inbox.Config) (*dbtest.DB, 
 	return db, s, b, proxy
 }
 
-// A worker's claim ends within LeaseDuration even when the database stops
-// answering on an open connection (a partition: the bytes are lost, the
-// connection stays open) and the caller's context has no deadline: before,
-// it waited for ever, and the worker with it, after the partition too.
+// A worker's claim and release end within LeaseDuration even when the
+// database stops answering on an open connection (a partition: the bytes
+// are lost, the connection stays open) and the caller's context has no
+// deadline: before, they waited for ever, and the worker with them, after
+// the partition too.
 func TestClaimEndsWithinTheLease(t *testing.T) {
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
 		t.Run(backend, func(t *testing.T) {
 			_, s, _, proxy := setupViaProxy(t, backend, inbox.Config{})
 			const lease = 2 * time.Second
 			w := newWorker(t, s, inbox.WorkerConfig{LeaseDuration: lease, HandleFunc: func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }})
-			if _, err := w.Claim(context.Background(), 1); err != nil {
-				t.Fatalf("claim before the partition: %v", err)
+			receive(t, s, "claim-1")
+			claimed, err := w.Claim(context.Background(), 1)
+			if err != nil || len(claimed) != 1 {
+				t.Fatalf("claim before the partition: %d claimed, %v", len(claimed), err)
 			}
 			proxy.Hang()
 			defer proxy.Restore()
-			done := make(chan error, 1)
-			began := time.Now()
-			go func() { _, err := w.Claim(context.Background(), 1); done <- err }()
-			select {
-			case err := <-done:
-				if err == nil {
-					t.Fatal("a claim during the partition succeeded")
+			for _, call := range []struct {
+				name string
+				fn   func() error
+			}{
+				{"claim", func() error { _, err := w.Claim(context.Background(), 1); return err }},
+				{"release", func() error { return w.Release(context.Background(), claimed[0]) }},
+			} {
+				done := make(chan error, 1)
+				began := time.Now()
+				go func() { done <- call.fn() }()
+				select {
+				case err := <-done:
+					if err == nil {
+						t.Fatalf("a %s during the partition succeeded", call.name)
+					}
+					if took := time.Since(began); took > lease+5*time.Second {
+						t.Errorf("the %s ended %v after it began, lease %v", call.name, took, lease)
+					}
+					t.Logf("%s during the partition: %v after %v", call.name, err, time.Since(began).Round(time.Millisecond))
+				case <-time.After(lease + 20*time.Second):
+					t.Fatalf("the %s still waits %v after it began (lease %v)", call.name, lease+20*time.Second, lease)
 				}
-				if took := time.Since(began); took > lease+5*time.Second {
-					t.Errorf("the claim ended %v after it began, lease %v", took, lease)
-				}
-				t.Logf("claim during the partition: %v after %v", err, time.Since(began).Round(time.Millisecond))
-			case <-time.After(lease + 20*time.Second):
-				t.Fatalf("the claim still waits %v after it began (lease %v)", lease+20*time.Second, lease)
 			}
 		})
 	}

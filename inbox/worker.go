@@ -532,8 +532,11 @@ func (s *Store) retryLater(ctx context.Context, c *Claimed, class inboxkit.Class
 // now, so the next Claim of any worker takes it. The claim stays counted in
 // ATTEMPTS (as if the worker had died), because owner and attempt number
 // identify a claim and must never repeat. It reports ErrLeaseLost when the
-// claim had already been taken over.
+// claim had already been taken over. Like Claim, it gives up after
+// LeaseDuration, by when the lease has ended anyway.
 func (w *Worker) Release(ctx context.Context, c Claimed) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.LeaseDuration)
+	defer cancel()
 	s := w.s
 	now := s.now()
 	res, err := w.q.release.exec(ctx, s.db, c.lease().args(args{{"now", s.t(now)}}))
