@@ -87,10 +87,11 @@ func (c *Consumer) requeueDelay(attempts int) time.Duration {
 func (c *Consumer) Workers() []*inbox.Worker { return c.eng.workers() }
 
 // Run receives and handles deliveries with Config.Concurrency goroutines
-// (in ModeStoreThenProcess Config.Receivers receive and store,
-// Config.Concurrency workers handle) until ctx is done, then drains: it logs "draining N deliveries", stops
-// intake, lets the deliveries in hand finish (their inbox transaction
-// commits and they are acknowledged), and closes the source. It returns nil
+// (in ModeStoreThenProcess Config.Receivers goroutines receive and store,
+// Config.Concurrency workers handle) until ctx is done, then drains: it
+// logs "draining N deliveries", stops intake, lets the deliveries in hand
+// finish (their inbox transaction commits and they are acknowledged), and
+// closes the source. It returns nil
 // after a drain caused by ctx, or the source's error: a Receive error (the
 // source could not repair itself) drains every goroutine the same way and
 // is returned, so the process can exit and be restarted. A drain that takes
