@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,7 +26,18 @@ import (
 var binary string
 
 // TestMain builds inboxctl once; every test runs the binary.
+// shortParallel is -test.parallel under -short when it is not given: the
+// tests here mostly wait for the binary they start and for the brokers,
+// not for the two cores GOMAXPROCS allows by default.
+const shortParallel = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if testing.Short() && !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(shortParallel))
+	}
 	dir, err := os.MkdirTemp("", "inboxctl-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
