@@ -25,12 +25,12 @@ import (
 
 var binary string
 
-// TestMain builds inboxctl once; every test runs the binary.
 // shortParallel is -test.parallel under -short when it is not given: the
 // tests here mostly wait for the binary they start and for the brokers,
 // not for the two cores GOMAXPROCS allows by default.
 const shortParallel = 6
 
+// TestMain builds inboxctl once; every test runs the binary.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
