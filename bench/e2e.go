@@ -177,7 +177,10 @@ VALUES ($1, 'shipping-letters', 'PROCESSED', $2, now(), now(), now(), 1)`
 // no library: per delivery BEGIN, INSERT the inbox row (a duplicate key
 // means a resend: ROLLBACK, ack), INSERT the letter, COMMIT, ack. No
 // attempt counting, no classification, no dead letters: the floor a
-// library adds its cost to.
+// library adds its cost to. A delivery is counted after its ack or nack
+// was sent, so that the channel is closed (stopConsuming) only once the
+// last one is: an ack on a channel being closed makes RabbitMQ close the
+// whole connection (channel_error), which the next consumer run shares.
 func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	// The same table as inboxkit's, so the index work is the same.
 	if _, err := openStore(ctx, r.Schema, r.DB, inbox.Config{}); err != nil {
@@ -193,8 +196,9 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 	handle := func(d rawMsg) error {
 		inv, err := decodeInvoice(d.body)
 		if err != nil || d.id == "" {
+			err := d.nack(false)
 			t.add(&t.other)
-			return d.nack(false)
+			return err
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
@@ -203,8 +207,9 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 		if _, err := tx.ExecContext(ctx, r.DB.rawInbox, d.id, d.corr); err != nil {
 			_ = tx.Rollback()
 			if r.DB.isDuplicate(err) {
+				err := d.ack()
 				t.add(&t.duplicates)
-				return d.ack()
+				return err
 			}
 			return err
 		}
@@ -215,8 +220,9 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 		if err := tx.Commit(); err != nil {
 			return err
 		}
+		err = d.ack()
 		t.add(&t.processed)
-		return d.ack()
+		return err
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, r.Handlers)
@@ -226,8 +232,8 @@ func runRaw(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			defer wg.Done()
 			for d := range deliveries {
 				if err := handle(d); err != nil {
-					t.add(&t.other)
 					_ = d.nack(true)
+					t.add(&t.other)
 					select {
 					case errs <- err:
 					default:
