@@ -145,6 +145,23 @@ func TestInProcessRetryNeverRetriesReject(t *testing.T) {
 	}
 }
 
+// The deprecated Config.OnSettled still sees every settlement (New makes it
+// the Observer), and New refuses it beside an Observer.
+func TestOnSettledIsTheObserver(t *testing.T) {
+	cfg, _, _ := setup(t)
+	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+	mine := make(chan consumer.Settled, 10)
+	cfg.OnSettled = func(s consumer.Settled) { mine <- s }
+	if _, err := consumer.New(cfg); err == nil || !strings.Contains(err.Error(), "OnSettled and Config.Observer are both set") {
+		t.Fatalf("New with OnSettled and Observer = %v, want a refusal naming both", err)
+	}
+	cfg.Observer = nil
+	s := runUntil(t, cfg, mine)
+	if s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Message.ID != "E-1" {
+		t.Fatalf("OnSettled saw %s %s %q, want ack PROCESSED E-1", s.Action, s.Result.Outcome, s.Message.ID)
+	}
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  consumer.Config
