@@ -244,6 +244,10 @@ type Options struct {
 	// existing queue is used as it is. Defaults to "": the URL's
 	// ?queue-type=, else the vhost's default type.
 	QueueType string
+	// BrowseWait is how long Browse waits for one more message on a broker
+	// without a queue browser before it takes the queue as read. Defaults
+	// to 1.5 s.
+	BrowseWait time.Duration
 }
 
 // Broker opens adapters on one broker URL, and for "embedded" runs the
@@ -451,9 +455,8 @@ func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, 
 	return n, false, err
 }
 
-// browseWait is how long Browse waits for one more message on a broker
-// without a queue browser before it takes the queue as read.
-const browseWait = 1500 * time.Millisecond
+// defaultBrowseWait is Options.BrowseWait's default.
+const defaultBrowseWait = 1500 * time.Millisecond
 
 // BrowseAll is the most messages Browse reads on a broker without a queue
 // browser (with limit 0, or a larger one): the unsettled messages it is
@@ -484,8 +487,12 @@ func (b *Broker) ToolSource(ctx context.Context, queue string, prefetch int) (Ad
 // them. On ActiveMQ it is a queue browser (stomp.Browse). Other brokers
 // have none: their messages are received, held unsettled (JetStream's
 // AckWait is a minute meanwhile) and handed back when Browse returns, so
-// they count as redelivered there; Browse stops when no message came for
-// 1.5 s or a message came round again. The broker hands it at most
+// they count as redelivered there; Browse stops when it has read as many
+// messages as the queue held when it began (RabbitMQ and JetStream say how
+// many: Depth), when no message came for Options.BrowseWait (where Depth
+// is not known, or another consumer took some of them meanwhile) or when a
+// message came
+// round again. The broker hands it at most
 // max(1000, limit) unsettled messages (its prefetch), and BrowseAll with
 // limit 0 or above BrowseAll, so that is the most it reads there. On
 // ActiveMQ a queue browser sees at most the queue's maxBrowsePageSize
@@ -499,6 +506,17 @@ func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxki
 	if limit <= 0 {
 		prefetch = BrowseAll
 	}
+	// The depth is a count at one moment, not a lock: messages published
+	// later are not waited for, and where fewer come (another consumer
+	// took some) the wait ends the browse as without it.
+	wait := b.opts.BrowseWait
+	if wait <= 0 {
+		wait = defaultBrowseWait
+	}
+	depth := -1
+	if n, atLeast, err := b.Depth(ctx, queue); err == nil && !atLeast {
+		depth = n
+	}
 	src, err := b.open(ctx, queue, browseDurable, prefetch, time.Minute, true)
 	if err != nil {
 		return nil, err
@@ -506,8 +524,8 @@ func (b *Broker) Browse(ctx context.Context, queue string, limit int) ([]inboxki
 	defer src.Close() // hands every unsettled delivery back
 	var out []inboxkit.Message
 	seen := map[string]bool{}
-	for limit <= 0 || len(out) < limit {
-		rctx, cancel := context.WithTimeout(ctx, browseWait)
+	for (limit <= 0 || len(out) < limit) && (depth < 0 || len(out) < depth) {
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		d, err := src.Receive(rctx)
 		cancel()
 		if err != nil {

@@ -268,6 +268,35 @@ func TestBrowse(t *testing.T) {
 	}
 }
 
+// TestBrowseStopsAtTheDepth: where the broker tells a queue's depth
+// (RabbitMQ, JetStream), Browse returns once it has read that many, without
+// waiting for one more: with an hour's BrowseWait it returns the three
+// messages within the test's minute, and they stay on the queue.
+func TestBrowseStopsAtTheDepth(t *testing.T) {
+	for _, bk := range brokers {
+		if bk.name != "rabbitmq" && bk.name != "jetstream" {
+			continue
+		}
+		t.Run(bk.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, queue := threeDeadLetters(t, bk.name, fmt.Sprintf(bk.url, bk.addr), bk.start)
+			b, err := brokerurl.Open(fmt.Sprintf(bk.url, bk.addr), brokerurl.Options{BrowseWait: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			for range 2 { // the second finds them still there
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ms, err := b.Browse(ctx, queue, 0)
+				cancel()
+				if err != nil || len(ms) != 3 {
+					t.Fatalf("Browse with BrowseWait 1h = %d messages, %v; want the 3 at once (it waited for a fourth)", len(ms), err)
+				}
+			}
+		})
+	}
+}
+
 // TestBrowseAll: with limit 0, Browse reads a queue deeper than the 1000
 // unsettled messages a browse was handed before (the soak's ledger missed
 // dead letters past them): every message, once, and leaves them there.

@@ -53,6 +53,7 @@ func nullIfEmpty(s string) any {
 // failures groups: the failed rows by cause on every database, ids
 // scrubbed, the threshold, --consumer and --since, text and JSON.
 func TestFailureGroups(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
@@ -119,6 +120,7 @@ func TestFailureGroups(t *testing.T) {
 // dead letters to the others; a --browse under the queue's depth says the
 // counts are lower bounds. On PostgreSQL with RabbitMQ and ActiveMQ (STOMP).
 func TestFailureGroupsDLQ(t *testing.T) {
+	t.Parallel()
 	for _, bk := range []struct{ name, url string }{{"rabbitmq", rabbitURL}, {"activemq", "stomp://" + stompAddr}} {
 		t.Run(bk.name, func(t *testing.T) {
 			t.Parallel()

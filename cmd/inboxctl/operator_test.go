@@ -17,6 +17,7 @@ import (
 // lists an operator's actions, audit --event-id the event's. On every
 // database; $USER is the operator where --operator is not given.
 func TestOperatorActions(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

@@ -512,6 +512,7 @@ func TestReplayJobAbandon(t *testing.T) {
 // failure's last time, --dry-run prints exactly the events and changes
 // nothing. Every database (MariaDB, PostgreSQL, SQLite), RabbitMQ.
 func TestFailuresArchiveAndTimeWindow(t *testing.T) {
+	t.Parallel()
 	for _, backend := range dbtest.All {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()

@@ -359,6 +359,7 @@ func countOf(r statsReport, status string) int64 {
 // The JSON API returns what the commands print with -o json, and replays a
 // group at a rate, recorded with the operator, on PostgreSQL and MariaDB.
 func TestConsoleAPI(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
