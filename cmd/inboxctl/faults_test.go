@@ -144,8 +144,8 @@ func TestRunRidesOutASlowAndPartitionedDatabase(t *testing.T) {
 		// A batch of 4 makes about 15 round trips: 6s on the slow link.
 		{"batch", []string{"--batch", "4", "--batch-wait", "50ms", "--process-timeout", "20s"}},
 		// A worker's entry whose outcome was lost is claimed again after its
-		// lease (30s; inboxctl run has no flag for it).
-		{"store-then-process", []string{"--mode", "store-then-process", "--process-timeout", "5s"}},
+		// lease.
+		{"store-then-process", []string{"--mode", "store-then-process", "--process-timeout", "5s", "--lease", "10s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

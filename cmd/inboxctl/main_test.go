@@ -601,6 +601,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad publish line", "{\"headers\":{},\"body\":{}}\n\nnot json\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"stdin line 3", "nothing was published"}},
 		{"publish body number", `{"headers":{},"body":42}` + "\n", []string{"publish", "--broker", "stomp://" + stompAddr, "--queue", "q", "--file", "-"}, []string{"line 1", "body must be a JSON object or a string"}},
 		{"run mode", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "fast"}, []string{"--mode \"fast\" is unknown", "store-then-process"}},
+		{"run lease transactional", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--lease", "1m"}, []string{"--lease 1m0s", "needs --mode store-then-process"}},
+		{"run lease short", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--mode", "store-then-process", "--lease", "10s"}, []string{"--lease 10s is not above --process-timeout 30s"}},
 		{"run batch 0", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--batch", "0"}, []string{"--batch must be at least 1"}},
 		{"run max attempts 0", "", []string{"run", "--db", sqlite, "--broker", "embedded", "--queue", "q", "--max-attempts", "0"}, []string{"--max-attempts must be at least 1"}},
 		{"check max attempts -1", "", []string{"check", "--db", sqlite, "--max-attempts", "-1"}, []string{"--max-attempts must be at least 1"}},

@@ -57,6 +57,7 @@ type runFlags struct {
 	requeueDelay time.Duration
 	shutdown     time.Duration
 	process      time.Duration
+	lease        time.Duration
 	eventIDFrom  string
 	orderKey     string
 	onPoison     string
@@ -132,6 +133,12 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 			}
 			if f.process <= 0 {
 				return usageErr("--process-timeout must be positive (got %s): it bounds one message's database work and handler", f.process)
+			}
+			if f.lease < 0 || (f.lease > 0 && mode != consumer.ModeStoreThenProcess) {
+				return usageErr("--lease %s: it is the store-then-process workers' lease on a stored entry (default 30s), so it needs --mode store-then-process and a positive duration", f.lease)
+			}
+			if f.lease > 0 && f.lease <= f.process {
+				return usageErr("--lease %s is not above --process-timeout %s: an entry would be claimed again while its worker still processes it; raise --lease or lower --process-timeout", f.lease, f.process)
 			}
 			if f.concurrency < 1 {
 				return usageErr("--concurrency must be at least 1 (got %d)", f.concurrency)
@@ -269,6 +276,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 				RejectQueue: f.rejectQueue, Concurrency: f.concurrency, BatchSize: f.batch, BatchWait: f.batchWait, Logger: logger, Mode: mode,
 				ShutdownTimeout: f.shutdown,
 				ProcessTimeout:  f.process,
+				LeaseDuration:   f.lease,
 				EventIDFunc:     eventID,
 				OrderKeyFunc:    orderKey,
 				OnPoison:        onPoison,
@@ -320,6 +328,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 	c.Flags().StringVar(&f.letters, "letter-service", "", "letter service URL the relay POSTs the letter requests to (default $"+envLetterService+"; none: the relay logs them)")
 	c.Flags().DurationVar(&f.requeueDelay, "requeue-delay", time.Second, "delay before a technical failure is redelivered; doubles per attempt, at most 1m")
 	c.Flags().DurationVar(&f.process, "process-timeout", 30*time.Second, "how long one message's (one batch's) database work and handler may take before it is handed back (a database that stopped answering)")
+	c.Flags().DurationVar(&f.lease, "lease", 0, "store-then-process: how long a worker holds a stored entry; an entry whose worker died (or lost its database) is claimed again after it; keep it above --process-timeout (default 30s)")
 	c.Flags().DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the messages in hand before handing them back unacknowledged (exit 1)")
 	c.Flags().StringVar(&f.eventIDFrom, "event-id-from", "", "where the event id comes from, in order (default: the eventId header); e.g. header:eventId,json:invoiceNo,header:JMSCorrelationID,message-id")
 	c.Flags().StringVar(&f.orderKey, "order-key", "", "run each key's messages one at a time in arrival order; the key's sources as --event-id-from's, e.g. header:JMSXGroupID,json:customerNo (default: no order)")
