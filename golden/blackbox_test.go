@@ -153,6 +153,7 @@ func blackBoxSubjects(t *testing.T) map[string]golden.BlackBox {
 // ActiveMQ and PostgreSQL, and compares each record with its approved file:
 // the Java legacy bean, the Java "after" bean, and `inboxctl run`.
 func TestBlackBox(t *testing.T) {
+	t.Parallel()
 	subjects := blackBoxSubjects(t)
 	for _, label := range []string{labelJavaLegacy, labelJavaAfter, labelInboxctl} {
 		t.Run(label, func(t *testing.T) {
@@ -398,6 +399,9 @@ func TestDatabaseStepIsBlackBoxOnly(t *testing.T) {
 // service records the later calls, which carry the key it took, as what it
 // did with them (duplicates), not as sent (issue 23 item 14).
 func TestBlackBoxCrashedCallsOfOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short skips this scenario (six kill -9 in a row, about 40 s); ./scripts/test runs it")
+	}
 	t.Parallel()
 	sc, err := golden.ReadScenario(filepath.Join(corpus, "crash-on-every-delivery"))
 	if err != nil {

@@ -190,41 +190,50 @@ func TestPublish(t *testing.T) {
 // replaced (url.URL.Redacted), also for one- and two-letter passwords,
 // which must not mask anything else.
 func TestPasswordNeverPrinted(t *testing.T) {
+	t.Parallel()
 	for _, pw := range []string{"p", "pw", "s3cr3t-Pa55"} {
-		var logs lockedBuffer
-		logger := slog.New(slog.NewTextHandler(&logs, nil))
-		cases := []amqp10.Config{
-			{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672"},               // wrong password
-			{URL: "amqp10://guest:" + pw + "@127.0.0.1:1"},                  // nothing listens
-			{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672?bogus=1"},       // bad parameter
-			{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672?requeue=maybe"}, // bad value
-			{URL: "stomp://guest:" + pw + "@127.0.0.1:5672"},                // wrong scheme
-			{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672", Prefetch: -1}, // bad field
+		t.Run(pw, func(t *testing.T) {
+			t.Parallel()
+			passwordNeverPrinted(t, pw)
+		})
+	}
+}
+
+// passwordNeverPrinted is TestPasswordNeverPrinted with one password.
+func passwordNeverPrinted(t *testing.T, pw string) {
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	cases := []amqp10.Config{
+		{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672"},               // wrong password
+		{URL: "amqp10://guest:" + pw + "@127.0.0.1:1"},                  // nothing listens
+		{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672?bogus=1"},       // bad parameter
+		{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672?requeue=maybe"}, // bad value
+		{URL: "stomp://guest:" + pw + "@127.0.0.1:5672"},                // wrong scheme
+		{URL: "amqp10://guest:" + pw + "@127.0.0.1:5672", Prefetch: -1}, // bad field
+	}
+	for _, cfg := range cases {
+		cfg.Logger = logger
+		cfg.DialTimeout = 5 * time.Second
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		a, err := amqp10.Open(ctx, cfg)
+		cancel()
+		if err == nil {
+			a.Close()
+			t.Fatalf("Open(%s) succeeded", strings.ReplaceAll(cfg.URL, pw, "xxxxx"))
 		}
-		for _, cfg := range cases {
-			cfg.Logger = logger
-			cfg.DialTimeout = 5 * time.Second
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			a, err := amqp10.Open(ctx, cfg)
-			cancel()
-			if err == nil {
-				a.Close()
-				t.Fatalf("Open(%s) succeeded", strings.ReplaceAll(cfg.URL, pw, "xxxxx"))
-			}
-			msg := err.Error()
-			if strings.Contains(msg, "guest:"+pw+"@") || (len(pw) > 2 && strings.Contains(msg, pw)) {
-				t.Errorf("password %q printed: %s", pw, msg)
-			}
-			if strings.Contains(msg, "127.0.0.1") && !strings.Contains(msg, "guest:xxxxx@127.0.0.1") {
-				t.Errorf("URL in error not redacted as url.URL.Redacted does: %s", msg)
-			}
-			if strings.Contains(msg, "xxxxxuest") || strings.Contains(msg, "amqxxxxx") {
-				t.Errorf("masking touched more than the password: %s", msg)
-			}
+		msg := err.Error()
+		if strings.Contains(msg, "guest:"+pw+"@") || (len(pw) > 2 && strings.Contains(msg, pw)) {
+			t.Errorf("password %q printed: %s", pw, msg)
 		}
-		if strings.Contains(logs.String(), ":"+pw+"@") {
-			t.Errorf("password %q in logs: %s", pw, logs.String())
+		if strings.Contains(msg, "127.0.0.1") && !strings.Contains(msg, "guest:xxxxx@127.0.0.1") {
+			t.Errorf("URL in error not redacted as url.URL.Redacted does: %s", msg)
 		}
+		if strings.Contains(msg, "xxxxxuest") || strings.Contains(msg, "amqxxxxx") {
+			t.Errorf("masking touched more than the password: %s", msg)
+		}
+	}
+	if strings.Contains(logs.String(), ":"+pw+"@") {
+		t.Errorf("password %q in logs: %s", pw, logs.String())
 	}
 }
 

@@ -20,9 +20,11 @@ import (
 // forgot some of them in 4 of 10 rounds on a classic queue and 8 of 10 on
 // a quorum queue, and they came again.
 func TestCloseKeepsTheLastAcks(t *testing.T) {
-	ch := confirmChannel(t)
+	t.Parallel()
 	for _, queueType := range []string{"classic", "quorum"} {
 		t.Run(queueType, func(t *testing.T) {
+			t.Parallel()
+			ch := confirmChannel(t)
 			q := consumertest.QueueName(t.Name())
 			if _, err := ch.QueueDeclare(q, true, false, false, false, amqp091.Table{"x-queue-type": queueType}); err != nil {
 				t.Fatal(err)

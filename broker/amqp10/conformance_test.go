@@ -80,6 +80,7 @@ func open(t testing.TB, cfg amqp10.Config) *amqp10.Adapter {
 // only with Config.TrustDeliveryCount), so Features says DeliveryCount
 // false; redeliveries are flagged by first-acquirer false.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	declare := declarer(t)
 	consumertest.Run(t, consumertest.Broker{
 		Name: "amqp10-rabbitmq",

@@ -24,6 +24,7 @@ import (
 // NATS JetStream server (127.0.0.1:4222) and against the embedded server
 // (not under -short).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("server", func(t *testing.T) {
 		const url = "nats://127.0.0.1:4222"
 		nc, err := nats.Connect(url, nats.Timeout(3*time.Second))

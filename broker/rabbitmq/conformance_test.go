@@ -22,6 +22,7 @@ const conformanceURL = "amqp://guest:guest@127.0.0.1:5672/"
 // that names no queue type: an existing queue is used as it is (issue
 // 23.15), and its x-delivery-count is the delivery count.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	conn, err := amqp.Dial(conformanceURL)
 	if err != nil {
 		t.Fatalf("RabbitMQ is not reachable at 127.0.0.1:5672 (guest/guest); start it with: rabbitmq-server -detached: %v", err)

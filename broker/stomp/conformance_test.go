@@ -14,6 +14,7 @@ import (
 // TestConformance runs the broker conformance suite against ActiveMQ
 // Classic over STOMP (start it with `scripts/activemq start`).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	base := brokerConfig(t) // fails loudly, naming scripts/activemq start
 	consumertest.Run(t, consumertest.Broker{
 		Name: "activemq",
