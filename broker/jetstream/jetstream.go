@@ -435,11 +435,37 @@ func (a *Adapter) Close() error {
 			}
 			dcancel()
 		}
-		_ = a.nc.FlushTimeout(2 * time.Second)
-		a.nc.Close()
+		a.drain()
 	})
 	return nil
 }
+
+// drain closes the connection once the server has dropped its interest in
+// every subscription: Drain unsubscribes them all, flushes (the server
+// answers the flush after the unsubscriptions), sends what is still
+// buffered (the Naks) and closes. The server hands a message to a waiting
+// pull request only while the request's inbox has interest, so a message
+// published after Close returned goes to the next reader; after a bare
+// Close, which the server learns of in its own time, it could go to a pull
+// request of this adapter that a Receive gave up on, and come back only
+// after AckWait, redelivered.
+func (a *Adapter) drain() {
+	closed := make(chan struct{})
+	var once sync.Once
+	a.nc.SetClosedHandler(func(*nats.Conn) { once.Do(func() { close(closed) }) })
+	if err := a.nc.Drain(); err != nil { // closed already, or reconnecting
+		a.nc.Close()
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(drainWait):
+		a.nc.Close()
+	}
+}
+
+// drainWait bounds Close's drain (a server that stopped answering).
+const drainWait = 2 * time.Second
 
 // track registers a received message, or naks it and returns nil when the
 // Adapter is closing.

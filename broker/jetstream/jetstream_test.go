@@ -193,6 +193,46 @@ func TestRedeliveryAfterClose(t *testing.T) {
 	})
 }
 
+// TestPublishedAfterCloseIsAFirstDelivery: a message published once Close
+// has returned goes to the next reader as a first delivery, although the
+// closed adapter had a pull request still waiting on the server (a Receive
+// that gave up, PollWait a minute): the server delivers to a pull request
+// only while its inbox has interest, and Close returns after the server
+// dropped that interest. Before, Close cancelled the pull and closed the
+// connection without waiting for the server, which could hand the message
+// to the dead request: it came back after AckWait, redelivered, and not
+// vouched for as first.
+func TestPublishedAfterCloseIsAFirstDelivery(t *testing.T) {
+	servers(t, func(t *testing.T, url string) {
+		n, _ := testNames(t, url)
+		cfg := Config{URL: url, Stream: n.stream, Subject: n.subject, AckWait: time.Minute, PollWait: time.Minute}
+		pub := open(t, Config{URL: url})
+		for i := range 20 {
+			a := open(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			if _, err := a.Receive(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("round %d: Receive on an empty queue = %v, want its deadline", i, err)
+			}
+			cancel()
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, pub, n.subject, map[string]string{"event-id": fmt.Sprint("E-", i)}, "x")
+			b := open(t, cfg)
+			d := receive(t, b, 10*time.Second)
+			if m := d.Message(); !m.FirstDelivery || m.DeliveryCount != 1 || m.Header("event-id") != fmt.Sprint("E-", i) {
+				t.Fatalf("round %d: FirstDelivery=%v DeliveryCount=%d event-id=%q; want true, 1, E-%d", i, m.FirstDelivery, m.DeliveryCount, m.Header("event-id"), i)
+			}
+			if err := d.Ack(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	n, _ := testNames(t, systemURL)
