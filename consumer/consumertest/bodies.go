@@ -564,15 +564,18 @@ func testReplay(t *testing.T, e *env) {
 // testGracefulShutdown: cancel while slow handlers run; nothing is lost or
 // done twice.
 func testGracefulShutdown(t *testing.T, e *env) {
-	n := 24
+	n, sleep := 24, 100
 	if e.batch > 1 {
 		// 4 goroutines hold up to a batch each (and take more as batches
 		// are acknowledged), all finished in the drain:
-		// more must wait on the broker for the restart.
+		// more must wait on the broker for the restart. A batch is in its
+		// handlers for a batch's sleeps, so each sleeps less (on SQLite,
+		// whose writers take turns, 100ms each made the body 17s).
 		n += 8 * e.batch
+		sleep = 25
 	}
 	for i := range n {
-		e.send(t, id("drain", i), "corr-drain", Event{Amount: i, SleepMS: 100}.Body())
+		e.send(t, id("drain", i), "corr-drain", Event{Amount: i, SleepMS: sleep}.Body())
 	}
 	var started atomic.Int64
 	hook := func(ctx context.Context, src consumer.Source, m inboxkit.Message) error {
