@@ -7,7 +7,8 @@
 // # URLs
 //
 //	stomp://[login:passcode@]host:61613   ActiveMQ Classic over STOMP 1.2 (tcp:// too; ?exclusive=true: an exclusive
-//	                                      consumer, one process consuming at a time; a master/slave pair:
+//	                                      consumer, one process consuming at a time; ?heartbeat=5s and
+//	                                      ?receipt-timeout=10s; a master/slave pair:
 //	                                      stomp://h1:61613,h2:61613, the first that answers)
 //	amqp://user:pass@host:5672/[vhost]    RabbitMQ over AMQP 0-9-1 (amqps:// too; ?queue-type=quorum|classic|stream and
 //	                                      ?single-active-consumer=true for the queues it creates; a cluster's nodes

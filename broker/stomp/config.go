@@ -19,8 +19,9 @@ type Config struct {
 	// URL is the broker URL, stomp://[login:passcode@]host:61613 (tcp://
 	// is accepted too), or with the addresses of a master/slave pair,
 	// stomp://host1:61613,host2:61613; it sets Addr, Login and Passcode
-	// where those are empty, its ?heartbeat= sets Heartbeat and
-	// ?exclusive=true sets Exclusive. Defaults to "" (Addr).
+	// where those are empty, its ?heartbeat= sets Heartbeat,
+	// ?receipt-timeout= ReceiptTimeout and ?exclusive=true Exclusive.
+	// Defaults to "" (Addr).
 	URL string
 	// Addr is the broker's STOMP address, host:port, or a comma-separated
 	// list of them (an ActiveMQ master and its slaves: only the broker
@@ -68,7 +69,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// ReceiptTimeout bounds the wait for the broker's RECEIPT of a SEND,
 	// ACK or NACK; without one the connection is given up and redialled
-	// (ConnOptions.ReceiptTimeout). Defaults to 30s.
+	// (ConnOptions.ReceiptTimeout). It is how long a connection that
+	// carries heart-beats but loses frames (a proxy that garbles them)
+	// goes unnoticed. Defaults to the URL's ?receipt-timeout= (a Go
+	// duration), else 30s.
 	ReceiptTimeout time.Duration
 	// AckWait makes Ack wait for the broker's RECEIPT of its ACK. By
 	// default Ack returns once the ACK is written (Conn.AckAsync): the
@@ -126,9 +130,9 @@ func (c *Config) setDefaults() error {
 		}
 		for k := range u.Query() {
 			switch k {
-			case "heartbeat", "exclusive":
+			case "heartbeat", "receipt-timeout", "exclusive":
 			default:
-				return fmt.Errorf("stomp: Config.URL %s: unknown query parameter %q (known: heartbeat, exclusive)", u.Redacted(), k)
+				return fmt.Errorf("stomp: Config.URL %s: unknown query parameter %q (known: heartbeat, receipt-timeout, exclusive)", u.Redacted(), k)
 			}
 		}
 		if hb := u.Query().Get("heartbeat"); hb != "" && c.Heartbeat == 0 {
@@ -137,6 +141,13 @@ func (c *Config) setDefaults() error {
 				return fmt.Errorf("stomp: Config.URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", u.Redacted(), hb)
 			}
 			c.Heartbeat = d
+		}
+		if rt := u.Query().Get("receipt-timeout"); rt != "" && c.ReceiptTimeout == 0 {
+			d, err := time.ParseDuration(rt)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("stomp: Config.URL %s: receipt-timeout=%q is not a positive duration: e.g. ?receipt-timeout=10s", u.Redacted(), rt)
+			}
+			c.ReceiptTimeout = d
 		}
 		switch v := u.Query().Get("exclusive"); v {
 		case "", "false":
@@ -160,7 +171,8 @@ func (c *Config) setDefaults() error {
 }
 
 // CheckURL returns the error Open would return for raw as Config.URL
-// (a stomp:// URL: its hosts, heartbeat and exclusive), without connecting.
+// (a stomp:// URL: its hosts, heartbeat, receipt-timeout and exclusive),
+// without connecting.
 func CheckURL(raw string) error {
 	c := Config{URL: raw}
 	return c.setDefaults()

@@ -475,6 +475,35 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// TestReceiptTimeoutFromURL: ?receipt-timeout= in the URL bounds the wait
+// for a RECEIPT (a broker that reads frames and never answers them), and
+// a value that is no positive duration is refused, naming the parameter.
+func TestReceiptTimeoutFromURL(t *testing.T) {
+	t.Parallel()
+	addr := fakeServer(t, "0,0", func(r *bufio.Reader, c net.Conn) {
+		fr := stomp.NewFrameReader(r, stomp.Limits{})
+		for {
+			if _, err := fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	})
+	ctx := testCtx(t)
+	a, err := stomp.Open(ctx, stomp.Config{URL: "stomp://" + addr + "?receipt-timeout=300ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Publish(ctx, "q", nil, []byte("x")); err == nil || !strings.Contains(err.Error(), "no receipt for SEND within 300ms") {
+		t.Errorf("Publish to a broker that never answers = %v; want the receipt timeout of the URL (300ms)", err)
+	}
+	for _, v := range []string{"soon", "-1s", "0s"} {
+		if err := stomp.CheckURL("stomp://127.0.0.1:61613?receipt-timeout=" + v); err == nil || !strings.Contains(err.Error(), "receipt-timeout=\""+v+"\" is not a positive duration") {
+			t.Errorf("receipt-timeout=%s: %v; want a refusal naming it", v, err)
+		}
+	}
+}
+
 // fakeServer accepts one connection, answers CONNECTED with the given
 // heart-beat, and then runs script on the connection.
 func fakeServer(t *testing.T, heartBeat string, script func(r *bufio.Reader, c net.Conn)) string {

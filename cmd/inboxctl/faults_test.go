@@ -244,7 +244,7 @@ func TestRunRidesOutAGarbledSTOMPConnection(t *testing.T) {
 			t.Parallel()
 			px := tcpproxy.Start(t, stompAddr)
 			db := dbtest.New(t, dbtest.Postgres)
-			f := startFaultRun(t, db, "stomp://"+stompAddr, "--db", db.DSN, "--broker", "stomp://"+px.Addr()+"?heartbeat=1s")
+			f := startFaultRun(t, db, "stomp://"+stompAddr, "--db", db.DSN, "--broker", "stomp://"+px.Addr()+"?heartbeat=1s&receipt-timeout=5s")
 			f.publish(3)
 			f.wait("the first 3 processed", time.Minute, f.allProcessed)
 
