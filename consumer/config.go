@@ -213,10 +213,13 @@ type Config struct {
 	// progress, tests: see Observer, ObserveSettled and package observe).
 	// Defaults to nil: nothing is observed.
 	Observer Observer
-	// OnSettled is called with every settlement.
+	// OnSettled, if set, is called after each delivery was settled with
+	// the broker; in ModeStoreThenProcess that is when it was stored and
+	// acknowledged (outcome STORED or DUPLICATE), not when a worker
+	// processed it. It must not block for long.
 	//
-	// Deprecated: set Observer to ObserveSettled(f) instead. New turns
-	// OnSettled into that Observer and refuses a Config with both set.
+	// Deprecated: set Observer to ObserveSettled(f), which also sees each
+	// entry a store-then-process worker processed.
 	OnSettled func(Settled)
 	// SummaryInterval is how often a summary line (counts since the last
 	// one) is logged at info level, and how often an ongoing outage is
@@ -361,8 +364,6 @@ func (c *Config) validate() error {
 		return missing("DeadLetterQueue", "e.g. \"DLQ.invoices\"")
 	case c.Concurrency < 0:
 		return fmt.Errorf("consumer: Config.Concurrency is %d, it must be positive", c.Concurrency)
-	case c.OnSettled != nil && c.Observer != nil:
-		return fmt.Errorf("consumer: Config.OnSettled and Config.Observer are both set: OnSettled is deprecated; set Observer only, wrapping the function with ObserveSettled")
 	case c.Mode != ModeTransactional && c.Mode != ModeStoreThenProcess:
 		return fmt.Errorf("consumer: Config.Mode %q is unknown: use %q or %q", c.Mode, ModeTransactional, ModeStoreThenProcess)
 	case c.BatchSize < 1 || c.BatchSize > maxBatchSize:

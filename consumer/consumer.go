@@ -36,9 +36,6 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.OnSettled != nil {
-		cfg.Observer, cfg.OnSettled = ObserveSettled(cfg.OnSettled), nil
-	}
 	if cfg.Observer != nil {
 		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -145,20 +146,50 @@ func TestInProcessRetryNeverRetriesReject(t *testing.T) {
 	}
 }
 
-// The deprecated Config.OnSettled still sees every settlement (New makes it
-// the Observer), and New refuses it beside an Observer.
-func TestOnSettledIsTheObserver(t *testing.T) {
-	cfg, _, _ := setup(t)
-	cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
-	mine := make(chan consumer.Settled, 10)
-	cfg.OnSettled = func(s consumer.Settled) { mine <- s }
-	if _, err := consumer.New(cfg); err == nil || !strings.Contains(err.Error(), "OnSettled and Config.Observer are both set") {
-		t.Fatalf("New with OnSettled and Observer = %v, want a refusal naming both", err)
-	}
-	cfg.Observer = nil
-	s := runUntil(t, cfg, mine)
-	if s.Action != inboxkit.ActionAck || s.Result.Outcome != inboxkit.OutcomeProcessed || s.Message.ID != "E-1" {
-		t.Fatalf("OnSettled saw %s %s %q, want ack PROCESSED E-1", s.Action, s.Result.Outcome, s.Message.ID)
+// The deprecated Config.OnSettled sees what it saw before Observer took
+// its place: every delivery's settlement with the broker, beside an
+// Observer; in store-then-process mode the receive (STORED), not the
+// worker's processing, which only the Observer sees.
+func TestOnSettled(t *testing.T) {
+	for _, mode := range []consumer.Mode{consumer.ModeTransactional, consumer.ModeStoreThenProcess} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg, _, observed := setup(t)
+			cfg.Mode = mode
+			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+			mine := make(chan consumer.Settled, 10)
+			cfg.OnSettled = func(s consumer.Settled) { mine <- s }
+			c, err := consumer.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- c.Run(ctx) }()
+			for processed := false; !processed; {
+				select {
+				case s := <-observed:
+					processed = s.Result.Outcome == inboxkit.OutcomeProcessed
+				case <-time.After(20 * time.Second):
+					t.Fatal("the Observer saw no PROCESSED settlement in 20s")
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			close(mine)
+			var got []string
+			for s := range mine {
+				got = append(got, fmt.Sprintf("%s %s %s", s.Message.ID, s.Result.Outcome, s.Action))
+			}
+			want := "E-1 PROCESSED ack"
+			if mode == consumer.ModeStoreThenProcess {
+				want = "E-1 STORED ack"
+			}
+			if strings.Join(got, "; ") != want {
+				t.Errorf("OnSettled saw %q, want %q", got, want)
+			}
+		})
 	}
 }
 

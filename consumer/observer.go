@@ -53,8 +53,20 @@ func (f ObserveSettled) Handler(h Handler) Handler { return h }
 func (f ObserveSettled) Batch(int) {}
 
 // observe starts the observation of one delivery: it returns the context to
-// handle it with and the function to call with its settlement.
+// handle it with and the function to call with its settlement, which also
+// goes to the deprecated Config.OnSettled.
 func (c *Consumer) observe(ctx context.Context, m inboxkit.Message) (context.Context, func(Settled)) {
+	ctx, done := c.observeEntry(ctx, m)
+	if f := c.cfg.OnSettled; f != nil {
+		return ctx, func(s Settled) { done(s); f(s) }
+	}
+	return ctx, done
+}
+
+// observeEntry is observe for an entry a store-then-process worker
+// processes: the Observer sees it, OnSettled does not (it never did: the
+// delivery was settled with the broker when it was stored).
+func (c *Consumer) observeEntry(ctx context.Context, m inboxkit.Message) (context.Context, func(Settled)) {
 	if c.cfg.Observer == nil {
 		return ctx, func(Settled) {}
 	}

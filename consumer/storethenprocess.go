@@ -120,7 +120,7 @@ func (e *storeThenProcess) start(ctx context.Context, wg *sync.WaitGroup) {
 // summary counts its outcome (countWorker); the worker logs it.
 func (c *Consumer) observeClaim(ctx context.Context, cl inbox.Claimed) (context.Context, func(inbox.Result, error)) {
 	ctx, cancel := c.cfg.bounded(ctx)
-	ctx, done := c.observe(ctx, cl.Message)
+	ctx, done := c.observeEntry(ctx, cl.Message)
 	return ctx, func(res inbox.Result, err error) {
 		cancel()
 		s := Settled{Message: cl.Message, Result: res, Err: err}
