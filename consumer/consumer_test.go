@@ -88,14 +88,8 @@ func flaky(n int) (consumer.Handler, func() int) {
 
 func runUntil(t *testing.T, cfg consumer.Config, settled chan consumer.Settled) consumer.Settled {
 	t.Helper()
-	c, err := consumer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stop := start(t, cfg)
+	defer func() { _ = stop() }()
 	select {
 	case s := <-settled:
 		return s
@@ -103,6 +97,20 @@ func runUntil(t *testing.T, cfg consumer.Config, settled chan consumer.Settled) 
 		t.Fatal("nothing settled in 20s")
 	}
 	return consumer.Settled{}
+}
+
+// start runs a consumer of cfg until the returned stop is called; stop
+// returns Run's error.
+func start(t *testing.T, cfg consumer.Config) (stop func() error) {
+	t.Helper()
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() error { cancel(); return <-done }
 }
 
 // inProcess is a store policy with in-process retries.
@@ -158,13 +166,7 @@ func TestOnSettled(t *testing.T) {
 			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
 			mine := make(chan consumer.Settled, 10)
 			cfg.OnSettled = func(s consumer.Settled) { mine <- s }
-			c, err := consumer.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
+			stop := start(t, cfg)
 			for processed := false; !processed; {
 				select {
 				case s := <-observed:
@@ -173,8 +175,7 @@ func TestOnSettled(t *testing.T) {
 					t.Fatal("the Observer saw no PROCESSED settlement in 20s")
 				}
 			}
-			cancel()
-			if err := <-done; err != nil {
+			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 			close(mine)

@@ -26,14 +26,8 @@ func TestHandlerContextCarriesTheMessage(t *testing.T) {
 				seen <- in
 				return nil
 			}
-			c, err := consumer.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			stop := start(t, cfg)
+			defer func() { _ = stop() }()
 			var m inboxkit.Message
 			select {
 			case m = <-seen:

@@ -54,13 +54,7 @@ func TestReceivers(t *testing.T) {
 			src := &receiving{Source: cfg.Source, reachedAll: make(chan struct{}), want: tc.want}
 			cfg.Source, cfg.Mode, cfg.Concurrency, cfg.Receivers = src, tc.mode, 2, tc.receivers
 			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
-			c, err := consumer.New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
+			stop := start(t, cfg)
 			select {
 			case <-settled:
 			case <-time.After(20 * time.Second):
@@ -72,8 +66,7 @@ func TestReceivers(t *testing.T) {
 			}
 			// Let any receiver beyond the expected count start too.
 			time.Sleep(100 * time.Millisecond)
-			cancel()
-			if err := <-done; err != nil {
+			if err := stop(); err != nil {
 				t.Fatalf("Run = %v", err)
 			}
 			src.mu.Lock()
