@@ -442,7 +442,7 @@ func TestHeartbeatFromURL(t *testing.T) {
 // for); the password never shows.
 func TestUnknownURLOptionRefused(t *testing.T) {
 	for _, tc := range []struct{ url, known string }{
-		{"stomp://127.0.0.1:61613?prefetch=3", "heartbeat, exclusive"},
+		{"stomp://127.0.0.1:61613?prefetch=3", "heartbeat, receipt-timeout, exclusive"},
 		{"amqp://guest:secret@127.0.0.1:5672/?single-active=true", "single-active-consumer"},
 		{"amqp://guest:secret@h1:5672,h2:5672/?prefetch=x", "queue-type"},
 		{"nats://127.0.0.1:4222?replica=3", "heartbeat, replicas"},
@@ -456,7 +456,7 @@ func TestUnknownURLOptionRefused(t *testing.T) {
 		}
 	}
 	for _, ok := range []string{
-		"stomp://127.0.0.1:61613,127.0.0.1:61615?heartbeat=2s&exclusive=true",
+		"stomp://127.0.0.1:61613,127.0.0.1:61615?heartbeat=2s&receipt-timeout=10s&exclusive=true",
 		"amqp://guest:guest@127.0.0.1:5672/?queue-type=quorum&single-active-consumer=true&heartbeat=5&connection_timeout=5000&channel_max=16",
 		"nats://127.0.0.1:4222,127.0.0.1:4223?replicas=3&heartbeat=1s",
 		"amqp10://guest:guest@127.0.0.1:5672?profile=ibmmq&prefetch=10",
