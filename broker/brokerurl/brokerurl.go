@@ -492,8 +492,7 @@ func (b *Broker) ToolSource(ctx context.Context, queue string, prefetch int) (Ad
 // messages as the queue held when it began (RabbitMQ and JetStream say how
 // many: Depth), when no message came for Options.BrowseWait (where Depth
 // is not known, or another consumer took some of them meanwhile) or when a
-// message came
-// round again. The broker hands it at most
+// message came round again. The broker hands it at most
 // max(1000, limit) unsettled messages (its prefetch), and BrowseAll with
 // limit 0 or above BrowseAll, so that is the most it reads there. On
 // ActiveMQ a queue browser sees at most the queue's maxBrowsePageSize
