@@ -135,19 +135,19 @@ func (c *Config) setDefaults() error {
 				return fmt.Errorf("stomp: Config.URL %s: unknown query parameter %q (known: heartbeat, receipt-timeout, exclusive)", u.Redacted(), k)
 			}
 		}
-		if hb := u.Query().Get("heartbeat"); hb != "" && c.Heartbeat == 0 {
-			d, err := time.ParseDuration(hb)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("stomp: Config.URL %s: heartbeat=%q is not a positive duration: e.g. ?heartbeat=5s", u.Redacted(), hb)
+		for _, p := range []struct {
+			name, example string
+			field         *time.Duration
+		}{{"heartbeat", "5s", &c.Heartbeat}, {"receipt-timeout", "10s", &c.ReceiptTimeout}} {
+			v := u.Query().Get(p.name)
+			if v == "" || *p.field != 0 {
+				continue
 			}
-			c.Heartbeat = d
-		}
-		if rt := u.Query().Get("receipt-timeout"); rt != "" && c.ReceiptTimeout == 0 {
-			d, err := time.ParseDuration(rt)
+			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return fmt.Errorf("stomp: Config.URL %s: receipt-timeout=%q is not a positive duration: e.g. ?receipt-timeout=10s", u.Redacted(), rt)
+				return fmt.Errorf("stomp: Config.URL %s: %s=%q is not a positive duration: e.g. ?%s=%s", u.Redacted(), p.name, v, p.name, p.example)
 			}
-			c.ReceiptTimeout = d
+			*p.field = d
 		}
 		switch v := u.Query().Get("exclusive"); v {
 		case "", "false":
