@@ -25,7 +25,7 @@ type Consumer struct {
 
 	mu     sync.Mutex
 	nextID uint64
-	inHand map[uint64]inboxkit.Message // deliveries being handled by Run
+	inHand map[uint64]inHand // deliveries being handled by Run
 	logs   logState
 	gate   gate // intake, stopped during an outage
 }
@@ -40,7 +40,7 @@ func New(cfg Config) (*Consumer, error) {
 		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}
 	cfg.Handler = withMessage(cfg.Handler)
-	c := &Consumer{cfg: cfg, inHand: map[uint64]inboxkit.Message{}}
+	c := &Consumer{cfg: cfg, inHand: map[uint64]inHand{}}
 	store, err := cfg.Store.WithPorts(c.ports())
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -189,18 +189,21 @@ func (c *Consumer) drain(ctx context.Context, done <-chan struct{}, abandon cont
 	abandon()
 	for _, m := range held {
 		c.cfg.Logger.Error("shutdown timeout: delivery abandoned, not acknowledged (the broker delivers it again)",
-			"consumer", c.cfg.Name, "event_id", m.ID, "correlation_id", m.CorrelationID, "shutdown_timeout", c.cfg.ShutdownTimeout)
+			"consumer", c.cfg.Name, "event_id", m.id, "correlation_id", m.correlationID, "shutdown_timeout", c.cfg.ShutdownTimeout)
 	}
 	return fmt.Errorf("%w: %d after %s (event ids %v); they were not acknowledged and come again from the broker",
 		ErrShutdownTimeout, len(held), c.cfg.ShutdownTimeout, eventIDs(held))
 }
+
+// inHand is what a drain logs of a delivery in hand.
+type inHand struct{ id, correlationID string }
 
 // hold records a delivery in hand; release forgets it.
 func (c *Consumer) hold(m inboxkit.Message) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextID++
-	c.inHand[c.nextID] = m
+	c.inHand[c.nextID] = inHand{m.ID, m.CorrelationID}
 	return c.nextID
 }
 
@@ -210,20 +213,20 @@ func (c *Consumer) release(id uint64) {
 	c.mu.Unlock()
 }
 
-func (c *Consumer) held() []inboxkit.Message {
+func (c *Consumer) held() []inHand {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ms := make([]inboxkit.Message, 0, len(c.inHand))
+	ms := make([]inHand, 0, len(c.inHand))
 	for _, m := range c.inHand {
 		ms = append(ms, m)
 	}
 	return ms
 }
 
-func eventIDs(ms []inboxkit.Message) []string {
+func eventIDs(ms []inHand) []string {
 	ids := make([]string, len(ms))
 	for i, m := range ms {
-		ids[i] = m.ID
+		ids[i] = m.id
 	}
 	return ids
 }
@@ -236,21 +239,23 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 			return err
 		}
 		// Deliveries in hand are finished even when ctx is cancelled now.
-		var ss []Settled
 		if !c.eng.batches() {
 			id := c.hold(c.Message(d))
-			ss = []Settled{c.Handle(work, d)}
+			s := c.Handle(work, d)
 			c.release(id)
-		} else {
-			batch := c.receiveBatch(rx, d)
-			ids := make([]uint64, len(batch))
-			for i, d := range batch {
-				ids[i] = c.hold(c.Message(d))
+			if trial {
+				c.gate.trialDone(!handedBack(s))
 			}
-			ss = c.HandleBatch(work, batch)
-			for _, id := range ids {
-				c.release(id)
-			}
+			continue
+		}
+		batch := c.receiveBatch(rx, d)
+		ids := make([]uint64, len(batch))
+		for i, d := range batch {
+			ids[i] = c.hold(c.Message(d))
+		}
+		ss := c.HandleBatch(work, batch)
+		for _, id := range ids {
+			c.release(id)
 		}
 		if trial {
 			c.gate.trialDone(!slices.ContainsFunc(ss, handedBack))

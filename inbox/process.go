@@ -165,7 +165,8 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 	if h == nil {
 		return Result{}, fmt.Errorf("%w: handler is nil", ErrInvalidEntry)
 	}
-	j := &job{ctx: ctx, e: e, h: h}
+	j := jobPool.Get().(*job)
+	*j = job{ctx: ctx, e: e, h: h}
 	if poison != "" {
 		j.decided(poisonFound(poison))
 	} else {
@@ -176,8 +177,16 @@ func (s *Store) Process(ctx context.Context, e Entry, h Handler) (Result, error)
 		mu.Lock()
 		defer mu.Unlock()
 	}
-	return s.single(j)
+	res, err := s.single(j)
+	*j = job{}
+	jobPool.Put(j)
+	return res, err
 }
+
+// jobPool recycles Process's jobs: nothing keeps a job once its Process
+// returns (the engine runs it synchronously and hands out copies of its
+// result), and it is the largest allocation of a delivery.
+var jobPool = sync.Pool{New: func() any { return new(job) }}
 
 // single runs j alone, its turn held: Process, and a batch's job whose
 // neighbours could not run with it.
