@@ -203,7 +203,7 @@ func storeSchema(ctx context.Context, admin *sql.DB, base, name string, conns in
 		_, err = sc.DB.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+lettersDDL[len("CREATE TABLE "):])
 	}
 	if err != nil {
-		sc.DB.Close()
+		sc.drop(admin) // the schema newSchema created goes too
 		return nil, nil, err
 	}
 	return sc, s, nil
