@@ -25,7 +25,7 @@ type Consumer struct {
 
 	mu     sync.Mutex
 	nextID uint64
-	inHand map[uint64]inHand // deliveries being handled by Run
+	inHand map[uint64]holding // deliveries being handled by Run
 	logs   logState
 	gate   gate // intake, stopped during an outage
 }
@@ -40,7 +40,7 @@ func New(cfg Config) (*Consumer, error) {
 		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}
 	cfg.Handler = withMessage(cfg.Handler)
-	c := &Consumer{cfg: cfg, inHand: map[uint64]inHand{}}
+	c := &Consumer{cfg: cfg, inHand: map[uint64]holding{}}
 	store, err := cfg.Store.WithPorts(c.ports())
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
@@ -195,15 +195,15 @@ func (c *Consumer) drain(ctx context.Context, done <-chan struct{}, abandon cont
 		ErrShutdownTimeout, len(held), c.cfg.ShutdownTimeout, eventIDs(held))
 }
 
-// inHand is what a drain logs of a delivery in hand.
-type inHand struct{ id, correlationID string }
+// holding is what a drain logs of a delivery in hand.
+type holding struct{ id, correlationID string }
 
 // hold records a delivery in hand; release forgets it.
 func (c *Consumer) hold(m inboxkit.Message) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextID++
-	c.inHand[c.nextID] = inHand{m.ID, m.CorrelationID}
+	c.inHand[c.nextID] = holding{m.ID, m.CorrelationID}
 	return c.nextID
 }
 
@@ -213,17 +213,17 @@ func (c *Consumer) release(id uint64) {
 	c.mu.Unlock()
 }
 
-func (c *Consumer) held() []inHand {
+func (c *Consumer) held() []holding {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ms := make([]inHand, 0, len(c.inHand))
+	ms := make([]holding, 0, len(c.inHand))
 	for _, m := range c.inHand {
 		ms = append(ms, m)
 	}
 	return ms
 }
 
-func eventIDs(ms []inHand) []string {
+func eventIDs(ms []holding) []string {
 	ids := make([]string, len(ms))
 	for i, m := range ms {
 		ids[i] = m.id
@@ -240,8 +240,9 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 		}
 		// Deliveries in hand are finished even when ctx is cancelled now.
 		if !c.eng.batches() {
-			id := c.hold(c.Message(d))
-			s := c.Handle(work, d)
+			m := c.Message(d)
+			id := c.hold(m)
+			s := c.handle(work, d, m)
 			c.release(id)
 			if trial {
 				c.gate.trialDone(!handedBack(s))
@@ -350,8 +351,12 @@ func PayloadHash(body []byte) string {
 // other one goes to the mode's engine: ModeStoreThenProcess stores and
 // acknowledges, ModeTransactional runs the inbox transaction and settles
 // what the inbox decided.
-func (c *Consumer) Handle(ctx context.Context, d Delivery) (s Settled) {
-	m := c.Message(d)
+func (c *Consumer) Handle(ctx context.Context, d Delivery) Settled {
+	return c.handle(ctx, d, c.Message(d))
+}
+
+// handle is Handle with the message of d made already (m = c.Message(d)).
+func (c *Consumer) handle(ctx context.Context, d Delivery, m inboxkit.Message) (s Settled) {
 	ctx, done := c.observe(ctx, m)
 	defer func() { done(s) }()
 	entry := c.entry(m)
