@@ -183,8 +183,22 @@ func (c *Consumer) summarize(ctx context.Context) {
 }
 
 // logLine logs one settlement: at debug level, at warn for a dead letter.
+// Its attributes are built only when the logger takes the line.
 func (c *Consumer) logLine(s Settled) {
-	attrs := []any{
+	// One line per message at debug; info has the summary and outages
+	// (logSettled), warn each dead letter.
+	level := slog.LevelDebug
+	if s.Err == nil && s.Action == inboxkit.ActionDeadLetter {
+		level = slog.LevelWarn
+		if s.Result.Reason == inboxkit.ReasonUnknownStatus {
+			level = slog.LevelError // an operator must map the status (its error says how)
+		}
+	}
+	ctx := context.Background()
+	if !c.cfg.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
 		slog.String("consumer", c.cfg.Name),
 		slog.String("event_id", s.Message.ID),
 	}
@@ -210,19 +224,11 @@ func (c *Consumer) logLine(s Settled) {
 	if s.Action == inboxkit.ActionRequeue {
 		attrs = append(attrs, slog.Duration("delay", s.Delay))
 	}
-	// One line per message at debug; info has the summary and outages
-	// (logSettled), warn each dead letter.
-	level := slog.LevelDebug
 	if s.Result.Err != nil {
 		attrs = append(attrs, slog.String("error", s.Result.Err.Error()))
 	}
 	if s.Err != nil {
 		attrs = append(attrs, slog.String("runtime_error", s.Err.Error()))
-	} else if s.Action == inboxkit.ActionDeadLetter {
-		level = slog.LevelWarn
-		if s.Result.Reason == inboxkit.ReasonUnknownStatus {
-			level = slog.LevelError // an operator must map the status (its error says how)
-		}
 	}
-	c.cfg.Logger.Log(context.Background(), level, "settled", attrs...)
+	c.cfg.Logger.LogAttrs(ctx, level, "settled", attrs...)
 }
