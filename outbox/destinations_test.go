@@ -203,10 +203,11 @@ func deleteStream(t *testing.T, name string) {
 	}
 }
 
-// TestListenWakesTheRelay: on PostgreSQL a NOTIFY follows Add, and a
-// relay that polls once an hour sends the message at once; of a burst of
-// Adds only some notify (Config.NotifyInterval), and the relay still sends
-// them all.
+// TestListenWakesTheRelay: on PostgreSQL an Add after a quiet
+// NotifyInterval notifies at its transaction's commit, and a relay that
+// polls once an hour sends the message at once, however late the commit
+// comes; of the Adds of one interval only the first notifies
+// (Config.NotifyInterval), and the relay, woken by it, sends them all.
 func TestListenWakesTheRelay(t *testing.T) {
 	st, db := setup(t, dbtest.Postgres)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -216,33 +217,45 @@ func TestListenWakesTheRelay(t *testing.T) {
 		Wake: postgres.Listen(ctx, db.DSN, st.NotifyChannel(), nil)})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = relay.Run(ctx) }()
-	for i := 1; i <= 3; i++ {
-		add(t, ctx, st, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint(i))})
+	waitSent := func(n int, what string) {
 		deadline := time.Now().Add(30 * time.Second)
-		for len(dst.sent()) < i {
+		for len(dst.sent()) < n {
 			if time.Now().After(deadline) {
-				t.Fatalf("message %d not sent: the relay was not woken by the commit", i)
+				t.Fatalf("%d of %d messages sent: %s", len(dst.sent()), n, what)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	// Adds notify at most every NotifyInterval (here: the first of the
-	// burst only); the relay, busy since that wake-up and while it finds
-	// messages, finds the others.
+	each, err := outbox.New(db.DB, st.Dialect(), outbox.Config{NotifyInterval: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := each.Add(ctx, tx, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+		// Longer than the relay's busy while after a wake-up (100ms): only
+		// a notification at the commit, not one before it, wakes it now.
+		time.Sleep(150 * time.Millisecond)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitSent(i, "the relay was not woken by the commit")
+	}
 	once, err := outbox.New(db.DB, st.Dialect(), outbox.Config{NotifyInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 50; i++ {
-		add(t, ctx, once, outbox.Message{Destination: "q", Body: []byte(fmt.Sprint("burst ", i))})
+	burst := make([]outbox.Message, 50)
+	for i := range burst {
+		burst[i] = outbox.Message{Destination: "q", Body: []byte(fmt.Sprint("burst ", i))}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(dst.sent()) < 53 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the 50 burst messages sent: a message whose Add did not notify was not found", len(dst.sent())-3)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	add(t, ctx, once, burst...)
+	waitSent(53, "a message whose Add did not notify was not found by the relay woken for the first")
 	cancel()
 	<-done
 }

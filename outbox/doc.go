@@ -44,9 +44,10 @@
 // on its way; the lease keeps other relays off the key, and a relay that
 // dies loses the key when its lease ends. A message without a key has no
 // key row: it is its own key, with NEXT_AT and LEASE_OWNER on its row (SEQ
-// 0), claimed beside the key rows. On PostgreSQL a NOTIFY a moment after
-// Add wakes the relays (LISTEN/NOTIFY, [Store.NotifyChannel]; at most every
-// [Config.NotifyInterval], outside the caller's transaction); the others
+// 0), claimed beside the key rows. On PostgreSQL a NOTIFY after Add wakes
+// the relays (LISTEN/NOTIFY, [Store.NotifyChannel]; at the commit of the
+// first Add after a quiet [Config.NotifyInterval], for the others one
+// outside the callers' transactions at the interval's end); the others
 // poll.
 //
 // # What travels

@@ -126,21 +126,23 @@ type Config struct {
 	// new rows by polling. Other databases always poll.
 	NoNotify bool
 	// NotifyInterval is how often at most this Store notifies after an
-	// Add. The NOTIFY is a statement of its own on the store's pool, a
-	// moment after the Add, not part of the caller's transaction: a
-	// PostgreSQL commit that notifies holds a database-wide lock through
-	// its WAL flush, so writers that each notified would queue for one
-	// another (a commit without a notification takes no such lock). The first
-	// Add after a quiet NotifyInterval notifies 2ms after it; the Adds
-	// within an interval of a notification share one more notification at
-	// that interval's end (a trailing one), so every Add is followed by a
-	// notification within NotifyInterval + 2ms, and a steady stream of
-	// Adds costs one NOTIFY transaction per NotifyInterval. A woken relay
-	// keeps looking every few milliseconds for a while
-	// (RelayConfig.BusyPollInterval), which finds the messages whose
-	// transactions commit after their notification but within that while;
-	// one whose transaction runs on for longer is found at the relay's next
-	// poll (RelayConfig.PollInterval). Defaults to 50ms.
+	// Add. The first Add after a quiet NotifyInterval notifies at the
+	// commit of the caller's transaction (its INSERT's RETURNING
+	// pg_notify: no statement of its own), so a relay that listens wakes
+	// when the message can be read. The Adds within an interval of a
+	// notification share one trailing notification at that interval's end,
+	// a statement of its own on the store's pool, not part of any caller's
+	// transaction: a PostgreSQL commit that notifies holds a database-wide
+	// lock through its WAL flush, so writers that each notified would queue
+	// for one another, while one notifying commit an interval queues for
+	// nobody. So every Add is followed by a notification within
+	// NotifyInterval + 2ms, and a steady stream of Adds costs about two
+	// notifications per NotifyInterval. A trailing notification may come
+	// before the commit of an Add it covers: a woken relay keeps looking
+	// every few milliseconds for a while (RelayConfig.BusyPollInterval),
+	// which finds the messages whose transactions commit within that
+	// while; one whose transaction runs on for longer is found at the
+	// relay's next poll (RelayConfig.PollInterval). Defaults to 50ms.
 	NotifyInterval time.Duration
 }
 
@@ -274,44 +276,56 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	now := s.t(s.now())
 	args := addArgs{key: key, now: now, id: m.ID, destination: m.Destination, headers: headers, body: m.Body,
 		cause: nullString(cut(m.CauseEventID, MaxIDLength)), correlation: nullString(cut(m.CorrelationID, MaxIDLength))}
+	atCommit := s.notifyAtCommit()
 	add := s.q.add
-	if m.Key == "" {
+	switch {
+	case m.Key == "" && atCommit:
+		add = s.q.addOwnNotify
+	case m.Key == "":
 		add = s.q.addOwn
+	case atCommit:
+		add = s.q.addNotify
 	}
 	for _, st := range add {
 		if _, err := tx.ExecContext(ctx, st.sql, st.args(args)...); err != nil {
 			return "", fmt.Errorf("outbox: add message %s to %s: %w", m.ID, m.Destination, err)
 		}
 	}
-	s.notifySoon()
+	if !atCommit {
+		s.notifyLater()
+	}
 	return m.ID, nil
 }
 
-// notifySoon wakes the relays (a NOTIFY on NotifyChannel) a moment after
-// an Add, at most every NotifyInterval, in a statement of its own on the
-// store's pool rather than in the caller's transaction: a PostgreSQL
-// commit that notifies takes a database-wide lock through its WAL flush,
-// so writers that each notified would queue for one another; the writers'
-// own commits, notifying nothing, take no such lock. An Add within NotifyInterval
-// of the last notification is covered by one trailing notification at
-// that interval's end, so that no Add waits more than NotifyInterval +
-// notifyDelay for its notification. A notification may arrive before the
-// Add's commit: a woken relay keeps looking every BusyPollInterval for a
-// while and finds the message then. A notification that fails is dropped
-// (the relays poll).
-func (s *Store) notifySoon() {
-	if s.q.notifyAlone == "" {
-		return
+// notifyAtCommit reports whether this Add notifies the relays (a NOTIFY
+// on NotifyChannel) at the commit of the caller's transaction: the first
+// Add after a quiet NotifyInterval does. The other Adds of an interval are
+// covered by one trailing notification at its end (notifyLater), a
+// statement of its own on the store's pool: a PostgreSQL commit that
+// notifies takes a database-wide lock through its WAL flush, so writers
+// that each notified would queue for one another; the writers' own
+// commits, notifying nothing, take no such lock, and one notifying commit
+// an interval queues for nobody.
+func (s *Store) notifyAtCommit() bool {
+	if s.q.addNotify == nil {
+		return false
 	}
 	now := time.Now().UnixNano()
 	last := s.lastNotify.Load()
-	if now-last >= int64(s.cfg.NotifyInterval) && s.lastNotify.CompareAndSwap(last, now) {
-		time.AfterFunc(notifyDelay, s.notifyNow)
-		return
+	return now-last >= int64(s.cfg.NotifyInterval) && s.lastNotify.CompareAndSwap(last, now)
+}
+
+// notifyLater schedules the trailing notification of the interval of the
+// last notification, unless one is scheduled, so that no Add waits more
+// than NotifyInterval + notifyDelay for a notification. That notification
+// may arrive before the Add's commit: a woken relay keeps looking every
+// BusyPollInterval for a while and finds the message then. A notification
+// that fails is dropped (the relays poll).
+func (s *Store) notifyLater() {
+	if s.q.notifyAlone == "" || !s.trailing.CompareAndSwap(false, true) {
+		return // none, or the scheduled one comes after this Add
 	}
-	if !s.trailing.CompareAndSwap(false, true) {
-		return // the scheduled trailing notification comes after this Add
-	}
+	now := time.Now().UnixNano()
 	wait := max(time.Duration(s.lastNotify.Load()+int64(s.cfg.NotifyInterval)-now), notifyDelay)
 	time.AfterFunc(wait, func() {
 		// Cleared first: an Add from here on schedules a notification
@@ -328,9 +342,9 @@ func (s *Store) notifyNow() {
 	_, _ = s.db.ExecContext(ctx, s.q.notifyAlone)
 }
 
-// notifyDelay is how long after an Add its notification is sent: most
-// Adds' transactions commit within it, so that the relay, once woken,
-// finds the message at its first look.
+// notifyDelay is the least wait for a trailing notification: most Adds'
+// transactions commit within it, so that the relay, once woken, finds the
+// message at its first look.
 const notifyDelay = 2 * time.Millisecond
 
 func (m Message) validate() error {

@@ -143,8 +143,9 @@ type RelayConfig struct {
 	Wake <-chan struct{}
 	// BusyPollInterval is how often a relay looks for messages during the
 	// 100ms after a wake-up or a claim that found some, so that it finds at
-	// once the messages whose Add did not notify (Config.NotifyInterval),
-	// or whose commit came after the notification.
+	// once the messages whose Add did not notify at its commit
+	// (Config.NotifyInterval) and whose commit came after the notification
+	// that covered them.
 	// Defaults to 10ms.
 	BusyPollInterval time.Duration
 	// Observer, if set, watches every send.

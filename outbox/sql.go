@@ -49,6 +49,10 @@ type queries struct {
 	add []stmt
 	// addOwn is add for a message without a key.
 	addOwn []stmt
+	// addNotify and addOwnNotify (PostgreSQL, unless Config.NoNotify) are
+	// add and addOwn that also notify at the commit of the caller's
+	// transaction (a RETURNING pg_notify: no round trip of its own).
+	addNotify, addOwnNotify []stmt
 	// claimRead (PostgreSQL) claims due keys for up to ?4 slots, key rows
 	// and keyless messages' own rows together (?6 own rows to a slot), and
 	// reads up to ?5 messages of each key after DONE_SEQ, in one
@@ -137,6 +141,9 @@ RETURNING LAST_SEQ)
 		}}
 		if notify {
 			q.notify = `SELECT pg_notify('` + notifyChannel(table) + `', '')`
+			returning := ` RETURNING pg_notify('` + notifyChannel(table) + `', '')`
+			q.addNotify = []stmt{{sql: q.add[0].sql + returning, args: q.add[0].args}}
+			q.addOwnNotify = []stmt{{sql: q.addOwn[0].sql + returning, args: q.addOwn[0].args}}
 			q.notifyAlone = `SELECT set_config('synchronous_commit', 'off', true), pg_notify('` + notifyChannel(table) + `', '')`
 		}
 		// Both kinds are claimed together, up to ?4 in all: the first
