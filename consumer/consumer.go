@@ -65,8 +65,9 @@ func New(cfg Config) (*Consumer, error) {
 type engine interface {
 	// handle settles one whole delivery.
 	handle(ctx context.Context, d Delivery, m inboxkit.Message, entry inbox.Entry) Settled
-	// handleBatch settles deliveries received together: out[i] is ds[i]'s.
-	handleBatch(ctx context.Context, ds []Delivery) []Settled
+	// handleBatch settles deliveries received together: out[i] is ds[i]'s,
+	// ms[i] ds[i]'s message (Consumer.Message).
+	handleBatch(ctx context.Context, ds []Delivery, ms []inboxkit.Message) []Settled
 	// batches reports whether Run's receivers gather batches of BatchSize.
 	batches() bool
 	// start starts what the mode runs beside the receivers until ctx is
@@ -250,11 +251,12 @@ func (c *Consumer) loop(ctx, work context.Context) error {
 			continue
 		}
 		batch := c.receiveBatch(rx, d)
+		ms := c.messages(batch)
 		ids := make([]uint64, len(batch))
-		for i, d := range batch {
-			ids[i] = c.hold(c.Message(d))
+		for i, m := range ms {
+			ids[i] = c.hold(m)
 		}
-		ss := c.HandleBatch(work, batch)
+		ss := c.eng.handleBatch(work, batch, ms)
 		for _, id := range ids {
 			c.release(id)
 		}
@@ -384,7 +386,16 @@ func (c *Consumer) handle(ctx context.Context, d Delivery, m inboxkit.Message) (
 // the workers batch). Settled[i] is the settlement of ds[i]. Run calls it
 // when Config.BatchSize is above 1 in ModeTransactional.
 func (c *Consumer) HandleBatch(ctx context.Context, ds []Delivery) []Settled {
-	return c.eng.handleBatch(ctx, ds)
+	return c.eng.handleBatch(ctx, ds, c.messages(ds))
+}
+
+// messages are the messages of ds (Message), made once for a batch.
+func (c *Consumer) messages(ds []Delivery) []inboxkit.Message {
+	ms := make([]inboxkit.Message, len(ds))
+	for i, d := range ds {
+		ms[i] = c.Message(d)
+	}
+	return ms
 }
 
 // entry is the part of m the inbox records.

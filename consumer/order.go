@@ -58,9 +58,10 @@ type line struct {
 
 // held is one delivery the orderer holds.
 type held struct {
-	d     Delivery // the broker's
-	key   string   // its line's: "k" + the order key, or "u" + seq without one (a line of its own)
-	keyed bool     // it has an order key
+	d     Delivery         // the broker's
+	m     inboxkit.Message // Consumer.Message of d, made at its arrival
+	key   string           // its line's: "k" + the order key, or "u" + seq without one (a line of its own)
+	keyed bool             // it has an order key
 	seq   uint64
 	id    uint64 // Consumer.hold's
 	trial bool   // the outage's trial, reported at its first settlement
@@ -125,7 +126,7 @@ func (o *orderer) receive(ctx context.Context) error {
 			return err
 		}
 		m := o.c.Message(d)
-		h := &held{d: d, key: "k" + m.OrderKey, keyed: m.OrderKey != "", trial: trial, id: o.c.hold(m)}
+		h := &held{d: d, m: m, key: "k" + m.OrderKey, keyed: m.OrderKey != "", trial: trial, id: o.c.hold(m)}
 		o.mu.Lock()
 		o.seq++
 		h.seq = o.seq
@@ -174,22 +175,23 @@ func (o *orderer) work(ctx, work context.Context) {
 		ss := make([]Settled, len(hs))
 		var run []int // the heads that run: hs[run[k]]
 		var ds []Delivery
+		var ms []inboxkit.Message
 		for i, h := range hs {
 			d := o.delivery(h)
 			if s, ok := o.parked(work, d); ok {
 				ss[i] = s
 				continue
 			}
-			run, ds = append(run, i), append(ds, d)
+			run, ds, ms = append(run, i), append(ds, d), append(ms, message(h, d))
 		}
 		switch {
 		case len(ds) == 0:
 		case c.eng.batches():
-			for k, s := range c.HandleBatch(work, ds) {
+			for k, s := range c.eng.handleBatch(work, ds, ms) {
 				ss[run[k]] = s
 			}
 		default:
-			ss[run[0]] = c.Handle(work, ds[0])
+			ss[run[0]] = c.handle(work, ds[0], ms[0])
 		}
 		o.settled(hs, ss)
 	}
@@ -343,7 +345,7 @@ func (o *orderer) handBack(ctx context.Context) {
 		}
 		if err := h.d.Requeue(ctx, 0); err != nil {
 			o.c.cfg.Logger.Warn("order: handing back a held delivery failed (the broker delivers it again)",
-				"consumer", o.c.cfg.Name, "event_id", o.c.Message(h.d).ID, "error", err)
+				"consumer", o.c.cfg.Name, "event_id", h.m.ID, "error", err)
 		}
 		o.c.release(h.id)
 	}
@@ -365,6 +367,17 @@ func (o *orderer) delivery(h *held) Delivery {
 		return h.d
 	}
 	return heldDelivery{h}
+}
+
+// message is Consumer.Message of d, h's delivery as o.delivery gives it:
+// h's message, and for a keyed delivery run again in process neither a
+// broker redelivery nor a first delivery (see heldDelivery.Message).
+func message(h *held, d Delivery) inboxkit.Message {
+	m := h.m
+	if _, ok := d.(heldDelivery); ok && h.tries > 0 {
+		m.Redelivered, m.DeliveryCount, m.FirstDelivery = false, 0, false
+	}
+	return m
 }
 
 // parked settles d when its key is parked (Config.OnPoison is

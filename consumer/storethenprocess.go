@@ -92,10 +92,10 @@ func (e *storeThenProcess) hand(ctx context.Context, w *inbox.Worker, claim inbo
 
 // handleBatch handles each delivery alone: the receivers store one message
 // per transaction (the workers batch).
-func (e *storeThenProcess) handleBatch(ctx context.Context, ds []Delivery) []Settled {
+func (e *storeThenProcess) handleBatch(ctx context.Context, ds []Delivery, ms []inboxkit.Message) []Settled {
 	out := make([]Settled, len(ds))
 	for i, d := range ds {
-		out[i] = e.c.Handle(ctx, d)
+		out[i] = e.c.handle(ctx, d, ms[i])
 	}
 	return out
 }

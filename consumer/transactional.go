@@ -146,13 +146,13 @@ type batchItem struct {
 // same result; those the inbox recorded for good acknowledged together
 // (ackAll), the others one by one with their in-process retries and
 // requeues.
-func (t transactional) handleBatch(ctx context.Context, ds []Delivery) []Settled {
+func (t transactional) handleBatch(ctx context.Context, ds []Delivery, ms []inboxkit.Message) []Settled {
 	c := t.c
 	out := make([]Settled, len(ds))
 	items := make([]batchItem, 0, len(ds))
 	batch := make([]inbox.BatchItem, 0, len(ds))
 	for i, d := range ds {
-		it := batchItem{i: i, d: d, m: c.Message(d)}
+		it := batchItem{i: i, d: d, m: ms[i]}
 		it.ctx, it.done = c.observe(ctx, it.m)
 		it.entry = c.entry(it.m)
 		if o, ok := d.(OversizeDelivery); ok {
