@@ -200,8 +200,10 @@ func TestWorkerKeyOrder(t *testing.T) {
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
 		d, err := inbox.DialectByName(db.Backend)
 		dbtest.Must(t, err, "dialect")
-		// Attempts enough for an event that fails once and is deserted too.
-		retry := inboxkit.RetryPolicy{MaxAttempts: 8, Redelivery: inboxkit.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}}
+		// Attempts enough for an event that fails once and is deserted and
+		// released by both deserters, with room for a slow machine's
+		// lost leases.
+		retry := inboxkit.RetryPolicy{MaxAttempts: 20, Redelivery: inboxkit.Backoff{Initial: 20 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}}
 		coarse := clockFunc(func() time.Time { return time.Now().Truncate(10 * time.Millisecond) })
 		recv, err := inbox.New(db.DB, d, inbox.Config{Clock: coarse, Retry: retry})
 		dbtest.Must(t, err, "store")
@@ -281,9 +283,11 @@ func TestWorkerKeyOrder(t *testing.T) {
 		}
 		// Deserters: claim a few entries now and then and never finish them,
 		// as a process killed in the handler; their leases expire mid-run.
-		// Each deserts an entry once and processes it when it claims it
-		// again: a slow machine's workers leave a deserted head to the
-		// deserters' next claim, and every desertion is an attempt.
+		// Each deserts an entry once and releases it when it claims it
+		// again (running its handler could outlast the short lease, and
+		// another worker would run it beside): a slow machine's workers
+		// leave a deserted head to the deserters' next claim, and every
+		// desertion is an attempt.
 		var deserted atomic.Int32
 		for i := range 2 {
 			s := []*inbox.Store{first, second}[i]
@@ -298,7 +302,7 @@ func TestWorkerKeyOrder(t *testing.T) {
 					}
 					for _, c := range cs {
 						if left[c.Message.ID] {
-							_, _ = w.Process(runCtx, c)
+							_ = w.Release(runCtx, c)
 							continue
 						}
 						left[c.Message.ID] = true

@@ -58,8 +58,9 @@ type Broker struct {
 	// IdleTimeout is how long the suite waits for one more message before
 	// it calls a queue empty. Defaults to 1s.
 	IdleTimeout time.Duration
-	// Timeout bounds each wait for the consumer to reach a state.
-	// Defaults to 60s.
+	// Timeout bounds each wait for the consumer to reach a state. A wait
+	// ends as soon as the state is reached: the bound only catches a
+	// consumer that never gets there, so it is generous. Defaults to 3m.
 	Timeout time.Duration
 	// BatchSizes are the consumer.Config.BatchSize values every body runs
 	// with (in the store-then-process body: the workers' batch). Every size must pass the same bodies: batching changes no
@@ -100,7 +101,7 @@ func (b *Broker) setDefaults() {
 		b.IdleTimeout = time.Second
 	}
 	if b.Timeout == 0 {
-		b.Timeout = 60 * time.Second
+		b.Timeout = 3 * time.Minute
 	}
 	if len(b.BatchSizes) == 0 {
 		b.BatchSizes = []int{1}
