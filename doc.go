@@ -96,6 +96,9 @@
 //     amqp10 share.
 //   - internal/failpoint: kill points for the torture rig (build tag
 //     failpoints).
+//   - internal/hold: the mark outbox.Store.Add puts on its INSERT so that
+//     driver/postgres's DriverName sends it with the transaction's next
+//     statement or COMMIT.
 //   - internal/dbtest: a fresh database per test on the real servers.
 //   - internal/tcpproxy: a loopback proxy that makes a service unreachable
 //     or hang, for tests.

@@ -5,7 +5,7 @@
 // stays small.
 //
 //	database          import in your main package                        sql.Open driver name
-//	PostgreSQL        _ "github.com/inboxkit/inboxkit/driver/postgres"    "pgx"
+//	PostgreSQL        _ "github.com/inboxkit/inboxkit/driver/postgres"    "inboxkit-pgx" (postgres.DriverName) or "pgx"
 //	MySQL, MariaDB    _ "github.com/inboxkit/inboxkit/driver/mysql"       "mysql"
 //	SQLite            _ "github.com/inboxkit/inboxkit/driver/sqlite"      "sqlite"
 //	Oracle            _ "github.com/inboxkit/inboxkit/driver/oracle"      "oracle" (go-ora, pure Go)

@@ -19,10 +19,12 @@ import (
 
 // The errors in these tests are provoked on the real servers; nothing is
 // mocked. Each case returns the driver's error as database/sql hands it out,
-// and classify reads it through package dberr. This test binary links
-// PostgreSQL and SQLite through the plain drivers only (dbtest imports
-// pgx/stdlib and modernc.org/sqlite), as a program that never heard of
-// driver/postgres does; MySQL through driver/mysql, which it needs.
+// and classify reads it through package dberr. SQLite runs through the
+// plain driver and the "connection refused" case through pgx's plain
+// "pgx", as a program that never heard of inboxkit's driver packages does;
+// the other PostgreSQL cases through dbtest's driver/postgres.DriverName,
+// whose errors are pgx's (driver/postgres registers no error reader);
+// MySQL through driver/mysql, which it needs.
 
 func TestOfRealErrors(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/hold"
 )
 
 // DefaultTable is the outbox table's name; its key table is DefaultTable + "_KEY".
@@ -243,6 +244,15 @@ var ErrInvalidMessage = errors.New("outbox: invalid message")
 // this id. Add waits while another open transaction holds a message of the
 // same key (until that one commits or rolls back), which is what puts the
 // messages of a key in commit order.
+//
+// On a pool opened with driver/postgres's DriverName ("inboxkit-pgx", what
+// inboxctl uses) the INSERT is held and sent in one round trip with the
+// transaction's next statement or its COMMIT: the row is the same and the
+// transaction's later statements see it, but an error the INSERT meets (a
+// Message.ID written before) is returned by that statement or by Commit,
+// prefixed "outbox: add message ID to DESTINATION", and the wait for a
+// key's earlier transaction happens there too. Add then returns only the
+// errors it finds before the database: a nil tx, an invalid message.
 func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) {
 	if tx == nil {
 		return "", errors.New("outbox: Add: tx is nil: Add writes inside the caller's transaction")
@@ -286,8 +296,13 @@ func (s *Store) Add(ctx context.Context, tx *sql.Tx, m Message) (string, error) 
 	case atCommit:
 		add = s.q.addNotify
 	}
+	// The INSERTs may wait for the transaction's next statement or its
+	// COMMIT and go in one round trip with it, where the driver holds
+	// (driver/postgres's DriverName); their error then comes from there.
+	what := fmt.Sprintf("outbox: add message %s to %s", m.ID, m.Destination)
+	hctx := hold.Until(ctx, what)
 	for _, st := range add {
-		if _, err := tx.ExecContext(ctx, st.sql, st.args(args)...); err != nil {
+		if _, err := tx.ExecContext(hctx, st.sql, st.args(args)...); err != nil {
 			return "", fmt.Errorf("outbox: add message %s to %s: %w", m.ID, m.Destination, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/driver/postgres"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
 	"github.com/inboxkit/inboxkit/outbox"
@@ -339,5 +340,77 @@ func TestPurgeDeletesOnlySettledRows(t *testing.T) {
 				t.Fatalf("%d key rows (%v), want 2 (K and L: the keyless message's key is gone)", keys, err)
 			}
 		})
+	}
+}
+
+// TestAddHeldUntilTheCommit: through inboxkit's PostgreSQL driver (dbtest's)
+// an Add's INSERT goes with the commit, so a message id written before
+// fails there: Add returns nil, the delivery's commit fails, named, and
+// nothing of its transaction is written. Through pgx's plain driver the
+// same Add fails at once.
+func TestAddHeldUntilTheCommit(t *testing.T) {
+	t.Parallel()
+	st, db := setup(t, dbtest.Postgres)
+	ctx := context.Background()
+	if db.Driver != postgres.DriverName {
+		t.Fatalf("dbtest opened PostgreSQL through %q, want %q", db.Driver, postgres.DriverName)
+	}
+	in, err := inbox.New(db.DB, inbox.Postgres, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE effects (event_id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	var addErr error
+	process := func(in *inbox.Store, ob *outbox.Store, event string) inbox.Result {
+		t.Helper()
+		res, err := in.Process(ctx, inbox.Entry{EventID: event, ConsumerName: "c", FirstDelivery: true}, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES ($1)`, event); err != nil {
+				return err
+			}
+			_, addErr = ob.Add(ctx, tx, outbox.Message{ID: "letter-1", Destination: "letters", Body: []byte(event)})
+			return addErr
+		})
+		if err != nil {
+			t.Fatalf("process %s: %v", event, err)
+		}
+		return res
+	}
+	if res := process(in, st, "e1"); res.Outcome != inboxkit.OutcomeProcessed || addErr != nil {
+		t.Fatalf("e1: %+v, Add: %v; want processed", res, addErr)
+	}
+	res := process(in, st, "e2")
+	if addErr != nil {
+		t.Errorf("Add of a message id written before returned %v in the handler: not held for the commit", addErr)
+	}
+	if res.Outcome != inboxkit.OutcomeRetry || res.Err == nil || !strings.Contains(res.Err.Error(), "outbox: add message letter-1 to letters") {
+		t.Errorf("e2: outcome %s, error %v; want a retry whose error names the held Add", res.Outcome, res.Err)
+	}
+	var effects, rows int
+	if err := db.QueryRow(`SELECT (SELECT count(*) FROM effects), (SELECT count(*) FROM `+outbox.DefaultTable+`)`).Scan(&effects, &rows); err != nil || effects != 1 || rows != 1 {
+		t.Errorf("%d effects and %d outbox rows (%v), want e1's only", effects, rows, err)
+	}
+
+	// pgx's plain driver sends the INSERT at once: Add itself fails.
+	plain, err := sql.Open("pgx", db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	pin, err := inbox.New(plain, inbox.Postgres, inbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pob, err := outbox.New(plain, inbox.Postgres, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	process(pin, pob, "e3")
+	if addErr == nil || !strings.Contains(addErr.Error(), "outbox: add message letter-1 to letters") {
+		t.Errorf("Add through pgx's plain driver of a message id written before: %v, want its error at once", addErr)
 	}
 }

@@ -147,13 +147,20 @@ func TestTransactionsCommittingOutOfOrderLoseNothing(t *testing.T) {
 				t.Fatalf("sent %v, want the later id then the earlier one", got)
 			}
 
-			// One key: the second transaction waits at Add for the first.
+			// One key: the second transaction waits at Add for the first, whose
+			// INSERT holds the key's row until its commit.
 			first, err := st.DB().BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer first.Rollback()
 			if _, err := st.Add(ctx, first, outbox.Message{Destination: "q", Key: "K", Body: []byte("1")}); err != nil {
+				t.Fatal(err)
+			}
+			// A statement after the Add: a driver that holds the Add's
+			// INSERT for the transaction's next statement (inboxkit-pgx)
+			// sends it now, and the key's row is locked from here on.
+			if _, err := first.ExecContext(ctx, `SELECT 1`); err != nil {
 				t.Fatal(err)
 			}
 			added := make(chan error, 1)

@@ -17,7 +17,7 @@ import (
 	"github.com/inboxkit/inboxkit/dberr"
 	_ "github.com/inboxkit/inboxkit/driver/mysql"    // database/sql driver "mysql" and its errors
 	_ "github.com/inboxkit/inboxkit/driver/oracle"   // database/sql driver "oracle" (go-ora), pure Go
-	_ "github.com/inboxkit/inboxkit/driver/postgres" // database/sql driver "pgx"
+	_ "github.com/inboxkit/inboxkit/driver/postgres" // database/sql driver postgres.DriverName
 	_ "github.com/inboxkit/inboxkit/driver/sqlite"   // database/sql driver "sqlite"
 	"github.com/inboxkit/inboxkit/inbox"
 )

@@ -23,15 +23,17 @@ import (
 	"testing"
 	"time"
 
-	// PostgreSQL and SQLite through the plain drivers, on purpose: every
-	// test then checks that a program importing only the driver (as
-	// external benchmark instruments import pgx/stdlib) detects duplicates
-	// and classifies errors. MySQL needs inboxkit's driver package (its
-	// errors have no method to read them by).
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+	// SQLite through the plain driver, on purpose: every test then checks
+	// that a program importing only the driver detects duplicates and
+	// classifies errors (driver/driver_test.go does the same for pgx's
+	// plain "pgx"). PostgreSQL through inboxkit's driver, which holds an
+	// outbox write for the commit, so that every test runs on what
+	// inboxctl runs. MySQL needs inboxkit's driver package (its errors
+	// have no method to read them by).
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	_ "github.com/inboxkit/inboxkit/driver/mysql" // database/sql driver "mysql" and its errors
+	"github.com/inboxkit/inboxkit/driver/postgres"
 )
 
 // MaxOpenConns bounds each PostgreSQL and MariaDB test pool (and each pool
@@ -190,7 +192,7 @@ func newPostgres(t testing.TB) *DB {
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
 	dsn := u.String()
-	db, err := sql.Open("pgx", dsn)
+	db, err := sql.Open(postgres.DriverName, dsn)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -204,7 +206,7 @@ func newPostgres(t testing.TB) *DB {
 			a.Close()
 		}
 	})
-	return &DB{DB: db, Backend: Postgres, DSN: dsn, Driver: "pgx"}
+	return &DB{DB: db, Backend: Postgres, DSN: dsn, Driver: postgres.DriverName}
 }
 
 func newMySQL(t testing.TB) *DB {

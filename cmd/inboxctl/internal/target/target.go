@@ -32,6 +32,7 @@ import (
 	"strings"
 
 	"github.com/inboxkit/inboxkit/broker/brokerurl"
+	"github.com/inboxkit/inboxkit/driver/postgres"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -41,7 +42,8 @@ var ErrUnsupported = errors.New("not available in this build")
 
 // DB is a parsed database URL.
 type DB struct {
-	// Driver is the database/sql driver name: "pgx", "mysql", "sqlite",
+	// Driver is the database/sql driver name: postgres.DriverName (pgx,
+	// holding an outbox write for the commit), "mysql", "sqlite",
 	// "oracle" (go-ora) or "godror".
 	Driver string
 	// DSN is the driver's data source name. It may hold a password: never print it.
@@ -132,7 +134,7 @@ func ParseDB(raw string) (DB, error) {
 		if u.Host == "" {
 			return DB{}, usage("database URL %s has no host: e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable", u.Redacted())
 		}
-		return DB{Driver: "pgx", DSN: raw, Dialect: inbox.Postgres, Display: u.Redacted()}, nil
+		return DB{Driver: postgres.DriverName, DSN: raw, Dialect: inbox.Postgres, Display: u.Redacted()}, nil
 	case "mysql", "mariadb":
 		u, err := url.Parse(raw)
 		if err != nil {

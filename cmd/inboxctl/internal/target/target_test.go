@@ -11,8 +11,8 @@ func TestParseDB(t *testing.T) {
 	tests := []struct {
 		in, driver, dsn, display string
 	}{
-		{"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
-		{"postgresql://u:s3cret@db:5432/x", "pgx", "postgresql://u:s3cret@db:5432/x", "postgresql://u:xxxxx@db:5432/x"},
+		{"postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "inboxkit-pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"},
+		{"postgresql://u:s3cret@db:5432/x", "inboxkit-pgx", "postgresql://u:s3cret@db:5432/x", "postgresql://u:xxxxx@db:5432/x"},
 		{"mysql://root@127.0.0.1:3306/inboxkit", "mysql", "root@tcp(127.0.0.1:3306)/inboxkit?interpolateParams=true&loc=UTC&parseTime=true&time_zone=%27%2B00%3A00%27", "mysql://root@127.0.0.1:3306/inboxkit"},
 		{"mysql://app:p%40ss@db/inv?timeout=5s", "mysql", "app:p@ss@tcp(db:3306)/inv?interpolateParams=true&loc=UTC&parseTime=true&time_zone=%27%2B00%3A00%27&timeout=5s", "mysql://app:xxxxx@db/inv?timeout=5s"},
 		{"sqlite:./inbox.db", "sqlite", SQLiteDSN("./inbox.db"), "sqlite:./inbox.db"},

@@ -1,0 +1,271 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/inboxkit/inboxkit/internal/hold"
+)
+
+// DriverName is the database/sql driver this package registers beside
+// pgx's "pgx": pgx's own driver, with one difference. A statement its
+// caller marked as one that may wait (outbox.Store.Add's INSERT) is held
+// back in the transaction and sent in one pipeline with the transaction's
+// next statement or with its COMMIT, so that the write costs no round trip
+// of its own. Every other statement, and every statement outside a
+// transaction, is pgx's, sent as pgx sends it. The DSN is pgx's.
+//
+// What a caller of Add sees: the row is written in the transaction as
+// before, and visible to the transaction's later statements (held ones go
+// first); an error the held INSERT meets (a message id given twice) is
+// returned by the next statement or by Commit, prefixed "outbox: add
+// message ID to DESTINATION", instead of by Add. A rollback drops it.
+const DriverName = "inboxkit-pgx"
+
+func init() { sql.Register(DriverName, holdDriver{}) }
+
+// holdDriver is pgx's driver with connections that hold marked statements.
+type holdDriver struct{}
+
+func (holdDriver) Open(name string) (driver.Conn, error) {
+	c, err := stdlib.GetDefaultDriver().Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return wrapConn(c)
+}
+
+func (holdDriver) OpenConnector(name string) (driver.Connector, error) {
+	dc, ok := stdlib.GetDefaultDriver().(driver.DriverContext)
+	if !ok {
+		return nil, errors.New("postgres: pgx's driver has no connector")
+	}
+	cn, err := dc.OpenConnector(name)
+	if err != nil {
+		return nil, err
+	}
+	return holdConnector{cn}, nil
+}
+
+type holdConnector struct{ driver.Connector }
+
+func (c holdConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return wrapConn(dc)
+}
+
+func (holdConnector) Driver() driver.Driver { return holdDriver{} }
+
+func wrapConn(dc driver.Conn) (driver.Conn, error) {
+	c, ok := dc.(*stdlib.Conn)
+	if !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("postgres: pgx's driver returned a %T, not a *stdlib.Conn", dc)
+	}
+	return &conn{Conn: c}, nil
+}
+
+// conn is pgx's connection (every method not written here is pgx's) that
+// holds marked statements of its open transaction.
+//
+// Invariant: held is empty outside a transaction, and no statement of the
+// transaction reaches the server while an earlier one is held: an Exec
+// with arguments sends the held ones in one pipeline with itself; an Exec
+// without (pgx's simple protocol, perhaps several statements), a Query, a
+// Prepare and a prepared statement send them first; Commit sends them
+// with the COMMIT; Rollback drops them.
+type conn struct {
+	*stdlib.Conn
+	inTx bool
+	held []heldStmt
+}
+
+type heldStmt struct {
+	what, query string
+	args        []any
+}
+
+func (c *conn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	t, err := c.Conn.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.inTx, c.held = true, c.held[:0]
+	return &tx{Tx: t, c: c, ctx: ctx}, nil
+}
+
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.inTx {
+		if what, ok := hold.Marked(ctx); ok {
+			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args)})
+			return heldResult(what), nil
+		}
+		if len(c.held) > 0 && len(args) > 0 {
+			// With arguments a statement is one statement, which a
+			// pipeline can carry; without, pgx sends it as a simple
+			// query, which may hold several (sent after the held ones,
+			// below).
+			tag, err := c.sendHeld(ctx, query, values(args))
+			if err != nil {
+				return nil, err
+			}
+			return driver.RowsAffected(tag.RowsAffected()), nil
+		}
+		if err := c.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c.Conn.ExecContext(ctx, query, args)
+}
+
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if err := c.flush(ctx); err != nil {
+		return nil, err
+	}
+	return c.Conn.QueryContext(ctx, query, args)
+}
+
+func (c *conn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if err := c.flush(ctx); err != nil {
+		return nil, err
+	}
+	s, err := c.Conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	ps, ok := s.(*stdlib.Stmt)
+	if !ok {
+		return s, nil
+	}
+	return &stmt{Stmt: ps, c: c}, nil
+}
+
+// flush sends the held statements, if any, in one pipeline.
+func (c *conn) flush(ctx context.Context) error {
+	if len(c.held) == 0 {
+		return nil
+	}
+	_, err := c.sendHeld(ctx, "", nil)
+	return err
+}
+
+// sendHeld sends the held statements and then last (none when "") in one
+// pipeline, and returns last's command tag. An error of a held statement
+// is returned prefixed with its name; the server then runs nothing after
+// it, and the transaction is failed, as after any failed statement.
+func (c *conn) sendHeld(ctx context.Context, last string, args []any) (pgconn.CommandTag, error) {
+	held := c.held
+	c.held = c.held[:0]
+	b := &pgx.Batch{}
+	for _, h := range held {
+		b.Queue(h.query, h.args...)
+	}
+	if last != "" {
+		b.Queue(last, args...)
+	}
+	br := c.Conn.Conn().SendBatch(ctx, b)
+	for _, h := range held {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return pgconn.CommandTag{}, fmt.Errorf("%s: %w", h.what, err)
+		}
+	}
+	var tag pgconn.CommandTag
+	var err error
+	if last != "" {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+func values(args []driver.NamedValue) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a.Value
+	}
+	return out
+}
+
+// heldResult is the result of a held statement: it has not run yet.
+type heldResult string
+
+func (r heldResult) LastInsertId() (int64, error) {
+	return 0, fmt.Errorf("postgres: %s: held for the transaction's next statement or its commit; it has no result", string(r))
+}
+
+func (r heldResult) RowsAffected() (int64, error) {
+	return 0, fmt.Errorf("postgres: %s: held for the transaction's next statement or its commit; its rows are not counted", string(r))
+}
+
+// tx sends the held statements with its COMMIT.
+type tx struct {
+	driver.Tx
+	c   *conn
+	ctx context.Context
+}
+
+func (t *tx) Commit() error {
+	c := t.c
+	c.inTx = false
+	if len(c.held) == 0 {
+		return t.Tx.Commit()
+	}
+	tag, err := c.sendHeld(t.ctx, "commit", nil)
+	if err != nil {
+		if c.Conn.Conn().PgConn().TxStatus() != 'I' {
+			_ = t.Tx.Rollback() // end the failed transaction; the connection goes back idle
+		}
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+func (t *tx) Rollback() error {
+	t.c.inTx, t.c.held = false, t.c.held[:0]
+	return t.Tx.Rollback()
+}
+
+// stmt is a prepared statement of conn: it sends the held statements
+// before it runs.
+type stmt struct {
+	*stdlib.Stmt
+	c *conn
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	if err := s.c.flush(ctx); err != nil {
+		return nil, err
+	}
+	return s.Stmt.ExecContext(ctx, args)
+}
+
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if err := s.c.flush(ctx); err != nil {
+		return nil, err
+	}
+	return s.Stmt.QueryContext(ctx, args)
+}

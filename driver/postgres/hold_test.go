@@ -1,0 +1,174 @@
+package postgres_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxkit/inboxkit/driver/postgres"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/hold"
+)
+
+// holdDB is a test schema with table h (id primary key), opened through
+// DriverName.
+func holdDB(t *testing.T) *sql.DB {
+	t.Helper()
+	d := dbtest.New(t, dbtest.Postgres)
+	if d.Driver != postgres.DriverName {
+		t.Fatalf("dbtest opened PostgreSQL through %q, want %q", d.Driver, postgres.DriverName)
+	}
+	if _, err := d.Exec(`CREATE TABLE h (id integer PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return d.DB
+}
+
+func begin(t *testing.T, db *sql.DB) *sql.Tx {
+	t.Helper()
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func count(t *testing.T, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, where string) int {
+	t.Helper()
+	var n int
+	if err := q.QueryRowContext(context.Background(), `SELECT count(*) FROM h WHERE `+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A held INSERT that fails is reported by Commit, named, and the row is
+// not written: had the driver sent it at once, Exec would have failed.
+func TestHeldStatementFailsAtCommit(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO h VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.ExecContext(hold.Until(ctx, "row one again"), `INSERT INTO h VALUES ($1)`, 1)
+	if err != nil {
+		t.Fatalf("held INSERT of a duplicate failed at once (not held): %v", err)
+	}
+	if _, err := res.RowsAffected(); err == nil || !strings.Contains(err.Error(), "held") {
+		t.Errorf("RowsAffected of a held statement = %v, want an error saying it is held", err)
+	}
+	err = tx.Commit()
+	var pg *pgconn.PgError
+	if err == nil || !strings.HasPrefix(err.Error(), "row one again: ") || !errors.As(err, &pg) || pg.Code != "23505" {
+		t.Fatalf("Commit = %v, want the held statement's 23505 named \"row one again\"", err)
+	}
+	if n := count(t, db, `true`); n != 1 {
+		t.Errorf("%d rows after the failed commit, want 1 (row 2 rolled back)", n)
+	}
+	// The connection went back idle and works.
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`INSERT INTO h VALUES (3)`); err != nil {
+		t.Fatalf("the pool's connection after a failed held commit: %v", err)
+	}
+}
+
+// Held statements reach the server before any later statement of the
+// transaction (an Exec, a Query, a prepared statement), in order, and are
+// committed with the COMMIT.
+func TestHeldStatementsKeepTheirOrder(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	held := hold.Until(ctx, "held")
+	tx := begin(t, db)
+	defer tx.Rollback() //nolint:errcheck // no-op after Commit
+	for _, id := range []int{1, 2} {
+		if _, err := tx.ExecContext(held, `INSERT INTO h VALUES ($1)`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An Exec that needs the held rows, sent in one pipeline with them.
+	res, err := tx.ExecContext(ctx, `UPDATE h SET id = id + 10 WHERE id IN (1, 2)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 2 {
+		t.Errorf("UPDATE after two held INSERTs affected %d rows, want 2", n)
+	}
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES (3)`); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, tx, `id = 3`); n != 1 {
+		t.Errorf("a query after a held INSERT sees %d of its rows, want 1", n)
+	}
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES (4)`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := tx.PrepareContext(ctx, `SELECT count(*) FROM h WHERE id = $1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES (5)`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := st.QueryRowContext(ctx, 5).Scan(&n); err != nil || n != 1 {
+		t.Errorf("a prepared statement after a held INSERT sees %d of its rows (%v), want 1", n, err)
+	}
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES ($1)`, 6); err != nil {
+		t.Fatal(err)
+	}
+	// Two statements in one string, no arguments: sent as a simple query,
+	// after the held INSERT.
+	if _, err := tx.ExecContext(ctx, `UPDATE h SET id = 16 WHERE id = 6; UPDATE h SET id = 26 WHERE id = 16`); err != nil {
+		t.Fatalf("two statements without arguments after a held INSERT: %v", err)
+	}
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES ($1)`, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, `id IN (11, 12, 3, 4, 5, 26, 7)`); n != 7 {
+		t.Errorf("%d of the 7 rows committed", n)
+	}
+}
+
+// A rollback drops the held statements; outside a transaction nothing is
+// held.
+func TestHeldStatementsRollBack(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	held := hold.Until(ctx, "held")
+	tx := begin(t, db)
+	if _, err := tx.ExecContext(held, `INSERT INTO h VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(held, `INSERT INTO h VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(held, `INSERT INTO h VALUES (2)`); err == nil {
+		t.Error("a marked duplicate outside a transaction did not fail at once")
+	}
+	if n := count(t, db, `true`); n != 1 {
+		t.Errorf("%d rows, want 1 (row 1 rolled back, row 2 written at once)", n)
+	}
+}
