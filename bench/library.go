@@ -59,6 +59,9 @@ func rate(ctx context.Context, conc int, d time.Duration, fn op) (float64, error
 type namedOp struct {
 	name string
 	op   op
+	// rate, when set, measures the contender in place of op: at c
+	// clients for -d, in messages per second (a pgbench cell).
+	rate func(ctx context.Context, c int) (float64, error)
 }
 
 // interleaved measures every op at every goroutine count of -c, -d each,
@@ -70,7 +73,13 @@ func interleaved(ctx context.Context, o options, section string, kinds []namedOp
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range o.concs {
 			for _, k := range kinds {
-				r, err := rate(ctx, c, o.dur, k.op)
+				var r float64
+				var err error
+				if k.rate != nil {
+					r, err = k.rate(ctx, c)
+				} else {
+					r, err = rate(ctx, c, o.dur, k.op)
+				}
 				if err != nil {
 					return nil, fmt.Errorf("%s at %d goroutines: %w", k.name, c, err)
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/rabbitmq"
+	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/driver/postgres"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/outbox"
@@ -106,35 +107,79 @@ func processWithExtra(s *inbox.Store, extra func(ctx context.Context, tx *sql.Tx
 }
 
 func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
+	if err := needPgbench(); err != nil {
+		return err
+	}
 	maxC := 0
 	for _, c := range o.concs {
 		maxC = max(maxC, c)
 	}
-	sc, s, ob, err := outboxStores(ctx, admin, o, maxC+4, outbox.Config{})
+	// The schema's pool is pgx's plain "pgx"; the same schema through
+	// inboxkit's driver, which holds an Add's INSERT for the commit, is
+	// what inboxctl runs.
+	sc, plain, plainOB, err := outboxStores(ctx, admin, o, maxC+4, outbox.Config{})
 	if err != nil {
 		return err
 	}
 	defer sc.drop(admin)
-	quiet, err := outbox.New(sc.DB, inbox.Postgres, outbox.Config{NoNotify: true})
+	hdb, err := sql.Open(postgres.DriverName, sc.DSN)
 	if err != nil {
 		return err
 	}
+	defer hdb.Close()
+	hdb.SetMaxOpenConns(maxC + 4)
+	hdb.SetMaxIdleConns(maxC + 4)
+	s, err := inbox.New(hdb, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	if err != nil {
+		return err
+	}
+	ob, err := outbox.New(hdb, inbox.Postgres, outbox.Config{})
+	if err != nil {
+		return err
+	}
+	quiet, err := outbox.New(hdb, inbox.Postgres, outbox.Config{NoNotify: true})
+	if err != nil {
+		return err
+	}
+	pg := func(extra string) func(ctx context.Context, c int) (float64, error) {
+		script := pgbenchOutbox(sc.Name, extra)
+		return func(ctx context.Context, c int) (float64, error) {
+			return pgbenchRate(ctx, o.dsn, sc, script, 1, c, o.dur)
+		}
+	}
 	m, err := interleaved(ctx, o, "outbox write", []namedOp{
-		{"alone", processFirst(s)},
-		{"add", processWithAdd(s, ob, false)},
-		{"add, no notify", processWithAdd(s, quiet, false)},
-		{"add, key row", processWithAdd(s, ob, true)},
-		{"round trip", processWithRoundTrip(s)},
+		{name: "alone", op: processFirst(s)},
+		{name: "add", op: processWithAdd(s, ob, false)},
+		{name: "add, no notify", op: processWithAdd(s, quiet, false)},
+		{name: "add, key row", op: processWithAdd(s, ob, true)},
+		{name: "round trip", op: processWithRoundTrip(s)},
+		{name: "plain alone", op: processFirst(plain)},
+		{name: "plain add", op: processWithAdd(plain, plainOB, false)},
+		{name: "pgbench alone", rate: pg("")},
+		{name: "pgbench add", rate: pg("add")},
+		{name: "pgbench pipelined", rate: pg("pipelined")},
+		{name: "pgbench round trip", rate: pg("round trip")},
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL, %s per cell, median of %d round(s)\n\n", o.dur, o.rounds)
+	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL through inboxkit's driver (%s: the Add's INSERT goes with the COMMIT), %s per cell, median of %d round(s)\n\n", postgres.DriverName, o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\tProcess + SELECT $1 (a round trip, no write)\tratio\t\n")
+	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\tProcess + SELECT $1 (a round trip, no write)\tratio\tpgx's plain driver: alone\t+ Add (its own round trip)\tratio\t\n")
 	for _, c := range o.concs {
 		a, w, q, k, r := m("alone", c), m("add", c), m("add, no notify", c), m("add, key row", c), m("round trip", c)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a), k, ratio(k, a), r, ratio(r, a))
+		pa, pw := m("plain alone", c), m("plain add", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t\n", c, a, w, ratio(w, a), q, ratio(q, a), k, ratio(k, a), r, ratio(r, a), pa, pw, ratio(pw, pa))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.out, "\nThe same statements from PostgreSQL's own C client (pgbench -M prepared, a client per goroutine, same tables, same rounds): the inbox row and the letter in a transaction, alone and with the row a keyless Add writes (no NOTIFY), that row sent in one pipeline with the COMMIT, or a SELECT of one argument\n\n")
+	tw = table(o.out)
+	fmt.Fprintf(tw, "clients\tpgbench alone\t+ outbox row\tratio\t+ outbox row pipelined with COMMIT\tratio\t+ SELECT $1\tratio\t\n")
+	for _, c := range o.concs {
+		a, w, p, r := m("pgbench alone", c), m("pgbench add", c), m("pgbench pipelined", c), m("pgbench round trip", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t\n", c, a, w, ratio(w, a), p, ratio(p, a), r, ratio(r, a))
 	}
 	return tw.Flush()
 }

@@ -47,6 +47,41 @@ func pgbenchScript(schema string, perTx int, savepoint bool) string {
 	return b.String()
 }
 
+// pgbenchOutbox is pgbenchScript's one message a transaction (an inbox
+// row and a letter) with, before the COMMIT, what extra says: "" nothing,
+// "add" the row a keyless outbox.Add writes (a 200-byte body, a
+// time-ordered id; no NOTIFY), "pipelined" that row sent in one pipeline
+// with the COMMIT (what an Add riding on the commit would cost), "round
+// trip" a SELECT of one argument (a round trip that writes nothing).
+func pgbenchOutbox(schema, extra string) string {
+	s := pgbenchScript(schema, 1, false)
+	body := strings.Repeat("00", 200)
+	row := fmt.Sprintf("INSERT INTO %s.INBOXKIT_OUTBOX (MESSAGE_ID, MSG_KEY, SEQ, DESTINATION, HEADERS, BODY, CAUSE_EVENT_ID, CORRELATION_ID, STATUS, ATTEMPTS, CREATED_AT, NEXT_AT) "+
+		"VALUES (to_hex((extract(epoch from clock_timestamp()) * 1000000)::bigint) || md5(:r0::text), to_hex((extract(epoch from clock_timestamp()) * 1000000)::bigint) || md5(:r0::text), 0, 'letters', NULL, '\\x%s'::bytea, md5(:r0::text), 'corr', 'PENDING', 0, now(), now());\n", schema, body)
+	var tail string
+	switch extra {
+	case "":
+		return s
+	case "add":
+		tail = row + "COMMIT;\n"
+	case "pipelined":
+		tail = "\\startpipeline\n" + row + "COMMIT;\n\\endpipeline\n"
+	case "round trip":
+		tail = "SELECT :r0::bigint;\nCOMMIT;\n"
+	default:
+		panic("pgbenchOutbox: unknown extra " + extra)
+	}
+	return strings.TrimSuffix(s, "COMMIT;\n") + tail
+}
+
+// needPgbench reports a missing pgbench with how to install it.
+func needPgbench() error {
+	if _, err := os.Stat(pgbenchPath); err != nil {
+		return fmt.Errorf("%s is missing: install PostgreSQL's pgbench (Debian and Ubuntu: apt-get install postgresql-client postgresql-<version>, whose package holds /usr/lib/postgresql/<version>/bin/pgbench; check: pgbench --version): %w", pgbenchPath, err)
+	}
+	return nil
+}
+
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
 
 // pgbenchRate runs script at clients clients (a thread each) for d on the
@@ -122,8 +157,8 @@ func processBatchOf(s *inbox.Store, n int, effectsInTx bool) op {
 // savepoints and with EffectsInTx (none), at each -c, interleaved for
 // -rounds rounds. The tables are emptied before every cell.
 func pgbenchSection(ctx context.Context, admin *sql.DB, o options) error {
-	if _, err := os.Stat(pgbenchPath); err != nil {
-		return fmt.Errorf("%s is missing: install PostgreSQL's pgbench (Debian and Ubuntu: apt-get install postgresql-client postgresql-<version>, whose package holds /usr/lib/postgresql/<version>/bin/pgbench; check: pgbench --version): %w", pgbenchPath, err)
+	if err := needPgbench(); err != nil {
+		return err
 	}
 	if o.batch < 2 {
 		return errors.New("needs -batch 2 or more (the batch of pgbench's and inboxkit's batch cells)")

@@ -45,11 +45,11 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 		return err
 	}
 	m, err := interleaved(ctx, o, "library", []namedOp{
-		{"raw new", rawNew(k, sc.DB)},
-		{"inboxkit new", processNewAs(s, k.insertLetter, false)},
-		{"inboxkit first", processNewAs(s, k.insertLetter, true)},
-		{"raw duplicate", rawDuplicate(k, sc.DB, ids)},
-		{"inboxkit duplicate", processDuplicate(s, k.insertLetter, ids)},
+		{name: "raw new", op: rawNew(k, sc.DB)},
+		{name: "inboxkit new", op: processNewAs(s, k.insertLetter, false)},
+		{name: "inboxkit first", op: processNewAs(s, k.insertLetter, true)},
+		{name: "raw duplicate", op: rawDuplicate(k, sc.DB, ids)},
+		{name: "inboxkit duplicate", op: processDuplicate(s, k.insertLetter, ids)},
 	})
 	if err != nil {
 		return err
