@@ -14,9 +14,9 @@ import (
 	"slices"
 	"strings"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
+	"github.com/inboxkit/inboxkit/driver/postgres" // drivers "pgx" and postgres.DriverName
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -367,7 +367,9 @@ func OpenBackend(ctx context.Context, backend string) (db Database, cleanup func
 		q.Set("search_path", schema)
 		u.RawQuery = q.Encode()
 		dsn := u.String()
-		open := func() (*sql.DB, error) { return sql.Open("pgx", dsn) }
+		// The store's pool as inboxctl opens it: an outbox Add held for
+		// the commit.
+		open := func() (*sql.DB, error) { return sql.Open(postgres.DriverName, dsn) }
 		pool, err := open()
 		if err != nil {
 			return Database{}, nil, fmt.Errorf("golden: %w", err)
