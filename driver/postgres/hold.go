@@ -15,12 +15,17 @@ import (
 )
 
 // DriverName is the database/sql driver this package registers beside
-// pgx's "pgx": pgx's own driver, with one difference. A statement its
-// caller marked as one that may wait (outbox.Store.Add's INSERT) is held
-// back in the transaction and sent in one pipeline with the transaction's
-// next statement or with its COMMIT, so that the write costs no round trip
-// of its own. Every other statement, and every statement outside a
-// transaction, is pgx's, sent as pgx sends it. The DSN is pgx's.
+// pgx's "pgx": pgx's own driver, with two differences that save round
+// trips and change no result. A transaction's BEGIN is sent in one pipeline
+// with its first statement (a transaction that runs none costs nothing).
+// A statement its caller marked as one that may wait (outbox.Store.Add's
+// INSERT) is held back in the transaction and sent in one pipeline with
+// the transaction's next statement or with its COMMIT, so that the write
+// costs no round trip of its own. Every statement is otherwise pgx's, sent
+// as pgx sends it. The DSN is pgx's.
+//
+// What a caller of BeginTx sees: an error of the BEGIN itself (a
+// connection lost while idle) comes from the first statement instead.
 //
 // What a caller of Add sees: the row is written in the transaction as
 // before, and visible to the transaction's later statements (held ones go
@@ -76,18 +81,22 @@ func wrapConn(dc driver.Conn) (driver.Conn, error) {
 }
 
 // conn is pgx's connection (every method not written here is pgx's) that
-// holds marked statements of its open transaction.
+// begins its transactions with their first statement and holds marked
+// statements of its open transaction.
 //
-// Invariant: held is empty outside a transaction, and no statement of the
-// transaction reaches the server while an earlier one is held: an Exec
+// Invariant: begin and held are empty outside a transaction; begin (the
+// transaction's BEGIN, not sent yet) goes before anything of the
+// transaction, and no statement of the transaction reaches the server
+// while an earlier one is held: an Exec
 // with arguments sends the held ones in one pipeline with itself; an Exec
 // without (pgx's simple protocol, perhaps several statements), a Query, a
 // Prepare and a prepared statement send them first; Commit sends them
 // with the COMMIT; Rollback drops them.
 type conn struct {
 	*stdlib.Conn
-	inTx bool
-	held []heldStmt
+	inTx  bool
+	begin string
+	held  []heldStmt
 }
 
 type heldStmt struct {
@@ -100,12 +109,37 @@ func (c *conn) Begin() (driver.Tx, error) {
 }
 
 func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	t, err := c.Conn.BeginTx(ctx, opts)
+	if c.Conn.Conn().IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	begin, err := beginSQL(opts)
 	if err != nil {
 		return nil, err
 	}
-	c.inTx, c.held = true, c.held[:0]
-	return &tx{Tx: t, c: c, ctx: ctx}, nil
+	c.inTx, c.begin, c.held = true, begin, c.held[:0]
+	return &tx{c: c, ctx: ctx}, nil
+}
+
+// beginSQL is the BEGIN statement for opts, as pgx's driver writes it.
+func beginSQL(opts driver.TxOptions) (string, error) {
+	begin := "begin"
+	switch sql.IsolationLevel(opts.Isolation) {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		begin += " isolation level read uncommitted"
+	case sql.LevelReadCommitted:
+		begin += " isolation level read committed"
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		begin += " isolation level repeatable read"
+	case sql.LevelSerializable:
+		begin += " isolation level serializable"
+	default:
+		return "", fmt.Errorf("postgres: unsupported isolation level %v", sql.IsolationLevel(opts.Isolation))
+	}
+	if opts.ReadOnly {
+		begin += " read only"
+	}
+	return begin, nil
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -114,7 +148,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args)})
 			return heldResult(what), nil
 		}
-		if len(c.held) > 0 && len(args) > 0 {
+		if (c.begin != "" || len(c.held) > 0) && len(args) > 0 {
 			// With arguments a statement is one statement, which a
 			// pipeline can carry; without, pgx sends it as a simple
 			// query, which may hold several (sent after the held ones,
@@ -158,23 +192,28 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	return &stmt{Stmt: ps, c: c}, nil
 }
 
-// flush sends the held statements, if any, in one pipeline.
+// flush sends the BEGIN and the held statements not sent yet, if any, in
+// one pipeline.
 func (c *conn) flush(ctx context.Context) error {
-	if len(c.held) == 0 {
+	if c.begin == "" && len(c.held) == 0 {
 		return nil
 	}
 	_, err := c.sendHeld(ctx, "", nil)
 	return err
 }
 
-// sendHeld sends the held statements and then last (none when "") in one
-// pipeline, and returns last's command tag. An error of a held statement
-// is returned prefixed with its name; the server then runs nothing after
-// it, and the transaction is failed, as after any failed statement.
+// sendHeld sends the BEGIN not sent yet, the held statements and then last
+// (none when "") in one pipeline, and returns last's command tag. An error
+// of a held statement is returned prefixed with its name; the server then
+// runs nothing after it, and the transaction is failed, as after any
+// failed statement.
 func (c *conn) sendHeld(ctx context.Context, last string, args []any) (pgconn.CommandTag, error) {
-	held := c.held
-	c.held = c.held[:0]
+	begin, held := c.begin, c.held
+	c.begin, c.held = "", c.held[:0]
 	b := &pgx.Batch{}
+	if begin != "" {
+		b.Queue(begin)
+	}
 	for _, h := range held {
 		b.Queue(h.query, h.args...)
 	}
@@ -182,6 +221,12 @@ func (c *conn) sendHeld(ctx context.Context, last string, args []any) (pgconn.Co
 		b.Queue(last, args...)
 	}
 	br := c.Conn.Conn().SendBatch(ctx, b)
+	if begin != "" {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return pgconn.CommandTag{}, err
+		}
+	}
 	for _, h := range held {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
@@ -218,9 +263,10 @@ func (r heldResult) RowsAffected() (int64, error) {
 	return 0, fmt.Errorf("postgres: %s: held for the transaction's next statement or its commit; its rows are not counted", string(r))
 }
 
-// tx sends the held statements with its COMMIT.
+// tx ends the transaction: the held statements go with its COMMIT; a
+// transaction whose BEGIN was never sent ends without a round trip. The
+// rest is pgx's own Commit and Rollback, with the context of BeginTx.
 type tx struct {
-	driver.Tx
 	c   *conn
 	ctx context.Context
 }
@@ -228,13 +274,28 @@ type tx struct {
 func (t *tx) Commit() error {
 	c := t.c
 	c.inTx = false
-	if len(c.held) == 0 {
-		return t.Tx.Commit()
+	if c.begin != "" && len(c.held) == 0 {
+		c.begin = ""
+		return nil // nothing was sent: nothing to commit
 	}
-	tag, err := c.sendHeld(t.ctx, "commit", nil)
+	pg := c.Conn.Conn()
+	var tag pgconn.CommandTag
+	var err error
+	if c.begin != "" || len(c.held) > 0 {
+		tag, err = c.sendHeld(t.ctx, "commit", nil)
+		if err != nil && pg.PgConn().TxStatus() == 'E' {
+			// A held statement failed: end the failed transaction,
+			// and the connection goes back idle.
+			if _, rerr := pg.Exec(t.ctx, "rollback"); rerr == nil {
+				return err
+			}
+		}
+	} else {
+		tag, err = pg.Exec(t.ctx, "commit")
+	}
 	if err != nil {
-		if c.Conn.Conn().PgConn().TxStatus() != 'I' {
-			_ = t.Tx.Rollback() // end the failed transaction; the connection goes back idle
+		if pg.PgConn().TxStatus() != 'I' {
+			_ = pg.Close(t.ctx) // in no state to be used again
 		}
 		return err
 	}
@@ -245,8 +306,18 @@ func (t *tx) Commit() error {
 }
 
 func (t *tx) Rollback() error {
-	t.c.inTx, t.c.held = false, t.c.held[:0]
-	return t.Tx.Rollback()
+	c := t.c
+	begun := c.begin == ""
+	c.inTx, c.begin, c.held = false, "", c.held[:0]
+	if !begun {
+		return nil // nothing was sent: nothing to roll back
+	}
+	pg := c.Conn.Conn()
+	if _, err := pg.Exec(t.ctx, "rollback"); err != nil {
+		_ = pg.Close(t.ctx) // in an undefined state
+		return err
+	}
+	return nil
 }
 
 // stmt is a prepared statement of conn: it sends the held statements

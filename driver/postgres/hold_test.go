@@ -172,3 +172,79 @@ func TestHeldStatementsRollBack(t *testing.T) {
 		t.Errorf("%d rows, want 1 (row 1 rolled back, row 2 written at once)", n)
 	}
 }
+
+// The BEGIN goes with the transaction's first statement: a connection
+// lost while idle fails that statement, not BeginTx, and a transaction
+// that runs nothing commits without the server.
+func TestBeginGoesWithTheFirstStatement(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var pid int
+	if err := c.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	empty, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("BeginTx on a connection whose server ended it: %v; want no error (the BEGIN waits for a statement)", err)
+	}
+	if err := empty.Commit(); err != nil {
+		t.Errorf("Commit of a transaction that ran nothing: %v", err)
+	}
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatalf("BeginTx: %v", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 1); err == nil {
+		t.Error("the first statement on a connection whose server ended it succeeded")
+	}
+	_ = tx.Rollback()
+}
+
+// The options of BeginTx reach the server with the BEGIN, and a first
+// statement that fails leaves a transaction that rolls back as any other.
+func TestBeginKeepsItsOptions(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var level string
+	if err := tx.QueryRowContext(ctx, `SHOW transaction_isolation`).Scan(&level); err != nil || level != "serializable" {
+		t.Errorf("isolation %q (%v), want serializable", level, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 1)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "25006" {
+		t.Errorf("INSERT in a read-only transaction: %v, want 25006", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := db.Exec(`INSERT INTO h VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	tx = begin(t, db)
+	_, err = tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 1)
+	if !errors.As(err, &pg) || pg.Code != "23505" {
+		t.Errorf("a duplicate as the first statement: %v, want 23505", err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db, `true`); n != 1 {
+		t.Errorf("%d rows after the rollback, want 1", n)
+	}
+}

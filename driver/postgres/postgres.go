@@ -1,8 +1,9 @@
 // Package postgres links PostgreSQL support: the pgx database/sql driver,
 // registered as "pgx", and the same driver as DriverName ("inboxkit-pgx"),
-// which also sends an outbox.Store.Add's INSERT with its transaction's
-// next statement or COMMIT instead of in a round trip of its own. Use
-// either with inbox.Postgres:
+// which sends a transaction's BEGIN with its first statement, and an
+// outbox.Store.Add's INSERT with its transaction's next statement or
+// COMMIT, instead of each in a round trip of its own. Use either with
+// inbox.Postgres:
 //
 //	import "github.com/inboxkit/inboxkit/driver/postgres"
 //
@@ -12,7 +13,7 @@
 // The inbox and the classifier read PostgreSQL errors through their
 // SQLState() method, so a program that imports
 // _ "github.com/jackc/pgx/v5/stdlib" and opens "pgx" gets the same
-// behaviour but for the held outbox write.
+// results, with a round trip more per transaction and per outbox write.
 package postgres
 
 import _ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
