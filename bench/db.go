@@ -9,6 +9,8 @@ import (
 	"net/url"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/inboxkit/inboxkit/driver/postgres"
 )
 
 // lettersDDL is the business table every contender writes one row to per
@@ -33,6 +35,10 @@ type schema struct {
 	Name string
 	DSN  string // base DSN with search_path set to the schema
 	DB   *sql.DB
+	// Store is the pool inboxkit's stores use: on PostgreSQL opened with
+	// storeDriver (inboxkit's driver, as inboxctl opens it), DB's pgx
+	// "pgx" being what the raw twins use; on MariaDB DB itself.
+	Store *sql.DB
 	// dropFunc, when set, drops it instead (a MariaDB database).
 	dropFunc func()
 }
@@ -56,10 +62,24 @@ func newSchema(ctx context.Context, admin *sql.DB, base, name string, conns int)
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	return &schema{Name: name, DSN: u.String(), DB: db}, nil
+	store, err := sql.Open(storeDriver, u.String())
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	store.SetMaxOpenConns(conns)
+	store.SetMaxIdleConns(conns)
+	return &schema{Name: name, DSN: u.String(), DB: db, Store: store}, nil
 }
 
+// storeDriver is the database/sql driver of a schema's Store pool on
+// PostgreSQL (-store-driver).
+var storeDriver = postgres.DriverName
+
 func (s *schema) drop(admin *sql.DB) {
+	if s.Store != s.DB {
+		s.Store.Close()
+	}
 	s.DB.Close()
 	if s.dropFunc != nil {
 		s.dropFunc()

@@ -100,7 +100,7 @@ func newDB(ctx context.Context, admin *sql.DB, o options, name string, conns int
 	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	return &schema{Name: name, DSN: cfg.FormatDSN(), DB: db, dropFunc: func() {
+	return &schema{Name: name, DSN: cfg.FormatDSN(), DB: db, Store: db, dropFunc: func() {
 		_, _ = madmin.Exec("DROP DATABASE " + name)
 		madmin.Close()
 	}}, nil
@@ -109,7 +109,7 @@ func newDB(ctx context.Context, admin *sql.DB, o options, name string, conns int
 // openStore returns a migrated inbox store of o's dialect on sc, with the
 // letters table.
 func openStore(ctx context.Context, sc *schema, k dbKind, cfg inbox.Config) (*inbox.Store, error) {
-	s, err := inbox.New(sc.DB, k.dialect, cfg)
+	s, err := inbox.New(sc.Store, k.dialect, cfg)
 	if err == nil {
 		err = s.Migrate(ctx)
 	}

@@ -204,7 +204,7 @@ func storeSchema(ctx context.Context, admin *sql.DB, base, name string, conns in
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := inbox.New(sc.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	s, err := inbox.New(sc.Store, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
 	if err == nil {
 		err = s.Migrate(ctx)
 	}

@@ -125,6 +125,7 @@ func main() {
 	var dbName string
 	flag.StringVar(&o.broker, "broker", "rabbitmq", "e2e: broker (rabbitmq, or stomp: ActiveMQ at -stomp)")
 	flag.StringVar(&o.stompAddr, "stomp", envOr("INBOXKIT_STOMP_ADDR", "127.0.0.1:61613"), "e2e -broker stomp: ActiveMQ's STOMP address (scripts/activemq start)")
+	flag.StringVar(&storeDriver, "store-driver", storeDriver, "PostgreSQL: the database/sql driver of inboxkit's stores (inboxkit-pgx, as inboxctl; or pgx, pgx's plain driver); the raw twins use pgx")
 	flag.StringVar(&dbName, "db", "postgres", "e2e, library: database (postgres, or mysql: MariaDB at -mysql)")
 	flag.StringVar(&o.mysqlDSN, "mysql", envOr("INBOXKIT_TEST_MYSQL", "root@tcp(127.0.0.1:3306)/"), "-db mysql: MariaDB DSN of go-sql-driver/mysql (a database per measurement is created and dropped)")
 	flag.StringVar(&o.dsn, "dsn", envOr("INBOXKIT_TEST_POSTGRES", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "PostgreSQL DSN (a schema per measurement is created and dropped)")

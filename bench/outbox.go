@@ -48,7 +48,7 @@ func outboxStores(ctx context.Context, admin *sql.DB, o options, conns int, cfg 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ob, err := outbox.New(sc.DB, inbox.Postgres, cfg)
+	ob, err := outbox.New(sc.Store, inbox.Postgres, cfg)
 	if err == nil {
 		_, err = ob.Migrate(ctx)
 	}
@@ -114,30 +114,23 @@ func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
 	for _, c := range o.concs {
 		maxC = max(maxC, c)
 	}
-	// The schema's pool is pgx's plain "pgx"; the same schema through
-	// inboxkit's driver, which holds an Add's INSERT for the commit, is
-	// what inboxctl runs.
-	sc, plain, plainOB, err := outboxStores(ctx, admin, o, maxC+4, outbox.Config{})
+	// The stores on the schema's Store pool (-store-driver: inboxkit's
+	// driver, which holds an Add's INSERT for the commit, as inboxctl
+	// runs) and on its DB pool, pgx's plain "pgx".
+	sc, s, ob, err := outboxStores(ctx, admin, o, maxC+4, outbox.Config{})
 	if err != nil {
 		return err
 	}
 	defer sc.drop(admin)
-	hdb, err := sql.Open(postgres.DriverName, sc.DSN)
+	quiet, err := outbox.New(sc.Store, inbox.Postgres, outbox.Config{NoNotify: true})
 	if err != nil {
 		return err
 	}
-	defer hdb.Close()
-	hdb.SetMaxOpenConns(maxC + 4)
-	hdb.SetMaxIdleConns(maxC + 4)
-	s, err := inbox.New(hdb, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	plain, err := inbox.New(sc.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
 	if err != nil {
 		return err
 	}
-	ob, err := outbox.New(hdb, inbox.Postgres, outbox.Config{})
-	if err != nil {
-		return err
-	}
-	quiet, err := outbox.New(hdb, inbox.Postgres, outbox.Config{NoNotify: true})
+	plainOB, err := outbox.New(sc.DB, inbox.Postgres, outbox.Config{})
 	if err != nil {
 		return err
 	}
@@ -163,7 +156,7 @@ func outboxWriteCost(ctx context.Context, admin *sql.DB, o options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL through inboxkit's driver (%s: the Add's INSERT goes with the COMMIT), %s per cell, median of %d round(s)\n\n", postgres.DriverName, o.dur, o.rounds)
+	fmt.Fprintf(o.out, "\nOutbox write cost: inbox.Store.Process (first delivery, one letter row) alone and with one outbox.Add in the handler, PostgreSQL through %s (-store-driver; inboxkit-pgx sends the Add's INSERT with the COMMIT), %s per cell, median of %d round(s)\n\n", storeDriver, o.dur, o.rounds)
 	tw := table(o.out)
 	fmt.Fprintf(tw, "goroutines\tProcess alone\tProcess + Add (keyless)\tratio\tsame, no NOTIFY\tratio\tProcess + Add, a key of its own (key row + message row)\tratio\tProcess + SELECT $1 (a round trip, no write)\tratio\tpgx's plain driver: alone\t+ Add (its own round trip)\tratio\t\n")
 	for _, c := range o.concs {

@@ -270,11 +270,11 @@ func scaleDBOnce(ctx context.Context, admin *sql.DB, o options, bin string, p pl
 		return 0, err
 	}
 	defer sc.drop(admin)
-	store, err := inbox.New(sc.DB, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
+	store, err := inbox.New(sc.Store, inbox.Postgres, inbox.Config{ClassifyFunc: classify.Of})
 	if err != nil {
 		return 0, err
 	}
-	ob, err := outbox.New(sc.DB, inbox.Postgres, outbox.Config{})
+	ob, err := outbox.New(sc.Store, inbox.Postgres, outbox.Config{})
 	if err != nil {
 		return 0, err
 	}
