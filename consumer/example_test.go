@@ -8,12 +8,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/inboxkit/inboxkit"
 	"github.com/inboxkit/inboxkit/broker/stomp"
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/consumer"
+	"github.com/inboxkit/inboxkit/driver/postgres"
 	"github.com/inboxkit/inboxkit/inbox"
 )
 
@@ -24,7 +23,7 @@ func Example_postgresActiveMQ() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	db, err := sql.Open("pgx", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	db, err := sql.Open(postgres.DriverName, "postgres://postgres@127.0.0.1:5432/test?sslmode=disable") // pgx, fewer round trips
 	if err != nil {
 		log.Fatal(err)
 	}
