@@ -87,11 +87,11 @@ func wrapConn(dc driver.Conn) (driver.Conn, error) {
 // Invariant: begin and held are empty outside a transaction; begin (the
 // transaction's BEGIN, not sent yet) goes before anything of the
 // transaction, and no statement of the transaction reaches the server
-// while an earlier one is held: an Exec
-// with arguments sends the held ones in one pipeline with itself; an Exec
-// without (pgx's simple protocol, perhaps several statements), a Query, a
-// Prepare and a prepared statement send them first; Commit sends them
-// with the COMMIT; Rollback drops them.
+// while an earlier one is held: an Exec with arguments sends begin and
+// the held ones in one pipeline with itself; an Exec without (pgx's simple
+// protocol, perhaps several statements), a Query, a Prepare and a
+// prepared statement send them first; Commit sends them with the COMMIT;
+// Rollback drops them.
 type conn struct {
 	*stdlib.Conn
 	inTx  bool
