@@ -26,9 +26,9 @@ import (
 	// SQLite through the plain driver, on purpose: every test then checks
 	// that a program importing only the driver detects duplicates and
 	// classifies errors (driver/driver_test.go does the same for pgx's
-	// plain "pgx"). PostgreSQL through inboxkit's driver, which holds an
-	// outbox write for the commit, so that every test runs on what
-	// inboxctl runs. MySQL needs inboxkit's driver package (its errors
+	// plain "pgx"). PostgreSQL through inboxkit's driver (BEGIN with the
+	// first statement, an outbox write with the commit), so that every
+	// test runs on what inboxctl runs. MySQL needs inboxkit's driver package (its errors
 	// have no method to read them by).
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 

@@ -43,7 +43,8 @@ var ErrUnsupported = errors.New("not available in this build")
 // DB is a parsed database URL.
 type DB struct {
 	// Driver is the database/sql driver name: postgres.DriverName (pgx,
-	// holding an outbox write for the commit), "mysql", "sqlite",
+	// BEGIN and an outbox write sent with the next statement), "mysql",
+	// "sqlite",
 	// "oracle" (go-ora) or "godror".
 	Driver string
 	// DSN is the driver's data source name. It may hold a password: never print it.
