@@ -15,14 +15,17 @@ import (
 )
 
 // DriverName is the database/sql driver this package registers beside
-// pgx's "pgx": pgx's own driver, with two differences that save round
+// pgx's "pgx": pgx's own driver, with three differences that save round
 // trips and change no result. A transaction's BEGIN is sent in one pipeline
 // with its first statement (a transaction that runs none costs nothing).
 // A statement its caller marked as one that may wait (outbox.Store.Add's
 // INSERT) is held back in the transaction and sent in one pipeline with
 // the transaction's next statement or with its COMMIT, so that the write
-// costs no round trip of its own. Every statement is otherwise pgx's, sent
-// as pgx sends it. The DSN is pgx's.
+// costs no round trip of its own. Its connections are internal/hold's
+// Ahead: the inbox sends a delivery's attempt marker, committed on its own,
+// and the BEGIN and claim of the business transaction after it in one
+// pipeline. Every statement is otherwise pgx's, sent as pgx sends it. The
+// DSN is pgx's.
 //
 // What a caller of BeginTx sees: an error of the BEGIN itself (a
 // connection lost while idle) comes from the first statement instead.
@@ -81,8 +84,8 @@ func wrapConn(dc driver.Conn) (driver.Conn, error) {
 }
 
 // conn is pgx's connection (every method not written here is pgx's) that
-// begins its transactions with their first statement and holds marked
-// statements of its open transaction.
+// begins its transactions with their first statement, holds marked
+// statements of its open transaction, and is hold.Ahead.
 //
 // Invariant: begin and held are empty outside a transaction; begin (the
 // transaction's BEGIN, not sent yet) goes before anything of the
@@ -91,10 +94,12 @@ func wrapConn(dc driver.Conn) (driver.Conn, error) {
 // the held ones in one pipeline with itself; an Exec without (pgx's simple
 // protocol, perhaps several statements), a Query, a Prepare and a
 // prepared statement send them first; Commit sends them with the COMMIT;
-// Rollback drops them.
+// Rollback drops them. open: BeginAfter left a transaction open for the
+// next BeginTx (inTx false, nothing else may run).
 type conn struct {
 	*stdlib.Conn
 	inTx  bool
+	open  bool
 	begin string
 	held  []heldStmt
 }
@@ -116,8 +121,76 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	if err != nil {
 		return nil, err
 	}
-	c.inTx, c.begin, c.held = true, begin, c.held[:0]
+	if c.open {
+		if begin != "begin" {
+			return nil, fmt.Errorf("postgres: the transaction BeginAfter left open has the default options, not %q", begin)
+		}
+		begin = "" // sent
+	}
+	c.inTx, c.open, c.begin, c.held = true, false, begin, c.held[:0]
 	return &tx{c: c, ctx: ctx}, nil
+}
+
+// errOpen is the error of a statement on a connection whose transaction
+// BeginAfter left open: the contract says BeginTx comes next.
+var errOpen = errors.New("postgres: BeginAfter left a transaction open on this connection: its BeginTx must come next")
+
+// BeginAfter is hold.Ahead's: BEGIN, first, COMMIT, BEGIN and then in one
+// pgx pipeline. The marker's COMMIT ends first's transaction before the
+// second BEGIN, so first is committed before then runs (a pipeline of
+// statements without BEGIN would be one implicit transaction).
+func (c *conn) BeginAfter(ctx context.Context, first hold.Stmt, dest []any, then hold.Stmt) (found bool, affected int64, err error) {
+	if c.inTx || c.open {
+		return false, 0, errors.New("postgres: BeginAfter inside a transaction")
+	}
+	pg := c.Conn.Conn()
+	if pg.IsClosed() {
+		return false, 0, driver.ErrBadConn
+	}
+	b := &pgx.Batch{}
+	b.Queue("begin")
+	b.Queue(first.Query, first.Args...)
+	b.Queue("commit")
+	b.Queue("begin")
+	b.Queue(then.Query, then.Args...)
+	br := pg.SendBatch(ctx, b)
+	_, err = br.Exec()
+	if err == nil {
+		found = true
+		if err = br.QueryRow().Scan(dest...); errors.Is(err, pgx.ErrNoRows) {
+			found, err = false, nil
+		}
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+		if err == nil && tag.String() == "ROLLBACK" {
+			err = pgx.ErrTxCommitRollback
+		}
+	}
+	committed := err == nil
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		c.open = true
+		return found, tag.RowsAffected(), nil
+	}
+	if pg.PgConn().TxStatus() != 'I' {
+		if _, rerr := pg.Exec(ctx, "rollback"); rerr != nil {
+			_ = pg.Close(ctx) // in an undefined state
+		}
+	}
+	if committed {
+		return found, 0, &hold.ThenError{Err: err}
+	}
+	return false, 0, err
 }
 
 // beginSQL is the BEGIN statement for opts, as pgx's driver writes it.
@@ -143,6 +216,9 @@ func beginSQL(opts driver.TxOptions) (string, error) {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if c.open {
+		return nil, errOpen
+	}
 	if c.inTx {
 		if what, ok := hold.Marked(ctx); ok {
 			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args)})
@@ -167,6 +243,9 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.open {
+		return nil, errOpen
+	}
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
@@ -178,6 +257,9 @@ func (c *conn) Prepare(query string) (driver.Stmt, error) {
 }
 
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if c.open {
+		return nil, errOpen
+	}
 	if err := c.flush(ctx); err != nil {
 		return nil, err
 	}
