@@ -105,7 +105,12 @@
 // and records the deliveries of Process, ProcessBatch, Worker.Process and a
 // worker's batches, with one job type and the decision table of
 // decide.go; alone it takes its fast paths (the one-statement marker, no
-// savepoint, a first delivery's single INSERT).
+// savepoint, a first delivery's single INSERT). Where the pool's driver
+// connections can (driver/postgres's DriverName), a delivery alone sends
+// its marker, committed on its own, and the BEGIN and claim of its
+// business transaction in one round trip; a marker that does not count
+// (a duplicate, an exhausted row) then costs a second one, the rollback of
+// that claim.
 //
 // # Dead letters and rejections
 //

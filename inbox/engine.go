@@ -66,6 +66,9 @@ type job struct {
 	// first: a first delivery whose row the business transaction inserted
 	// as PROCESSED, without a marker (first.go).
 	first bool
+	// claimed: the business transaction began with the claim of the
+	// marker's row (runAhead).
+	claimed bool
 	// started is the attempt that runs: ATTEMPTS after the marker or the
 	// claim (1 for a first delivery).
 	started int
@@ -164,6 +167,12 @@ func (s *Store) run(ctx context.Context, jobs []*job) error {
 	if s.firstOnly(jobs, alone) {
 		var err error
 		if ran, err = s.runFirst(ctx, jobs, alone); err != nil {
+			return err
+		}
+	}
+	if !ran && alone {
+		var err error
+		if ran, err = s.runAhead(ctx, jobs[0]); err != nil {
 			return err
 		}
 	}
@@ -383,7 +392,7 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	if err != nil {
 		return err
 	}
-	if j.claim == nil && !j.first {
+	if j.claim == nil && !j.first && !j.claimed {
 		// The marker left the row TECHNICAL_FAILURE: claim it as PROCESSED.
 		claimed, err := s.claim(ctx, tx, j.e)
 		if err != nil {
@@ -614,7 +623,7 @@ func (s *Store) again(ctx context.Context, j *job) {
 		j.done(Result{}, fmt.Errorf("inbox: event %q for %q changed under us five times in a row; giving up this delivery", j.e.EventID, j.e.ConsumerName))
 		return
 	}
-	j.state, j.first, j.started, j.v, j.herr = jobNew, false, 0, verdict{}, nil
+	j.state, j.first, j.claimed, j.started, j.v, j.herr = jobNew, false, false, 0, verdict{}, nil
 	j.e.FirstDelivery = false // it ran, or its event has a row: the marked path
 	if err := s.run(ctx, j.alone()); err != nil {
 		j.done(Result{}, err)

@@ -21,3 +21,8 @@ func WithoutAggregateMemory(s *Store) *Store {
 	c.d.aggregateMemory = ""
 	return &c
 }
+
+// Ahead reports whether s sends a delivery's attempt marker and claim in
+// one round trip (runAhead): false once its driver's connection was found
+// not to be hold.Ahead.
+func Ahead(s *Store) bool { return !s.noAhead.Load() }

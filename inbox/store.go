@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -92,9 +93,10 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	forgot   *forgotten  // attempt markers to take back (see ForgetAttempt)
-	attempts *attemptLog // whether AttemptTable exists
-	ports    *Ports      // nil: the caller publishes (see WithPorts)
+	forgot   *forgotten   // attempt markers to take back (see ForgetAttempt)
+	attempts *attemptLog  // whether AttemptTable exists
+	noAhead  *atomic.Bool // set once the driver's connections are found not to be hold.Ahead (runAhead)
+	ports    *Ports       // nil: the caller publishes (see WithPorts)
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 
@@ -116,7 +118,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}}, nil
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, noAhead: &atomic.Bool{}}, nil
 }
 
 // DB returns the store's database.
