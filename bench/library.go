@@ -182,11 +182,12 @@ func processNewAs(s *inbox.Store, insert string, first bool) op {
 }
 
 // processDuplicate is Store.Process of a resend of a processed event: a
-// producer's resend is a new broker message, so a first delivery.
-func processDuplicate(s *inbox.Store, insert string, ids []string) op {
+// producer's resend is a new broker message, so a first delivery; first
+// false is a delivery no broker vouched for (IBM MQ's), the marked path.
+func processDuplicate(s *inbox.Store, insert string, ids []string, first bool) op {
 	return func(ctx context.Context, _ int) error {
 		id := ids[mrand.IntN(len(ids))]
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: true}, letterIn(insert, id))
+		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
 		if err != nil {
 			return err
 		}
