@@ -27,9 +27,10 @@ import (
 	// that a program importing only the driver detects duplicates and
 	// classifies errors (driver/driver_test.go does the same for pgx's
 	// plain "pgx"). PostgreSQL through inboxkit's driver (BEGIN with the
-	// first statement, an outbox write with the commit), so that every
-	// test runs on what inboxctl runs. MySQL needs inboxkit's driver package (its errors
-	// have no method to read them by).
+	// first statement, an outbox write with the commit, an attempt marker
+	// with the claim after it), so that every test runs on what inboxctl
+	// runs. MySQL needs inboxkit's driver package (its errors have no
+	// method to read them by).
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	_ "github.com/inboxkit/inboxkit/driver/mysql" // database/sql driver "mysql" and its errors

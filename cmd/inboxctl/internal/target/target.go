@@ -42,10 +42,9 @@ var ErrUnsupported = errors.New("not available in this build")
 
 // DB is a parsed database URL.
 type DB struct {
-	// Driver is the database/sql driver name: postgres.DriverName (pgx,
-	// BEGIN and an outbox write sent with the next statement), "mysql",
-	// "sqlite",
-	// "oracle" (go-ora) or "godror".
+	// Driver is the database/sql driver name: postgres.DriverName (pgx
+	// with fewer round trips), "mysql", "sqlite", "oracle" (go-ora) or
+	// "godror".
 	Driver string
 	// DSN is the driver's data source name. It may hold a password: never print it.
 	DSN string
