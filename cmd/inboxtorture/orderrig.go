@@ -178,6 +178,7 @@ func runOrder(ctx context.Context, cfg config, stderr io.Writer) (*orderResult, 
 	cfg.seed = r.cfg.seed // setup chose it when --seed was 0
 	defer cleanup()
 	r.queue, r.dlq = "ordertorture."+runID, "DLQ.ordertorture."+runID
+	defer r.dropQueues(r.queue, r.dlq)
 	if _, err := r.db.ExecContext(ctx, orderDDL); err != nil {
 		return nil, fmt.Errorf("create the scenario's tables: %v", err)
 	}

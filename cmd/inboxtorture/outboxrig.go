@@ -89,6 +89,7 @@ func runOutbox(ctx context.Context, cfg config, stderr io.Writer) (*obResult, er
 		o.queues = append(o.queues, fmt.Sprintf("obtorture.%s.p%d", runID, i))
 	}
 	r.dlq = "DLQ.obtorture." + runID
+	defer r.dropQueues(append([]string{r.dlq}, o.queues...)...)
 	if err := o.declareQueues(ctx); err != nil {
 		return nil, err
 	}

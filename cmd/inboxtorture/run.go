@@ -19,6 +19,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxkit/inboxkit/internal/failpoint"
 )
@@ -564,4 +565,37 @@ func brokerAnswers(raw string, private bool) error {
 		return fmt.Errorf("broker %s://%s does not answer: %v\n\tstart it with: %s", u.Scheme, u.Host, err, start)
 	}
 	return c.Close()
+}
+
+// dropQueues deletes the run's queues (and their messages) when the broker
+// is RabbitMQ, after the run: they are its scratch, named by its run id,
+// and nothing else reads them. A run whose database is kept (--keep, a
+// failed ledger) keeps them too, for the look at what happened. Other
+// brokers keep theirs (ActiveMQ's and JetStream's are the run's too, but
+// their removal is an administration call this rig does not make).
+func (r *rig) dropQueues(names ...string) {
+	u, err := url.Parse(r.cfg.brokerURL)
+	if err != nil || u.Scheme != "amqp" || r.cfg.keep || r.keepDB {
+		return
+	}
+	u.RawQuery = ""
+	for _, host := range strings.Split(u.Host, ",") { // a cluster's node list: one node is enough
+		u.Host = host
+		conn, err := amqp.DialConfig(u.String(), amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err != nil {
+			continue
+		}
+		ch, err := conn.Channel()
+		for _, q := range names {
+			if err != nil {
+				break
+			}
+			_, err = ch.QueueDelete(q, false, false, false)
+		}
+		if err != nil {
+			r.log("delete the run's queues %v: %v", names, err)
+		}
+		_ = conn.Close()
+		return
+	}
 }

@@ -12,7 +12,34 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
+
+// queuesGone fails t when one of the queues is still on the machine's
+// RabbitMQ: a run whose ledger balanced deletes its own.
+func queuesGone(t *testing.T, broker string, queues ...string) {
+	t.Helper()
+	if broker != "rabbitmq" {
+		return
+	}
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	defer conn.Close()
+	for _, q := range queues {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A passive declare of a missing queue closes the channel with 404.
+		if _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); err == nil {
+			t.Errorf("queue %s is still on RabbitMQ after the run", q)
+			_ = ch.Close()
+		}
+	}
+}
 
 // TestTortureSmall runs the rig in its small configuration: 1,000 events
 // (20 % resends, 20 rejects, 10 poison) through 4 competing inboxctl
@@ -98,6 +125,7 @@ func TestTortureOutboxSmall(t *testing.T) {
 	if res.resent != 400 || res.dupAnswers < 400 {
 		t.Errorf("%d planned retries sent, %d answered duplicate; want 400 and at least 400", res.resent, res.dupAnswers)
 	}
+	queuesGone(t, res.broker, "obtorture."+res.runID+".p0", "DLQ.obtorture."+res.runID)
 }
 
 // TestTortureOrderSmall runs the order scenario in its small configuration
@@ -131,6 +159,7 @@ func TestTortureOrderSmall(t *testing.T) {
 			if res.failOnce != 20 || res.retried != 20 || res.poison != 1 {
 				t.Errorf("%d events failing once (%d retried), %d poison; want 20, 20, 1", res.failOnce, res.retried, res.poison)
 			}
+			queuesGone(t, res.broker, "ordertorture."+res.runID, "DLQ.ordertorture."+res.runID)
 		})
 	}
 }
