@@ -112,11 +112,15 @@ func (s *Store) markAhead(ctx context.Context, j *job) (a ahead, err error) {
 		return err
 	})
 	var then *hold.ThenError
-	if !a.can || errors.As(err, &then) {
+	switch {
+	case errors.As(err, &then):
 		return a, err
-	}
-	if err != nil {
-		return a, fmt.Errorf("inbox: start attempt: %w", err)
+	case err != nil:
+		// The connection failed (Raw may not have reached the driver):
+		// a.can set or not, this says nothing of the driver.
+		return ahead{can: true}, fmt.Errorf("inbox: start attempt: %w", err)
+	case !a.can:
+		return a, nil
 	}
 	// The claim's transaction is open on conn: BeginTx returns it.
 	tx, err := conn.BeginTx(ctx, nil)
