@@ -53,8 +53,9 @@ type Stmt struct {
 // The contract of BeginAfter:
 //   - first returns at most one row, scanned into dest; found reports
 //     whether it returned one. affected is then's count of rows.
-//   - first failed (or the round trip did): nothing of first is
-//     committed, no transaction is open, and the error is returned.
+//   - first failed: nothing of it is committed, no transaction is open,
+//     and the error is returned. (A connection lost with first's COMMIT
+//     in flight leaves first committed or not, as with any commit.)
 //   - first succeeded and then failed: first is committed, then's
 //     transaction was rolled back and is not open, dest holds first's row,
 //     and the error is a *ThenError.
