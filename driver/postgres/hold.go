@@ -21,7 +21,9 @@ import (
 // A statement its caller marked as one that may wait (outbox.Store.Add's
 // INSERT) is held back in the transaction and sent in one pipeline with
 // the transaction's next statement or with its COMMIT, so that the write
-// costs no round trip of its own. Its connections are internal/hold's
+// costs no round trip of its own (the inbox's first delivery's INSERT, for
+// a handler declared inbox.Store.ProcessInTx, is held so and learns its
+// count of rows when it is sent). Its connections are internal/hold's
 // Ahead: the inbox sends a delivery's attempt marker, committed on its own,
 // and the BEGIN and claim of the business transaction after it in one
 // pipeline. Every statement is otherwise pgx's, sent as pgx sends it. The
@@ -107,6 +109,7 @@ type conn struct {
 type heldStmt struct {
 	what, query string
 	args        []any
+	n           *hold.Count // Counted's: what the statement met goes here
 }
 
 func (c *conn) Begin() (driver.Tx, error) {
@@ -220,8 +223,8 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, errOpen
 	}
 	if c.inTx {
-		if what, ok := hold.Marked(ctx); ok {
-			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args)})
+		if what, n, ok := hold.Marked(ctx); ok {
+			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args), n: n})
 			return heldResult(what), nil
 		}
 		if (c.begin != "" || len(c.held) > 0) && len(args) > 0 {
@@ -310,7 +313,11 @@ func (c *conn) sendHeld(ctx context.Context, last string, args []any) (pgconn.Co
 		}
 	}
 	for _, h := range held {
-		if _, err := br.Exec(); err != nil {
+		tag, err := br.Exec()
+		if h.n != nil {
+			*h.n = hold.Count{Sent: true, Rows: tag.RowsAffected(), Err: err}
+		}
+		if err != nil {
 			_ = br.Close()
 			return pgconn.CommandTag{}, fmt.Errorf("%s: %w", h.what, err)
 		}
@@ -338,11 +345,11 @@ func values(args []driver.NamedValue) []any {
 type heldResult string
 
 func (r heldResult) LastInsertId() (int64, error) {
-	return 0, fmt.Errorf("postgres: %s: held for the transaction's next statement or its commit; it has no result", string(r))
+	return 0, fmt.Errorf("postgres: %s: %w", string(r), hold.ErrHeld)
 }
 
 func (r heldResult) RowsAffected() (int64, error) {
-	return 0, fmt.Errorf("postgres: %s: held for the transaction's next statement or its commit; its rows are not counted", string(r))
+	return 0, fmt.Errorf("postgres: %s: %w", string(r), hold.ErrHeld)
 }
 
 // tx ends the transaction: the held statements go with its COMMIT; a

@@ -248,3 +248,86 @@ func TestBeginKeepsItsOptions(t *testing.T) {
 		t.Errorf("%d rows after the rollback, want 1", n)
 	}
 }
+
+// A statement marked by hold.Counted is held like Until's, and its count
+// of rows and its error reach the Count when it is sent: with the next
+// statement, or with the COMMIT; a rollback leaves the Count unsent.
+func TestCountedStatement(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO h VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	insert := `INSERT INTO h VALUES ($1) ON CONFLICT DO NOTHING`
+
+	// Sent with the next statement: one row, then none for an existing one.
+	for _, tc := range []struct {
+		id   int
+		rows int64
+	}{{2, 1}, {1, 0}} {
+		var n hold.Count
+		tx := begin(t, db)
+		res, err := tx.ExecContext(hold.Counted(ctx, "insert", &n), insert, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := res.RowsAffected(); !errors.Is(err, hold.ErrHeld) {
+			t.Errorf("RowsAffected of a counted statement = %v, want hold.ErrHeld", err)
+		}
+		if n.Sent {
+			t.Errorf("row %d: the Count says sent before any other statement", tc.id)
+		}
+		if _, err := tx.ExecContext(ctx, `SELECT $1::integer`, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n != (hold.Count{Sent: true, Rows: tc.rows}) {
+			t.Errorf("row %d after the next statement: %+v, want sent with %d rows", tc.id, n, tc.rows)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Sent with the COMMIT.
+	var n hold.Count
+	tx := begin(t, db)
+	if _, err := tx.ExecContext(hold.Counted(ctx, "insert", &n), insert, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if n != (hold.Count{Sent: true, Rows: 1}) || count(t, db, `id = 3`) != 1 {
+		t.Errorf("with the COMMIT: %+v, %d rows 3; want sent with 1 row, and row 3 written", n, count(t, db, `id = 3`))
+	}
+
+	// A rollback: never sent.
+	n = hold.Count{}
+	tx = begin(t, db)
+	if _, err := tx.ExecContext(hold.Counted(ctx, "insert", &n), insert, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if n.Sent || count(t, db, `id = 4`) != 0 {
+		t.Errorf("rolled back: %+v, %d rows 4; want unsent and none", n, count(t, db, `id = 4`))
+	}
+
+	// An error: the Count has it unnamed, the next statement named.
+	n = hold.Count{}
+	tx = begin(t, db)
+	if _, err := tx.ExecContext(hold.Counted(ctx, "row one again", &n), `INSERT INTO h VALUES ($1)`, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tx.ExecContext(ctx, `SELECT $1::integer`, 0)
+	var pg *pgconn.PgError
+	if !n.Sent || !errors.As(n.Err, &pg) || pg.Code != "23505" || strings.HasPrefix(n.Err.Error(), "row one again") {
+		t.Errorf("failed: Count %+v, want sent with the unnamed 23505", n)
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "row one again: ") {
+		t.Errorf("the statement after it = %v, want the 23505 named \"row one again\"", err)
+	}
+	_ = tx.Rollback()
+}

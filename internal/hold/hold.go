@@ -15,28 +15,68 @@
 //     same transaction reaches the server, so no statement of the
 //     transaction can tell that one was held; a rollback drops them.
 //
+// Counted is Until for a caller that needs the statement's count of rows
+// (inbox's first delivery, whose INSERT tells a new event from a
+// duplicate): the driver that holds it stores what it met in the Count
+// when it sends it, and the statement's Result says ErrHeld until then.
+//
 // A driver that does not hold ignores the mark and runs the statement at
-// once, as it runs every other. Ahead is asked for (sql.Conn.Raw and a
+// once, as it runs every other (its Result then counts the rows, and the
+// Count stays unsent). Ahead is asked for (sql.Conn.Raw and a
 // type assertion); a caller whose driver connection does not implement it
 // runs its statements one by one.
 package hold
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 type key struct{}
+
+// mark is a context's mark: the statement's name, and where its count
+// goes (nil for Until).
+type mark struct {
+	what string
+	n    *Count
+}
 
 // Until returns ctx marked: the statement run with it may be held until
 // the transaction's next statement or its commit. what names it in the
 // error it meets ("outbox: add message 42 to letters").
 func Until(ctx context.Context, what string) context.Context {
-	return context.WithValue(ctx, key{}, what)
+	return context.WithValue(ctx, key{}, mark{what: what})
 }
 
-// Marked reports whether ctx is marked by Until, and its name.
-func Marked(ctx context.Context) (what string, ok bool) {
-	what, ok = ctx.Value(key{}).(string)
-	return what, ok
+// Count is what a held statement marked by Counted met when the driver
+// sent it: with the transaction's next statement or with its COMMIT.
+// Unsent after a rollback, and with a driver that does not hold.
+type Count struct {
+	// Sent: the statement reached the server; Rows and Err are its.
+	Sent bool
+	// Rows is its count of rows, when Err is nil.
+	Rows int64
+	// Err is its error, unnamed (the statement that carried it returned
+	// it named).
+	Err error
 }
+
+// Counted returns ctx marked as Until marks it, and the held statement's
+// count of rows and error are stored in n when it is sent.
+func Counted(ctx context.Context, what string, n *Count) context.Context {
+	return context.WithValue(ctx, key{}, mark{what: what, n: n})
+}
+
+// Marked reports whether ctx is marked by Until or Counted, its name, and
+// where its count goes (nil for Until).
+func Marked(ctx context.Context) (what string, n *Count, ok bool) {
+	m, ok := ctx.Value(key{}).(mark)
+	return m.what, m.n, ok
+}
+
+// ErrHeld is wrapped by the error of a held statement's RowsAffected and
+// LastInsertId: it has not run yet.
+var ErrHeld = errors.New("held for the transaction's next statement or its commit")
 
 // Stmt is one statement with its arguments, in the driver's placeholders.
 type Stmt struct {
