@@ -44,6 +44,9 @@ func (c *Consumer) process(ctx context.Context, entry inbox.Entry, m inboxkit.Me
 func (c *Consumer) try(ctx context.Context, entry inbox.Entry, m inboxkit.Message) (inbox.Result, error) {
 	ctx, cancel := c.cfg.bounded(ctx)
 	defer cancel()
+	if c.cfg.EffectsInTx {
+		return c.store.ProcessInTx(ctx, entry, c.handler(ctx, m))
+	}
 	return c.store.Process(ctx, entry, c.handler(ctx, m))
 }
 

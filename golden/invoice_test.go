@@ -48,6 +48,16 @@ func TestInvoiceGoldenBatch16EffectsInTx(t *testing.T) {
 	goldentest.Run(t, corpus, effectsInTx(invoicegolden.Refactored(nil)), golden.Label(invoicegolden.LabelRefactored), golden.BatchSize(16))
 }
 
+// TestInvoiceGoldenEffectsInTx plays every case through the refactored
+// consumer one delivery at a time with its handler declared
+// consumer.Config.EffectsInTx, as inboxctl run declares it: a first
+// delivery goes through inbox.Store.ProcessInTx (its INSERT with the
+// handler's first statement), to the same approved transcripts. On
+// PostgreSQL, where inboxkit-pgx holds that INSERT.
+func TestInvoiceGoldenEffectsInTx(t *testing.T) {
+	goldentest.Run(t, corpus, effectsInTx(invoicegolden.Refactored(nil)), golden.Label(invoicegolden.LabelRefactored), golden.Backends(golden.Postgres))
+}
+
 // effectsInTx is f with consumer.Config.EffectsInTx declared.
 func effectsInTx(f golden.Factory) golden.Factory {
 	return func(env *golden.Env) (golden.Subject, error) {

@@ -97,7 +97,10 @@
 // handlers all say so runs them without a savepoint each and commits when
 // every one succeeded; when one does not, the transaction is rolled back
 // whole and the batch runs again with savepoints, so its results and rows
-// are those above. The store never guesses it.
+// are those above. The store never guesses it. For one delivery the
+// declaration is [Store.ProcessInTx]: a first delivery's INSERT may then
+// wait for the handler's first statement (one round trip fewer through
+// driver/postgres's DriverName), and a duplicate's handler is rolled back.
 //
 // # One engine
 //

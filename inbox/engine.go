@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/internal/hold"
 )
 
 // The engine is the one code that marks, runs and records deliveries, in
@@ -69,6 +70,11 @@ type job struct {
 	// claimed: the business transaction began with the claim of the
 	// marker's row (runAhead).
 	claimed bool
+	// held: a first delivery's INSERT was held by the driver for the
+	// handler's first statement (insertFirst); count is what it met once
+	// sent (heldRow).
+	held  bool
+	count hold.Count
 	// started is the attempt that runs: ATTEMPTS after the marker or the
 	// claim (1 for a first delivery).
 	started int
@@ -341,7 +347,13 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bo
 		if err := s.runOne(ctx, tx, j, nil, true); err != nil || tx.ended {
 			return err
 		}
-		if err := tx.commit(); err != nil {
+		err := tx.commit()
+		if j.held {
+			if herr := heldCommitted(j); herr != nil {
+				return herr
+			}
+		}
+		if err != nil {
 			if j.claim != nil {
 				j.done(Result{}, fmt.Errorf("inbox: process: commit: %w", err))
 				return nil
@@ -410,6 +422,11 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	j.herr = j.h(j.ctx, tx.Tx)
 	j.state = jobRan
 	j.v = decide(facts{Ran: true, Decision: s.classify(j.herr), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
+	if j.held {
+		if err := s.heldRow(ctx, tx, j); err != nil {
+			return err
+		}
+	}
 	switch {
 	case j.v.Row == inboxkit.StatusProcessed && j.claim != nil:
 		// On PostgreSQL this UPDATE also fails when the handler returned

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/internal/hold"
 )
 
 // The first-delivery path.
@@ -29,6 +30,19 @@ import (
 // When the row exists already (a duplicate, a resend of an event that
 // failed before), the INSERT does not insert and the delivery takes the
 // marked path, which tells a duplicate from a retry.
+//
+// A first delivery alone whose handler declared its effects all in the
+// transaction (ProcessInTx, BatchItem.EffectsInTx) has its INSERT marked
+// for the driver to hold (hold.Counted): a driver that holds it
+// (driver/postgres's DriverName) sends it in one round trip with the
+// handler's first statement, or with the COMMIT when the handler sent
+// none. The handler then runs before the INSERT has told a new event
+// from a duplicate; heldRow and heldCommitted make the outcome the one
+// above: a duplicate's handler is rolled back (or committed nothing) and
+// the delivery takes the marked path; an INSERT that failed is the
+// error it would have been sent alone. Which is why it needs the
+// declaration: a handler with effects outside the transaction would have
+// had them for a duplicate.
 
 // firstOnly reports whether the jobs to start are first deliveries only
 // and can run without markers: alone, or where the dialect inserts many
@@ -82,7 +96,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	defer tx.rollback()
 	now := s.now()
 	if alone {
-		inserted, err := s.insertFirst(ctx, tx, jobs[0].e, now)
+		inserted, err := s.insertFirst(ctx, tx, jobs[0], now)
 		if err != nil || !inserted {
 			return false, err
 		}
@@ -109,6 +123,9 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	}
 	plain := mayPlain && plainBatch(jobs, alone)
 	if err := s.runTx(ctx, tx, jobs, alone, plain); err != nil {
+		if errors.Is(err, errNotInserted) {
+			return false, nil
+		}
 		if plain && errors.Is(err, errPlainFailed) {
 			return true, err
 		}
@@ -118,12 +135,20 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	return true, nil
 }
 
-// insertFirst inserts e's row as PROCESSED at attempt 1 in tx, and reports
+// insertFirst inserts j's row as PROCESSED at attempt 1 in tx, and reports
 // false when the event has a row already: the marked path then tells a
 // duplicate from a retry. It does not read the row it found (why:
-// docs/decisions.md, 2026-12-01, 897690b).
-func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time) (bool, error) {
-	r, err := s.q.insertFirst.exec(ctx, tx, e.row(arg{"now", s.t(now)}))
+// docs/decisions.md, 2026-12-01, 897690b). Where j's handler declared its
+// effects in the transaction and the dialect's INSERT skips an existing
+// row, the driver may hold the INSERT: it reports true, j.held is set,
+// and heldRow and heldCommitted decide once it is sent.
+func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time) (bool, error) {
+	ictx := ctx
+	if j.effectsInTx && s.d.doNothing != "" {
+		j.count = hold.Count{}
+		ictx = hold.Counted(ctx, "inbox: insert event", &j.count)
+	}
+	r, err := s.q.insertFirst.exec(ictx, tx, j.e.row(arg{"now", s.t(now)}))
 	if err != nil {
 		if s.d.IsDuplicate(err) {
 			return false, nil
@@ -131,7 +156,73 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, e Entry, now time.Time
 		return false, fmt.Errorf("inbox: insert event: %w", err)
 	}
 	n, err := r.RowsAffected()
+	if errors.Is(err, hold.ErrHeld) {
+		j.held = true
+		return true, nil
+	}
 	return err == nil && n == 1, nil
+}
+
+// errNotInserted: a held INSERT (insertFirst) found the event's row. The
+// business transaction was rolled back, or committed nothing, and the job
+// is new again: it takes the marked path.
+var errNotInserted = errors.New("inbox: the first delivery's row exists")
+
+// heldRow decides, once j's handler returned, what j's held INSERT says
+// where it was sent: its error is the delivery's error (nothing ran, as
+// when it fails alone), no row inserted is errNotInserted; both with the
+// transaction rolled back. Not sent (the handler sent nothing): a handler
+// that succeeded leaves it to the COMMIT (heldCommitted), one that did not
+// has it sent now, so that its failure is not recorded for an event whose
+// row exists.
+func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
+	if !j.count.Sent {
+		if j.v.Row == inboxkit.StatusProcessed {
+			return nil
+		}
+		if _, err := s.q.heldProbe.exec(ctx, tx, j.e.key()); err != nil && !j.count.Sent {
+			tx.rollback()
+			j.unstart()
+			return fmt.Errorf("inbox: insert event: %w", err)
+		}
+	}
+	switch {
+	case j.count.Err != nil:
+		tx.rollback()
+		err := j.count.Err
+		j.unstart()
+		return fmt.Errorf("inbox: insert event: %w", err)
+	case j.count.Rows != 1:
+		tx.rollback()
+		j.unstart()
+		return errNotInserted
+	}
+	return nil
+}
+
+// heldCommitted decides after the commit of a job whose held INSERT went
+// with the COMMIT (its handler sent nothing): no row inserted means the
+// transaction committed nothing (errNotInserted); an error of the INSERT
+// is the delivery's error.
+func heldCommitted(j *job) error {
+	switch {
+	case !j.count.Sent:
+		return nil // the commit failed before sending it: the commit's error
+	case j.count.Err != nil:
+		err := j.count.Err
+		j.unstart()
+		return fmt.Errorf("inbox: insert event: %w", err)
+	case j.count.Rows != 1:
+		j.unstart()
+		return errNotInserted
+	}
+	return nil
+}
+
+// unstart makes a first delivery whose held INSERT did not insert new
+// again, as if its business transaction had never run.
+func (j *job) unstart() {
+	j.state, j.first, j.started, j.v, j.herr, j.held = jobNew, false, 0, verdict{}, nil, false
 }
 
 // duplicatesOf reads, in one statement, the rows the batch's INSERT found

@@ -19,8 +19,11 @@ type queries struct {
 	// insertFirst, insertRejected: the rows a first delivery writes
 	// without a marker (first.go); insertFirstRows is insertFirst's
 	// multi-row prefix, "" where the dialect has no multi-row INSERT.
-	insertFirst     stmt
-	insertRejected  stmt
+	insertFirst    stmt
+	insertRejected stmt
+	// heldProbe sends a held insertFirst (heldRow): any statement with an
+	// argument goes in one round trip with it.
+	heldProbe       stmt
 	unprocess       stmt
 	insertFirstRows string
 	forgetAttempt   stmt
@@ -107,6 +110,7 @@ func buildQueries(d Dialect, table string) queries {
 		markUpsert:      markUpsert,
 		insertAttempt:   n(fmt.Sprintf(insertAttempt, sqlString(table))),
 		insertFirst:     n(insertFirstRows + firstRow + d.doNothing),
+		heldProbe:       n(`SELECT CAST(@event AS CHAR(120))`),
 		insertFirstRows: firstRows,
 		// A first delivery's PROCESSED row (ProcessBatch) made the marker
 		// it skipped, after its handler did not succeed.

@@ -27,8 +27,9 @@ import (
 	// that a program importing only the driver detects duplicates and
 	// classifies errors (driver/driver_test.go does the same for pgx's
 	// plain "pgx"). PostgreSQL through inboxkit's driver (BEGIN with the
-	// first statement, an outbox write with the commit, an attempt marker
-	// with the claim after it), so that every test runs on what inboxctl
+	// first statement, an outbox write with the commit, a first delivery's
+	// INSERT with its handler's first statement, an attempt marker with
+	// the claim after it), so that every test runs on what inboxctl
 	// runs. MySQL needs inboxkit's driver package (its errors have no
 	// method to read them by).
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"

@@ -1,0 +1,146 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // pgx's plain "pgx", beside dbtest's inboxkit-pgx
+
+	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/classify"
+	"github.com/inboxkit/inboxkit/inbox"
+	"github.com/inboxkit/inboxkit/internal/dbtest"
+)
+
+// ProcessInTx's first delivery through inboxkit-pgx sends its INSERT with
+// the handler's first statement; through pgx's plain driver before the
+// handler, as Process does. Both end alike: a new event is PROCESSED or
+// REJECTED at attempt 1, a duplicate's handler leaves nothing (whether it
+// wrote, wrote nothing, or failed), a resend of a failed event is a retry
+// at attempt 2, and an INSERT the database refuses is Process's error
+// with nothing written. Only inboxkit-pgx lets the handler see that
+// error: the one behaviour that tells the INSERT was held.
+func TestProcessInTxHeldInsert(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	for _, tc := range []struct {
+		driver, table string
+		held          bool
+	}{{db.Driver, "HELD_A", true}, {"pgx", "HELD_B", false}} {
+		t.Run(tc.driver, func(t *testing.T) {
+			pool, err := sql.Open(tc.driver, db.DSN)
+			dbtest.Must(t, err, "open")
+			t.Cleanup(func() { pool.Close() })
+			pool.SetMaxOpenConns(1)
+			s, err := inbox.New(pool, inbox.Postgres, inbox.Config{Table: tc.table, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
+			dbtest.Must(t, err, "store")
+			ctx := context.Background()
+			dbtest.Must(t, s.Migrate(ctx), "migrate")
+			letters := tc.table + "_LETTERS"
+			_, err = db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
+			dbtest.Must(t, err, "letters")
+			// A trigger refuses the inbox row of event H-BOOM.
+			_, err = db.Exec(`CREATE FUNCTION ` + tc.table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+				BEGIN IF NEW.EVENT_ID = 'H-BOOM' THEN RAISE EXCEPTION 'no row for H-BOOM'; END IF; RETURN NEW; END $$;
+				CREATE TRIGGER boom BEFORE INSERT ON ` + tc.table + ` FOR EACH ROW EXECUTE FUNCTION ` + tc.table + `_boom()`)
+			dbtest.Must(t, err, "trigger")
+			lettersOf := func(id string) int {
+				t.Helper()
+				var n int
+				dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters+` WHERE event_id = $1`, id).Scan(&n), "count letters")
+				return n
+			}
+			runs := 0
+			letter := func(ctx context.Context, tx *sql.Tx, id string) error {
+				runs++
+				_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, id)
+				return err
+			}
+			process := func(id string, h inbox.Handler) (inbox.Result, error) {
+				t.Helper()
+				runs = 0
+				return s.ProcessInTx(ctx, first(id), h)
+			}
+			writes := func(id string) inbox.Handler {
+				return func(ctx context.Context, tx *sql.Tx) error { return letter(ctx, tx, id) }
+			}
+
+			res, err := process("H-1", writes("H-1"))
+			dbtest.Must(t, err, "new event")
+			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
+				t.Fatalf("new event: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
+			}
+
+			// Duplicates: the handler writes, writes nothing, or fails.
+			for name, h := range map[string]inbox.Handler{
+				"writes":  writes("H-1"),
+				"nothing": func(context.Context, *sql.Tx) error { runs++; return nil },
+				"fails":   func(context.Context, *sql.Tx) error { runs++; return errors.New("connection reset by peer") },
+			} {
+				res, err := process("H-1", h)
+				dbtest.Must(t, err, "duplicate whose handler %s", name)
+				if res.Outcome != inboxkit.OutcomeDuplicate || res.Status != inboxkit.StatusProcessed {
+					t.Errorf("duplicate whose handler %s: %+v, want a duplicate of a PROCESSED row", name, res)
+				}
+				if want := map[bool]int{true: 1, false: 0}[tc.held]; runs != want {
+					t.Errorf("duplicate whose handler %s: the handler ran %d times, want %d", name, runs, want)
+				}
+			}
+			if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
+				t.Errorf("after the duplicates: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
+			}
+
+			// A rejection of a new event, then its resend after a technical
+			// failure: a retry at attempt 2.
+			res, err = process("H-2", func(ctx context.Context, tx *sql.Tx) error {
+				if err := letter(ctx, tx, "H-2"); err != nil {
+					return err
+				}
+				return classify.Reject("NO_CUSTOMER", errors.New("customer unknown"))
+			})
+			dbtest.Must(t, err, "rejection")
+			wantOutcome(t, res, inboxkit.OutcomeRejected, inboxkit.StatusRejected)
+			if r := get(t, s, "H-2"); r.Attempts != 1 || lettersOf("H-2") != 0 {
+				t.Errorf("rejection: %d attempts, %d letters; want 1 and 0", r.Attempts, lettersOf("H-2"))
+			}
+			res, err = process("H-3", func(context.Context, *sql.Tx) error { return errors.New("connection reset by peer") })
+			dbtest.Must(t, err, "technical failure")
+			wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+			res, err = process("H-3", writes("H-3"))
+			dbtest.Must(t, err, "resend")
+			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			if r := get(t, s, "H-3"); r.Attempts != 2 || lettersOf("H-3") != 1 {
+				t.Errorf("resend after a failure: %d attempts, %d letters; want 2 and 1", r.Attempts, lettersOf("H-3"))
+			}
+
+			// An INSERT the database refuses, whether the handler returns
+			// the error of its statement or not.
+			for _, swallow := range []bool{false, true} {
+				var seen error
+				_, err = process("H-BOOM", func(ctx context.Context, tx *sql.Tx) error {
+					seen = letter(ctx, tx, "H-BOOM")
+					if swallow {
+						return nil
+					}
+					return seen
+				})
+				if err == nil || !strings.Contains(err.Error(), "no row for H-BOOM") {
+					t.Errorf("refused INSERT (handler swallows: %v): Process = %v, want the trigger's error", swallow, err)
+				}
+				if tc.held && (seen == nil || !strings.Contains(seen.Error(), "inbox: insert event")) {
+					t.Errorf("refused INSERT: the handler's statement returned %v, want the held INSERT's error", seen)
+				}
+				if !tc.held && runs != 0 {
+					t.Errorf("refused INSERT through pgx: the handler ran")
+				}
+				if _, err := s.Get(ctx, "H-BOOM", consumerName); !errors.Is(err, inbox.ErrNotFound) || lettersOf("H-BOOM") != 0 {
+					t.Errorf("refused INSERT: Get = %v, %d letters; want no row and none", err, lettersOf("H-BOOM"))
+				}
+			}
+		})
+	}
+}
