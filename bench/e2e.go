@@ -29,7 +29,8 @@ type e2eRun struct {
 	Schema   *schema
 	Handlers int
 	Batch    int // inboxkit batch size; 0 or 1: single-message mode
-	// EffectsInTx: consumer.Config.EffectsInTx (batches without savepoints).
+	// EffectsInTx: consumer.Config.EffectsInTx (batches without savepoints,
+	// a single delivery through Store.ProcessInTx).
 	EffectsInTx bool
 	Mode        consumer.Mode
 	Distinct    int // events; store-then-process is done when its workers processed them all
@@ -147,8 +148,9 @@ func runInboxkit(ctx context.Context, r e2eRun) (*tally, time.Duration, error) {
 			}
 		}),
 	}
+	cfg.EffectsInTx = r.EffectsInTx
 	if r.Batch > 1 {
-		cfg.BatchSize, cfg.EffectsInTx = r.Batch, r.EffectsInTx
+		cfg.BatchSize = r.Batch
 	}
 	c, err := consumer.New(cfg)
 	if err != nil {

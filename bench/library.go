@@ -158,19 +158,29 @@ func letterIn(insert, id string) inbox.Handler {
 // processNew is Store.Process of a new message writing one letter, as a
 // delivery the broker does not vouch is its first (the attempt marker is
 // committed before the handler).
-func processNew(s *inbox.Store) op { return processNewAs(s, insertLetter, false) }
+func processNew(s *inbox.Store) op { return processNewAs(s, insertLetter, false, false) }
 
 // processFirst is processNew for a broker's first delivery
 // (Entry.FirstDelivery, as the consumer runtime sets it from the adapters):
 // no marker.
-func processFirst(s *inbox.Store) op { return processNewAs(s, insertLetter, true) }
+func processFirst(s *inbox.Store) op { return processNewAs(s, insertLetter, true, false) }
+
+// processWith is Store.Process, or Store.ProcessInTx where inTx (the
+// handler's effects declared in the transaction).
+func processWith(s *inbox.Store, inTx bool) func(context.Context, inbox.Entry, inbox.Handler) (inbox.Result, error) {
+	if inTx {
+		return s.ProcessInTx
+	}
+	return s.Process
+}
 
 // processNewAs is processNew (first false) or processFirst writing the
-// letter with insert.
-func processNewAs(s *inbox.Store, insert string, first bool) op {
+// letter with insert; inTx: through Store.ProcessInTx.
+func processNewAs(s *inbox.Store, insert string, first, inTx bool) op {
+	process := processWith(s, inTx)
 	return func(ctx context.Context, _ int) error {
 		id := newID()
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
+		res, err := process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
 		if err != nil {
 			return err
 		}
@@ -183,11 +193,13 @@ func processNewAs(s *inbox.Store, insert string, first bool) op {
 
 // processDuplicate is Store.Process of a resend of a processed event: a
 // producer's resend is a new broker message, so a first delivery; first
-// false is a delivery no broker vouched for (IBM MQ's), the marked path.
-func processDuplicate(s *inbox.Store, insert string, ids []string, first bool) op {
+// false is a delivery no broker vouched for (IBM MQ's), the marked path;
+// inTx: through Store.ProcessInTx.
+func processDuplicate(s *inbox.Store, insert string, ids []string, first, inTx bool) op {
+	process := processWith(s, inTx)
 	return func(ctx context.Context, _ int) error {
 		id := ids[mrand.IntN(len(ids))]
-		res, err := s.Process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
+		res, err := process(ctx, inbox.Entry{EventID: id, ConsumerName: "bench", CorrelationID: "corr", PayloadHash: id, FirstDelivery: first}, letterIn(insert, id))
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,8 @@
 //	         (round(n*dup) producer resends) loaded for each consumer in turn,
 //	         one shipping_letters row per distinct event: a raw database/sql
 //	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
-//	         inboxkit single-message, inboxkit store-then-process (done
+//	         inboxkit single-message (and "single in tx": Config.EffectsInTx,
+//	         the first INSERT with the letter), inboxkit store-then-process (done
 //	         when every event is processed), inboxkit batch
 //	         (consumer.Config.BatchSize = -batch; 0 leaves the rows out) with
 //	         savepoints and "in tx" (Config.EffectsInTx: none), and a
@@ -309,6 +310,7 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 	contenders = append(contenders,
 		e2eContender{name: "raw database/sql", run: runRaw},
 		e2eContender{name: "inboxkit single", run: runInboxkit},
+		e2eContender{name: "inboxkit single in tx", effectsInTx: true, run: runInboxkit},
 		e2eContender{name: "inboxkit store-then-process", mode: consumer.ModeStoreThenProcess, run: runInboxkit},
 	)
 	if o.batch > 1 {
