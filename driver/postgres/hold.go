@@ -15,19 +15,21 @@ import (
 )
 
 // DriverName is the database/sql driver this package registers beside
-// pgx's "pgx": pgx's own driver, with three differences that save round
+// pgx's "pgx": pgx's own driver, with four differences that save round
 // trips and change no result. A transaction's BEGIN is sent in one pipeline
 // with its first statement (a transaction that runs none costs nothing).
 // A statement its caller marked as one that may wait (outbox.Store.Add's
-// INSERT) is held back in the transaction and sent in one pipeline with
-// the transaction's next statement or with its COMMIT, so that the write
-// costs no round trip of its own (the inbox's first delivery's INSERT, for
-// a handler declared inbox.Store.ProcessInTx, is held so and learns its
-// count of rows when it is sent). Its connections are internal/hold's
-// Ahead: the inbox sends a delivery's attempt marker, committed on its own,
-// and the BEGIN and claim of the business transaction after it in one
-// pipeline. Every statement is otherwise pgx's, sent as pgx sends it. The
-// DSN is pgx's.
+// INSERT; the inbox's first delivery's INSERT for a handler declared with
+// inbox.Store.ProcessInTx, which learns its count of rows when it is sent)
+// is held back in the transaction and sent in one pipeline with the
+// transaction's next statement or with its COMMIT, so that the write costs
+// no round trip of its own. Its connections are internal/hold's Ahead: the
+// inbox sends a delivery's attempt marker, committed on its own, and the
+// BEGIN and claim of the business transaction after it in one pipeline.
+// And a statement marked hold.RollbackFirst (the inbox's marker, where a
+// first delivery's INSERT found the event's row) goes in one pipeline with
+// the ROLLBACK of its transaction. Every statement is otherwise pgx's, sent
+// as pgx sends it. The DSN is pgx's.
 //
 // What a caller of BeginTx sees: an error of the BEGIN itself (a
 // connection lost while idle) comes from the first statement instead.
@@ -104,6 +106,9 @@ type conn struct {
 	open  bool
 	begin string
 	held  []heldStmt
+	// over: a statement marked hold.RollbackFirst ended the transaction
+	// database/sql still holds (inTx false): its Rollback sends nothing.
+	over bool
 }
 
 type heldStmt struct {
@@ -130,7 +135,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		}
 		begin = "" // sent
 	}
-	c.inTx, c.open, c.begin, c.held = true, false, begin, c.held[:0]
+	c.inTx, c.open, c.over, c.begin, c.held = true, false, false, begin, c.held[:0]
 	return &tx{c: c, ctx: ctx}, nil
 }
 
@@ -196,6 +201,56 @@ func (c *conn) BeginAfter(ctx context.Context, first hold.Stmt, dest []any, then
 	return false, 0, err
 }
 
+// rollbackFirst is hold.RollbackFirst's: the transaction's ROLLBACK (none
+// when its BEGIN was never sent; held statements are dropped) and the
+// statement in one pgx pipeline; a failed transaction's ROLLBACK alone
+// first. After the ROLLBACK the statement runs in the pipeline's implicit
+// transaction, committed at its end.
+func (c *conn) rollbackFirst(ctx context.Context, r *hold.Rolled, query string, args []any) (driver.Result, error) {
+	begun := c.begin == ""
+	c.inTx, c.over, c.begin, c.held = false, true, "", c.held[:0]
+	r.Done, r.Found = true, false
+	pg := c.Conn.Conn()
+	if begun && pg.PgConn().TxStatus() == 'E' {
+		// A failed transaction refuses the Parse pgx sends, in a round
+		// trip of its own before the pipeline, for a statement it has not
+		// prepared on this connection yet: roll back first.
+		if _, err := pg.Exec(ctx, "rollback"); err != nil {
+			_ = pg.Close(ctx) // in an undefined state
+			return nil, err
+		}
+		begun = false
+	}
+	b := &pgx.Batch{}
+	if begun {
+		b.Queue("rollback")
+	}
+	b.Queue(query, args...)
+	br := pg.SendBatch(ctx, b)
+	var err error
+	if begun {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		r.Found = true
+		if err = br.QueryRow().Scan(r.Dest...); errors.Is(err, pgx.ErrNoRows) {
+			r.Found, err = false, nil
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && pg.PgConn().TxStatus() != 'I' {
+		if _, rerr := pg.Exec(ctx, "rollback"); rerr != nil {
+			_ = pg.Close(ctx) // in an undefined state
+		}
+	}
+	return driver.RowsAffected(0), err
+}
+
+// errOver is the error of Commit after hold.RollbackFirst.
+var errOver = errors.New("postgres: a statement marked hold.RollbackFirst rolled this transaction back")
+
 // beginSQL is the BEGIN statement for opts, as pgx's driver writes it.
 func beginSQL(opts driver.TxOptions) (string, error) {
 	begin := "begin"
@@ -223,6 +278,9 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, errOpen
 	}
 	if c.inTx {
+		if r, ok := hold.RollbackMarked(ctx); ok {
+			return c.rollbackFirst(ctx, r, query, values(args))
+		}
 		if what, n, ok := hold.Marked(ctx); ok {
 			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args), n: n})
 			return heldResult(what), nil
@@ -362,6 +420,10 @@ type tx struct {
 
 func (t *tx) Commit() error {
 	c := t.c
+	if c.over {
+		c.over = false
+		return errOver
+	}
 	c.inTx = false
 	if c.begin != "" && len(c.held) == 0 {
 		c.begin = ""
@@ -396,6 +458,10 @@ func (t *tx) Commit() error {
 
 func (t *tx) Rollback() error {
 	c := t.c
+	if c.over {
+		c.over = false
+		return nil // rolled back by rollbackFirst
+	}
 	begun := c.begin == ""
 	c.inTx, c.begin, c.held = false, "", c.held[:0]
 	if !begun {

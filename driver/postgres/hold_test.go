@@ -331,3 +331,57 @@ func TestCountedStatement(t *testing.T) {
 	}
 	_ = tx.Rollback()
 }
+
+// A statement marked hold.RollbackFirst goes with the transaction's
+// ROLLBACK: the transaction's writes are gone, the statement's own is
+// committed, its row scanned; the transaction's Rollback then sends
+// nothing, and a Commit fails.
+func TestRollbackFirst(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		tx := begin(t, db)
+		if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 5); err != nil {
+			t.Fatal(err)
+		}
+		var id int
+		r := hold.Rolled{Dest: []any{&id}}
+		if _, err := tx.ExecContext(hold.RollbackFirst(ctx, &r), `INSERT INTO h VALUES ($1) ON CONFLICT DO NOTHING RETURNING id`, 6); err != nil {
+			t.Fatal(err)
+		}
+		want := !commit // the second time row 6 exists: no row returned
+		if !r.Done || r.Found != want || (want && id != 6) {
+			t.Errorf("Rolled %+v, id %d; want done, found %v (6)", r, id, want)
+		}
+		if commit {
+			if err := tx.Commit(); err == nil {
+				t.Error("Commit after RollbackFirst succeeded, want an error")
+			}
+		} else if err := tx.Rollback(); err != nil {
+			t.Errorf("Rollback after RollbackFirst: %v", err)
+		}
+		if n5, n6 := count(t, db, `id = 5`), count(t, db, `id = 6`); n5 != 0 || n6 != 1 {
+			t.Errorf("rows 5 and 6: %d and %d, want 0 (rolled back) and 1 (committed)", n5, n6)
+		}
+	}
+	// A failed transaction, and a statement not prepared on the
+	// connection before.
+	tx := begin(t, db)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 6); err == nil {
+		t.Fatal("a duplicate row 6 was inserted")
+	}
+	var id int
+	r := hold.Rolled{Dest: []any{&id}}
+	if _, err := tx.ExecContext(hold.RollbackFirst(ctx, &r), `INSERT INTO h (id) VALUES ($1) RETURNING id`, 8); err != nil || !r.Found || id != 8 {
+		t.Errorf("after a failed statement: %v, Rolled %+v, id %d; want row 8", err, r, id)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Errorf("Rollback after RollbackFirst: %v", err)
+	}
+	// The connection is idle and usable (a pool of one).
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`INSERT INTO h VALUES (7)`); err != nil {
+		t.Fatal(err)
+	}
+}

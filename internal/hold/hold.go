@@ -2,7 +2,9 @@
 // saves them round trips: a statement held back and sent with the
 // transaction's next statement or its COMMIT (Until), and a statement
 // committed on its own and sent in one round trip with the BEGIN and the
-// first statement of the transaction after it (Ahead).
+// first statement of the transaction after it (Ahead), and one sent in
+// one round trip with the ROLLBACK of the transaction before it
+// (RollbackFirst).
 //
 // Until's contract:
 //   - the caller (outbox.Store.Add) marks the context of one ExecContext
@@ -77,6 +79,37 @@ func Marked(ctx context.Context) (what string, n *Count, ok bool) {
 // ErrHeld is wrapped by the error of a held statement's RowsAffected and
 // LastInsertId: it has not run yet.
 var ErrHeld = errors.New("held for the transaction's next statement or its commit")
+
+// Rolled is what a driver did with a statement marked by RollbackFirst.
+type Rolled struct {
+	// Done: the driver rolled the transaction back and ran the statement
+	// after it, on its own, in the same round trip. False: it does not
+	// (the mark was ignored): the statement ran in the transaction as any
+	// other, and Dest and Found are untouched.
+	Done bool
+	// Dest receives the statement's row, if it returned one (Found).
+	Dest  []any
+	Found bool
+}
+
+type rollbackKey struct{}
+
+// RollbackFirst returns ctx marked for the ExecContext of a statement
+// through a *sql.Tx that returns at most one row: a driver that does
+// (driver/postgres's "inboxkit-pgx") sends the transaction's ROLLBACK and
+// the statement in one round trip, the statement outside the
+// transaction, committed on its own, and scans its row into r.Dest. The
+// transaction is then over on the server: the caller's next call on the
+// *sql.Tx is its Rollback, which sends nothing.
+func RollbackFirst(ctx context.Context, r *Rolled) context.Context {
+	return context.WithValue(ctx, rollbackKey{}, r)
+}
+
+// RollbackMarked returns the Rolled of a ctx marked by RollbackFirst.
+func RollbackMarked(ctx context.Context) (*Rolled, bool) {
+	r, ok := ctx.Value(rollbackKey{}).(*Rolled)
+	return r, ok
+}
 
 // Stmt is one statement with its arguments, in the driver's placeholders.
 type Stmt struct {
