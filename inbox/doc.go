@@ -113,7 +113,9 @@
 // its marker, committed on its own, and the BEGIN and claim of its
 // business transaction in one round trip; a marker that does not count
 // (a duplicate, an exhausted row) then costs a second one, the rollback of
-// that claim.
+// that claim. A first delivery whose INSERT found the event's row (a
+// producer's resend) sends its transaction's rollback and the marker in
+// one round trip.
 //
 // # Dead letters and rejections
 //

@@ -29,7 +29,9 @@ import (
 //
 // When the row exists already (a duplicate, a resend of an event that
 // failed before), the INSERT does not insert and the delivery takes the
-// marked path, which tells a duplicate from a retry.
+// marked path, which tells a duplicate from a retry; where the driver can
+// (hold.RollbackFirst), its marker goes in one round trip with the
+// transaction's rollback (markAfterRollback).
 //
 // A first delivery alone whose handler declared its effects all in the
 // transaction (ProcessInTx, BatchItem.EffectsInTx) has its INSERT marked
@@ -97,6 +99,9 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	now := s.now()
 	if alone {
 		inserted, err := s.insertFirst(ctx, tx, jobs[0], now)
+		if err == nil && !inserted {
+			err = s.markAfterRollback(ctx, tx, jobs[0])
+		}
 		if err != nil || !inserted {
 			return false, err
 		}
@@ -193,8 +198,10 @@ func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
 		j.unstart()
 		return fmt.Errorf("inbox: insert event: %w", err)
 	case j.count.Rows != 1:
-		tx.rollback()
 		j.unstart()
+		if err := s.markAfterRollback(ctx, tx, j); err != nil {
+			return err
+		}
 		return errNotInserted
 	}
 	return nil
@@ -216,6 +223,47 @@ func heldCommitted(j *job) error {
 		j.unstart()
 		return errNotInserted
 	}
+	return nil
+}
+
+// markAfterRollback ends tx, the transaction of a first delivery alone
+// whose INSERT found the event's row, with its rollback, and where the
+// driver can (hold.RollbackFirst) sends j's one-statement marker in the
+// same round trip and decides from its row as markOne does: j is then
+// marked, decided or done. It leaves j new, having decided nothing, where
+// the driver cannot (the marker then ran in tx and went with its
+// rollback), where the dialect has no one-statement marker, where an
+// attempt of the event is to be taken back first (applyForgotten), and
+// where the marker returned no row or its row changed: markOne decides.
+// The rollback precedes everything else on the pool (a pool of one).
+func (s *Store) markAfterRollback(ctx context.Context, tx *txn, j *job) error {
+	if s.q.markUpsert.text == "" || s.d.foundByID || s.noAhead.Load() || s.forgotten(j.e) {
+		tx.rollback()
+		return nil
+	}
+	var st string
+	var attempts int
+	var counted bool
+	r := hold.Rolled{Dest: []any{&st, &attempts, &counted}}
+	_, err := s.q.markUpsert.exec(hold.RollbackFirst(ctx, &r), tx, j.e.row(arg{"marker", markerError}, arg{"now", s.t(s.now())}, arg{"max", s.cfg.Retry.MaxAttempts}))
+	tx.rollback()
+	switch {
+	case !r.Done:
+		s.noAhead.Store(true) // the same driver cannot run ahead either
+		return nil
+	case err != nil:
+		return fmt.Errorf("inbox: start attempt: %w", err)
+	case !r.Found:
+		return nil // inserted by another delivery after the marker's snapshot
+	case counted:
+		marked{started: attempts}.apply(j)
+		return nil
+	}
+	m, err := s.found(ctx, s.db, j.e, inboxkit.Status(st), attempts)
+	if err != nil || m.again {
+		return err
+	}
+	m.apply(j)
 	return nil
 }
 

@@ -20,7 +20,8 @@ import (
 // handler, as Process does. Both end alike: a new event is PROCESSED or
 // REJECTED at attempt 1, a duplicate's handler leaves nothing (whether it
 // wrote, wrote nothing, or failed), a resend of a failed event is a retry
-// at attempt 2, and an INSERT the database refuses is Process's error
+// at attempt 2 whose marker is committed before its handler runs (through
+// Process too), and an INSERT the database refuses is Process's error
 // with nothing written. Only inboxkit-pgx lets the handler see that
 // error: the one behaviour that tells the INSERT was held.
 func TestProcessInTxHeldInsert(t *testing.T) {
@@ -107,14 +108,37 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 			if r := get(t, s, "H-2"); r.Attempts != 1 || lettersOf("H-2") != 0 {
 				t.Errorf("rejection: %d attempts, %d letters; want 1 and 0", r.Attempts, lettersOf("H-2"))
 			}
-			res, err = process("H-3", func(context.Context, *sql.Tx) error { return errors.New("connection reset by peer") })
-			dbtest.Must(t, err, "technical failure")
-			wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
-			res, err = process("H-3", writes("H-3"))
-			dbtest.Must(t, err, "resend")
-			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-			if r := get(t, s, "H-3"); r.Attempts != 2 || lettersOf("H-3") != 1 {
-				t.Errorf("resend after a failure: %d attempts, %d letters; want 2 and 1", r.Attempts, lettersOf("H-3"))
+			// Through ProcessInTx and Process: the resend's INSERT finds
+			// the row, and its marker (sent with the rollback through
+			// inboxkit-pgx) is committed before the handler runs again:
+			// another connection sees attempt 2.
+			other, err := inbox.New(db.Open(t), inbox.Postgres, s.Config())
+			dbtest.Must(t, err, "second store")
+			for _, id := range []string{"H-3", "H-4"} {
+				run := process
+				if id == "H-4" {
+					run = func(id string, h inbox.Handler) (inbox.Result, error) { runs = 0; return s.Process(ctx, first(id), h) }
+				}
+				res, err = run(id, func(context.Context, *sql.Tx) error { return errors.New("connection reset by peer") })
+				dbtest.Must(t, err, "technical failure")
+				wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+				var seen inbox.Record
+				res, err = run(id, func(ctx context.Context, tx *sql.Tx) error {
+					var err error
+					if seen, err = other.Get(ctx, id, consumerName); err != nil {
+						return err
+					}
+					return letter(ctx, tx, id)
+				})
+				dbtest.Must(t, err, "resend")
+				wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+				if r := get(t, s, id); r.Attempts != 2 || lettersOf(id) != 1 || seen.Status != inboxkit.StatusTechnicalFailure || seen.Attempts != 2 {
+					t.Errorf("%s, resend after a failure: %d attempts, %d letters, while the handler ran %s at %d; want 2 and 1, TECHNICAL_FAILURE at 2 (the marker committed)", id, r.Attempts, lettersOf(id), seen.Status, seen.Attempts)
+				}
+			}
+
+			if got := inbox.Ahead(s); got != tc.held {
+				t.Errorf("the store runs ahead: %v, want %v", got, tc.held)
 			}
 
 			// An INSERT the database refuses, whether the handler returns

@@ -453,6 +453,15 @@ func (s *Store) remember(e Entry, n int) {
 }
 
 // applyForgotten takes back a marker ForgetAttempt could not.
+// forgotten reports whether the Store remembers an attempt of e's event to
+// take back (applyForgotten).
+func (s *Store) forgotten(e Entry) bool {
+	s.forgot.mu.Lock()
+	defer s.forgot.mu.Unlock()
+	_, ok := s.forgot.n[[2]string{e.EventID, e.ConsumerName}]
+	return ok
+}
+
 func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 	key := [2]string{e.EventID, e.ConsumerName}
 	s.forgot.mu.Lock()
