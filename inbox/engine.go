@@ -347,13 +347,7 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bo
 		if err := s.runOne(ctx, tx, j, nil, true); err != nil || tx.ended {
 			return err
 		}
-		err := tx.commit()
-		if j.held {
-			if herr := heldCommitted(j); herr != nil {
-				return herr
-			}
-		}
-		if err != nil {
+		if err := tx.commit(); err != nil {
 			if j.claim != nil {
 				j.done(Result{}, fmt.Errorf("inbox: process: commit: %w", err))
 				return nil

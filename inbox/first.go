@@ -37,14 +37,13 @@ import (
 // transaction (ProcessInTx, BatchItem.EffectsInTx) has its INSERT marked
 // for the driver to hold (hold.Counted): a driver that holds it
 // (driver/postgres's DriverName) sends it in one round trip with the
-// handler's first statement, or with the COMMIT when the handler sent
-// none. The handler then runs before the INSERT has told a new event
-// from a duplicate; heldRow and heldCommitted make the outcome the one
-// above: a duplicate's handler is rolled back (or committed nothing) and
-// the delivery takes the marked path; an INSERT that failed is the
-// error it would have been sent alone. Which is why it needs the
-// declaration: a handler with effects outside the transaction would have
-// had them for a duplicate.
+// handler's first statement, or after the handler when it sent none. The
+// handler then runs before the INSERT has told a new event from a
+// duplicate; heldRow makes the outcome the one above: a duplicate's
+// handler is rolled back and the delivery takes the marked path; an
+// INSERT that failed is the error it would have been sent alone. Which is
+// why it needs the declaration: a handler with effects outside the
+// transaction would have had them for a duplicate.
 
 // firstOnly reports whether the jobs to start are first deliveries only
 // and can run without markers: alone, or where the dialect inserts many
@@ -146,7 +145,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 // docs/decisions.md, 2026-12-01, 897690b). Where j's handler declared its
 // effects in the transaction and the dialect's INSERT skips an existing
 // row, the driver may hold the INSERT: it reports true, j.held is set,
-// and heldRow and heldCommitted decide once it is sent.
+// and heldRow decides after the handler.
 func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time) (bool, error) {
 	ictx := ctx
 	if j.effectsInTx && s.d.doNothing != "" {
@@ -173,18 +172,15 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 // is new again: it takes the marked path.
 var errNotInserted = errors.New("inbox: the first delivery's row exists")
 
-// heldRow decides, once j's handler returned, what j's held INSERT says
-// where it was sent: its error is the delivery's error (nothing ran, as
-// when it fails alone), no row inserted is errNotInserted; both with the
-// transaction rolled back. Not sent (the handler sent nothing): a handler
-// that succeeded leaves it to the COMMIT (heldCommitted), one that did not
-// has it sent now, so that its failure is not recorded for an event whose
-// row exists.
+// heldRow decides, once j's handler returned, what j's held INSERT says:
+// its error is the delivery's error (nothing ran, as when it fails
+// alone), no row inserted is errNotInserted, both with the transaction
+// ended. Where the handler sent no statement the INSERT is sent now, by a
+// probe, before anything is decided or committed: the handler may have
+// held statements of its own (outbox.Add), which a COMMIT would carry with
+// an INSERT that found the event's row.
 func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
 	if !j.count.Sent {
-		if j.v.Row == inboxkit.StatusProcessed {
-			return nil
-		}
 		if _, err := s.q.heldProbe.exec(ctx, tx, j.e.key()); err != nil && !j.count.Sent {
 			tx.rollback()
 			j.unstart()
@@ -202,25 +198,6 @@ func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
 		if err := s.markAfterRollback(ctx, tx, j); err != nil {
 			return err
 		}
-		return errNotInserted
-	}
-	return nil
-}
-
-// heldCommitted decides after the commit of a job whose held INSERT went
-// with the COMMIT (its handler sent nothing): no row inserted means the
-// transaction committed nothing (errNotInserted); an error of the INSERT
-// is the delivery's error.
-func heldCommitted(j *job) error {
-	switch {
-	case !j.count.Sent:
-		return nil // the commit failed before sending it: the commit's error
-	case j.count.Err != nil:
-		err := j.count.Err
-		j.unstart()
-		return fmt.Errorf("inbox: insert event: %w", err)
-	case j.count.Rows != 1:
-		j.unstart()
 		return errNotInserted
 	}
 	return nil

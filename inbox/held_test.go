@@ -13,6 +13,7 @@ import (
 	"github.com/inboxkit/inboxkit/classify"
 	"github.com/inboxkit/inboxkit/inbox"
 	"github.com/inboxkit/inboxkit/internal/dbtest"
+	"github.com/inboxkit/inboxkit/internal/hold"
 )
 
 // ProcessInTx's first delivery through inboxkit-pgx sends its INSERT with
@@ -76,9 +77,38 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 				t.Fatalf("new event: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
 			}
 
-			// Duplicates: the handler writes, writes nothing, or fails.
+			// New events whose handler sends no statement: nothing, or
+			// only what the driver may hold for the COMMIT. It runs once.
+			for _, tc := range []struct {
+				id      string
+				letters int
+				h       inbox.Handler
+			}{
+				{"H-5", 0, func(context.Context, *sql.Tx) error { runs++; return nil }},
+				{"H-6", 1, func(ctx context.Context, tx *sql.Tx) error {
+					runs++
+					_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-6")
+					return err
+				}},
+			} {
+				res, err := process(tc.id, tc.h)
+				dbtest.Must(t, err, "new event %s", tc.id)
+				wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+				if r := get(t, s, tc.id); runs != 1 || r.Attempts != 1 || lettersOf(tc.id) != tc.letters {
+					t.Errorf("new event %s: the handler ran %d times, %d attempts, %d letters; want 1, 1, %d", tc.id, runs, r.Attempts, lettersOf(tc.id), tc.letters)
+				}
+			}
+
+			// Duplicates: the handler writes, writes only what the driver
+			// may hold for the COMMIT (as outbox.Add does), writes
+			// nothing, or fails.
 			for name, h := range map[string]inbox.Handler{
-				"writes":  writes("H-1"),
+				"writes": writes("H-1"),
+				"holds": func(ctx context.Context, tx *sql.Tx) error {
+					runs++
+					_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-1")
+					return err
+				},
 				"nothing": func(context.Context, *sql.Tx) error { runs++; return nil },
 				"fails":   func(context.Context, *sql.Tx) error { runs++; return errors.New("connection reset by peer") },
 			} {
