@@ -168,8 +168,8 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 }
 
 // errNotInserted: a held INSERT (insertFirst) found the event's row. The
-// business transaction was rolled back, or committed nothing, and the job
-// is new again: it takes the marked path.
+// business transaction was rolled back, and the job is new again or
+// marked by markAfterRollback: it takes the marked path.
 var errNotInserted = errors.New("inbox: the first delivery's row exists")
 
 // heldRow decides, once j's handler returned, what j's held INSERT says:
