@@ -452,7 +452,6 @@ func (s *Store) remember(e Entry, n int) {
 	s.forgot.n[[2]string{e.EventID, e.ConsumerName}] = n
 }
 
-// applyForgotten takes back a marker ForgetAttempt could not.
 // forgotten reports whether the Store remembers an attempt of e's event to
 // take back (applyForgotten).
 func (s *Store) forgotten(e Entry) bool {
@@ -462,6 +461,7 @@ func (s *Store) forgotten(e Entry) bool {
 	return ok
 }
 
+// applyForgotten takes back a marker ForgetAttempt could not.
 func (s *Store) applyForgotten(ctx context.Context, e Entry) error {
 	key := [2]string{e.EventID, e.ConsumerName}
 	s.forgot.mu.Lock()
