@@ -28,15 +28,9 @@ func TestMarkedDeliveryAheadAndOneByOne(t *testing.T) {
 		ahead  bool
 	}{{db.Driver, true}, {"pgx", false}} {
 		t.Run(tc.driver, func(t *testing.T) {
-			pool, err := sql.Open(tc.driver, db.DSN)
-			dbtest.Must(t, err, "open")
-			t.Cleanup(func() { pool.Close() })
-			pool.SetMaxOpenConns(1)
-			other := db.Open(t)
-			s, err := inbox.New(pool, inbox.Postgres, inbox.Config{Table: "AHEAD_" + map[bool]string{true: "A", false: "B"}[tc.ahead], Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
-			dbtest.Must(t, err, "store")
+			s := storeThrough(t, db, tc.driver, "AHEAD_"+map[bool]string{true: "A", false: "B"}[tc.ahead])
 			ctx := context.Background()
-			dbtest.Must(t, s.Migrate(ctx), "migrate")
+			other := db.Open(t)
 			o, err := inbox.New(other, inbox.Postgres, s.Config())
 			dbtest.Must(t, err, "second store")
 
@@ -94,4 +88,19 @@ func TestMarkedDeliveryAheadAndOneByOne(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeThrough is a migrated Store on table in db's schema, opened through
+// the database/sql driver named driver with a pool of one connection, the
+// backout threshold at 3.
+func storeThrough(t *testing.T, db *dbtest.DB, driver, table string) *inbox.Store {
+	t.Helper()
+	pool, err := sql.Open(driver, db.DSN)
+	dbtest.Must(t, err, "open")
+	t.Cleanup(func() { pool.Close() })
+	pool.SetMaxOpenConns(1)
+	s, err := inbox.New(pool, inbox.Postgres, inbox.Config{Table: table, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
+	dbtest.Must(t, err, "store")
+	dbtest.Must(t, s.Migrate(context.Background()), "migrate")
+	return s
 }

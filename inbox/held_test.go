@@ -33,16 +33,10 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 		held          bool
 	}{{db.Driver, "HELD_A", true}, {"pgx", "HELD_B", false}} {
 		t.Run(tc.driver, func(t *testing.T) {
-			pool, err := sql.Open(tc.driver, db.DSN)
-			dbtest.Must(t, err, "open")
-			t.Cleanup(func() { pool.Close() })
-			pool.SetMaxOpenConns(1)
-			s, err := inbox.New(pool, inbox.Postgres, inbox.Config{Table: tc.table, Retry: inboxkit.RetryPolicy{MaxAttempts: 3}})
-			dbtest.Must(t, err, "store")
+			s := storeThrough(t, db, tc.driver, tc.table)
 			ctx := context.Background()
-			dbtest.Must(t, s.Migrate(ctx), "migrate")
 			letters := tc.table + "_LETTERS"
-			_, err = db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
+			_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
 			dbtest.Must(t, err, "letters")
 			// A trigger refuses the inbox row of event H-BOOM.
 			_, err = db.Exec(`CREATE FUNCTION ` + tc.table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
