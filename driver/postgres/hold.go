@@ -109,6 +109,12 @@ type conn struct {
 	// over: a statement marked hold.RollbackFirst ended the transaction
 	// database/sql still holds (inTx false): its Rollback sends nothing.
 	over bool
+	// unbegun: the pipeline that carried the transaction's BEGIN failed
+	// before the BEGIN ran (pgx prepares a pipeline's new statements
+	// first): no transaction is open on the server, so every statement of
+	// this one fails with it until its Rollback, which sends nothing,
+	// rather than run on its own.
+	unbegun error
 }
 
 type heldStmt struct {
@@ -135,7 +141,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 		}
 		begin = "" // sent
 	}
-	c.inTx, c.open, c.over, c.begin, c.held = true, false, false, begin, c.held[:0]
+	c.inTx, c.open, c.over, c.unbegun, c.begin, c.held = true, false, false, nil, begin, c.held[:0]
 	return &tx{c: c, ctx: ctx}, nil
 }
 
@@ -278,6 +284,9 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, errOpen
 	}
 	if c.inTx {
+		if c.unbegun != nil {
+			return nil, c.unbegun
+		}
 		if r, ok := hold.RollbackMarked(ctx); ok {
 			return c.rollbackFirst(ctx, r, query, values(args))
 		}
@@ -338,6 +347,9 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 // flush sends the BEGIN and the held statements not sent yet, if any, in
 // one pipeline.
 func (c *conn) flush(ctx context.Context) error {
+	if c.unbegun != nil {
+		return c.unbegun
+	}
 	if c.begin == "" && len(c.held) == 0 {
 		return nil
 	}
@@ -349,8 +361,19 @@ func (c *conn) flush(ctx context.Context) error {
 // (none when "") in one pipeline, and returns last's command tag. An error
 // of a held statement is returned prefixed with its name; the server then
 // runs nothing after it, and the transaction is failed, as after any
-// failed statement.
+// failed statement. When the pipeline failed before its BEGIN ran, the
+// transaction is unbegun.
 func (c *conn) sendHeld(ctx context.Context, last string, args []any) (pgconn.CommandTag, error) {
+	begin := c.begin
+	tag, err := c.sendPipeline(ctx, last, args)
+	if err != nil && begin != "" && c.Conn.Conn().PgConn().TxStatus() == 'I' {
+		c.unbegun = fmt.Errorf("postgres: the transaction did not begin: %w", err)
+	}
+	return tag, err
+}
+
+// sendPipeline is sendHeld's pipeline.
+func (c *conn) sendPipeline(ctx context.Context, last string, args []any) (pgconn.CommandTag, error) {
 	begin, held := c.begin, c.held
 	c.begin, c.held = "", c.held[:0]
 	b := &pgx.Batch{}
@@ -425,6 +448,10 @@ func (t *tx) Commit() error {
 		return errOver
 	}
 	c.inTx = false
+	if err := c.unbegun; err != nil {
+		c.unbegun = nil
+		return err
+	}
 	if c.begin != "" && len(c.held) == 0 {
 		c.begin = ""
 		return nil // nothing was sent: nothing to commit
@@ -462,10 +489,10 @@ func (t *tx) Rollback() error {
 		c.over = false
 		return nil // rolled back by rollbackFirst
 	}
-	begun := c.begin == ""
-	c.inTx, c.begin, c.held = false, "", c.held[:0]
+	begun := c.begin == "" && c.unbegun == nil
+	c.inTx, c.unbegun, c.begin, c.held = false, nil, "", c.held[:0]
 	if !begun {
-		return nil // nothing was sent: nothing to roll back
+		return nil // nothing was sent, or nothing began: nothing to roll back
 	}
 	pg := c.Conn.Conn()
 	if _, err := pg.Exec(t.ctx, "rollback"); err != nil {

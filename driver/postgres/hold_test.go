@@ -385,3 +385,45 @@ func TestRollbackFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A transaction whose first statement the server cannot prepare (pgx
+// prepares a pipeline's new statements before it sends the BEGIN) has not
+// begun: its later statements fail too instead of running on their own,
+// its Rollback ends it, and the connection serves the next transaction.
+func TestUnbegunTransaction(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{{"first statement", ctx}, {"held statement", hold.Until(ctx, "p")}} {
+		tx := begin(t, db)
+		_, err := tx.ExecContext(tc.ctx, `INSERT INTO no_such_table VALUES ($1)`, 1)
+		if tc.ctx != ctx {
+			if err != nil {
+				t.Fatalf("%s: held statement: %v", tc.name, err)
+			}
+			_, err = tx.ExecContext(ctx, `SELECT $1::integer`, 0)
+		}
+		if err == nil {
+			t.Fatalf("%s: a statement on a missing table succeeded", tc.name)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 7); err == nil {
+			t.Errorf("%s: the statement after it succeeded outside a transaction", tc.name)
+		}
+		dbtest.Must(t, tx.Rollback(), "rollback")
+		if n := count(t, db, `id = 7`); n != 0 {
+			t.Fatalf("%s: %d rows 7 after the rollback, want none", tc.name, n)
+		}
+	}
+	tx := begin(t, db)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO h VALUES ($1)`, 8); err != nil {
+		t.Fatal(err)
+	}
+	dbtest.Must(t, tx.Commit(), "commit")
+	if count(t, db, `id = 8`) != 1 {
+		t.Error("the next transaction did not write row 8")
+	}
+}
