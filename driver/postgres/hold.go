@@ -15,7 +15,7 @@ import (
 )
 
 // DriverName is the database/sql driver this package registers beside
-// pgx's "pgx": pgx's own driver, with four differences that save round
+// pgx's "pgx": pgx's own driver, with five differences that save round
 // trips and change no result. A transaction's BEGIN is sent in one pipeline
 // with its first statement (a transaction that runs none costs nothing).
 // A statement its caller marked as one that may wait (outbox.Store.Add's
@@ -23,9 +23,12 @@ import (
 // inbox.Store.ProcessInTx, which learns its count of rows when it is sent)
 // is held back in the transaction and sent in one pipeline with the
 // transaction's next statement or with its COMMIT, so that the write costs
-// no round trip of its own. Its connections are internal/hold's Ahead: the
-// inbox sends a delivery's attempt marker, committed on its own, and the
-// BEGIN and claim of the business transaction after it in one pipeline.
+// no round trip of its own. So is a statement with arguments of a handler
+// the inbox runs in a batch without savepoints (inbox.BatchItem.EffectsInTx,
+// hold.Pipelined); its RowsAffected, read before then, sends it. Its
+// connections are internal/hold's Ahead: the inbox sends a delivery's
+// attempt marker, committed on its own, and the BEGIN and claim of the
+// business transaction after it in one pipeline.
 // And a statement marked hold.RollbackFirst (the inbox's marker, where a
 // first delivery's INSERT found the event's row) goes in one pipeline with
 // the ROLLBACK of its transaction. Every statement is otherwise pgx's, sent
@@ -39,6 +42,11 @@ import (
 // first); an error the held INSERT meets (a message id given twice) is
 // returned by the next statement or by Commit, prefixed "outbox: add
 // message ID to DESTINATION", instead of by Add. A rollback drops it.
+//
+// What a handler in a batch without savepoints sees: its ExecContext with
+// arguments returns nil, and the statement's error, if it meets one, is
+// returned named by a later statement of the batch, which then runs again
+// with savepoints, where the handler's statements are sent at once.
 const DriverName = "inboxkit-pgx"
 
 func init() { sql.Register(DriverName, holdDriver{}) }
@@ -291,8 +299,13 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 			return c.rollbackFirst(ctx, r, query, values(args))
 		}
 		if what, n, ok := hold.Marked(ctx); ok {
-			c.held = append(c.held, heldStmt{what: what, query: query, args: values(args), n: n})
+			c.held = append(c.held, heldStmt{what: what, query: query, args: heldValues(args), n: n})
 			return heldResult(what), nil
+		}
+		if what, ok := hold.PipelineMarked(ctx); ok && len(args) > 0 {
+			r := &pipelinedResult{c: c, ctx: ctx, what: what}
+			c.held = append(c.held, heldStmt{what: what, query: query, args: heldValues(args), n: &r.n})
+			return r, nil
 		}
 		if (c.begin != "" || len(c.held) > 0) && len(args) > 0 {
 			// With arguments a statement is one statement, which a
@@ -420,6 +433,59 @@ func values(args []driver.NamedValue) []any {
 		out[i] = a.Value
 	}
 	return out
+}
+
+// heldValues is values for a statement that is held: a []byte is copied,
+// since its caller may reuse it once ExecContext returned.
+func heldValues(args []driver.NamedValue) []any {
+	out := values(args)
+	for i, v := range out {
+		if b, ok := v.([]byte); ok && b != nil {
+			out[i] = append([]byte(nil), b...)
+		}
+	}
+	return out
+}
+
+// pipelinedResult is the result of a statement held for hold.Pipelined:
+// RowsAffected sends it when it is still held, and n is what it met.
+type pipelinedResult struct {
+	c    *conn
+	ctx  context.Context
+	what string
+	n    hold.Count
+}
+
+func (r *pipelinedResult) LastInsertId() (int64, error) {
+	return 0, fmt.Errorf("postgres: %s: LastInsertId is not supported by PostgreSQL", r.what)
+}
+
+// RowsAffected is called with the connection locked by database/sql, so
+// that it may send the held statements: the transaction's, up to and with
+// this one, when it is still held.
+func (r *pipelinedResult) RowsAffected() (int64, error) {
+	if !r.n.Sent && r.c.holds(&r.n) {
+		if err := r.c.flush(r.ctx); err != nil && !r.n.Sent {
+			return 0, err // the BEGIN or a statement before it failed
+		}
+	}
+	switch {
+	case !r.n.Sent:
+		return 0, fmt.Errorf("postgres: %s: not run: its transaction ended, or a statement held before it failed", r.what)
+	case r.n.Err != nil:
+		return 0, fmt.Errorf("%s: %w", r.what, r.n.Err)
+	}
+	return r.n.Rows, nil
+}
+
+// holds reports whether the statement counting into n is held.
+func (c *conn) holds(n *hold.Count) bool {
+	for _, h := range c.held {
+		if h.n == n {
+			return true
+		}
+	}
+	return false
 }
 
 // heldResult is the result of a held statement: it has not run yet.

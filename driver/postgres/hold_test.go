@@ -386,6 +386,98 @@ func TestRollbackFirst(t *testing.T) {
 	}
 }
 
+// A statement with arguments marked by hold.Pipelined is held: its own
+// error is not ExecContext's. Its RowsAffected sends it when it is still
+// held (a count of 1, of 0, or its error named), and reads what it met
+// when it went with the next statement or the COMMIT; after a rollback it
+// says it never ran. The next statement returns a held statement's error
+// named. A []byte argument is copied when it is held. A statement without
+// arguments (pgx's simple protocol) is not held.
+func TestPipelinedStatement(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	p := hold.Pipelined(ctx, "p")
+	if _, err := db.Exec(`INSERT INTO h VALUES (1); CREATE TABLE hb (b bytea)`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Held: its error comes from RowsAffected, which sends it.
+	tx := begin(t, db)
+	res, err := tx.ExecContext(p, `INSERT INTO h VALUES ($1)`, 1)
+	if err != nil {
+		t.Fatalf("a pipelined INSERT of an existing row returned %v at once: it was not held", err)
+	}
+	_, err = res.RowsAffected()
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "23505" || !strings.HasPrefix(err.Error(), "p: ") {
+		t.Errorf("RowsAffected of the held duplicate = %v, want the 23505 named \"p\"", err)
+	}
+	dbtest.Must(t, tx.Rollback(), "rollback")
+
+	// RowsAffected sends it and counts; the next statement is the
+	// transaction's as usual.
+	tx = begin(t, db)
+	ins, err := tx.ExecContext(p, `INSERT INTO h VALUES ($1)`, 2)
+	dbtest.Must(t, err, "insert 2")
+	upd, err := tx.ExecContext(p, `UPDATE h SET id = id WHERE id = $1`, 99)
+	dbtest.Must(t, err, "update 99")
+	if n, err := ins.RowsAffected(); n != 1 || err != nil {
+		t.Errorf("RowsAffected of a held INSERT = %d, %v; want 1, nil", n, err)
+	}
+	if n, err := upd.RowsAffected(); n != 0 || err != nil {
+		t.Errorf("RowsAffected of a held UPDATE of no row = %d, %v; want 0, nil", n, err)
+	}
+	if count(t, tx, `id = 2`) != 1 {
+		t.Error("row 2 is not in its transaction")
+	}
+	dbtest.Must(t, tx.Commit(), "commit")
+
+	// With the next statement: its error, named, is that statement's.
+	tx = begin(t, db)
+	if _, err := tx.ExecContext(p, `INSERT INTO h VALUES ($1)`, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT $1::integer`, 0); err == nil || !strings.HasPrefix(err.Error(), "p: ") {
+		t.Errorf("the statement after a held duplicate = %v, want the 23505 named \"p\"", err)
+	}
+	dbtest.Must(t, tx.Rollback(), "rollback")
+
+	// With the COMMIT, a []byte changed after ExecContext returned.
+	tx = begin(t, db)
+	buf := []byte("abc")
+	res, err = tx.ExecContext(p, `INSERT INTO h VALUES ($1)`, 3)
+	dbtest.Must(t, err, "insert 3")
+	_, err = tx.ExecContext(p, `INSERT INTO hb VALUES ($1)`, buf)
+	dbtest.Must(t, err, "insert bytes")
+	copy(buf, "xyz")
+	dbtest.Must(t, tx.Commit(), "commit")
+	if n, err := res.RowsAffected(); n != 1 || err != nil || count(t, db, `id = 3`) != 1 {
+		t.Errorf("sent with the COMMIT: RowsAffected %d, %v; want 1, nil and row 3 written", n, err)
+	}
+	var b []byte
+	dbtest.Must(t, db.QueryRow(`SELECT b FROM hb`).Scan(&b), "read bytes")
+	if string(b) != "abc" {
+		t.Errorf("bytes written = %q, want %q as they were when held", b, "abc")
+	}
+
+	// A rollback: never sent.
+	tx = begin(t, db)
+	res, err = tx.ExecContext(p, `INSERT INTO h VALUES ($1)`, 4)
+	dbtest.Must(t, err, "insert 4")
+	dbtest.Must(t, tx.Rollback(), "rollback")
+	if _, err := res.RowsAffected(); err == nil || count(t, db, `id = 4`) != 0 {
+		t.Errorf("rolled back: RowsAffected err %v, %d rows 4; want an error and none", err, count(t, db, `id = 4`))
+	}
+
+	// Without arguments: sent at once.
+	tx = begin(t, db)
+	if _, err := tx.ExecContext(p, `INSERT INTO h VALUES (1)`); err == nil {
+		t.Error("a pipelined statement without arguments was held")
+	}
+	dbtest.Must(t, tx.Rollback(), "rollback")
+}
+
 // A transaction whose first statement the server cannot prepare (pgx
 // prepares a pipeline's new statements before it sends the BEGIN) has not
 // begun: its later statements fail too instead of running on their own,

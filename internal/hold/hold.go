@@ -1,6 +1,7 @@
 // Package hold is the contract between inboxkit's stores and a driver that
 // saves them round trips: a statement held back and sent with the
-// transaction's next statement or its COMMIT (Until), and a statement
+// transaction's next statement or its COMMIT (Until; Pipelined, for
+// statements whose result may still be read), and a statement
 // committed on its own and sent in one round trip with the BEGIN and the
 // first statement of the transaction after it (Ahead), and one sent in
 // one round trip with the ROLLBACK of the transaction before it
@@ -74,6 +75,37 @@ func Counted(ctx context.Context, what string, n *Count) context.Context {
 func Marked(ctx context.Context) (what string, n *Count, ok bool) {
 	m, ok := ctx.Value(key{}).(mark)
 	return m.what, m.n, ok
+}
+
+type pipelinedKey struct{}
+
+// Pipelined returns ctx marked for the statements of a caller that does
+// not need each answered before it sends the next (the inbox marks a
+// handler's context so in a batch run without savepoints, whose failure
+// of any kind is run again with them). A driver that holds statements
+// may hold an ExecContext with arguments run with it in a transaction,
+// as Until holds one, and:
+//   - its Result's RowsAffected sends it (with the BEGIN and the held
+//     statements before it) when it was not sent yet, and returns its
+//     count or its error;
+//   - its error is returned, prefixed with what, by the statement that
+//     sends it: the transaction's next statement that is not held, a
+//     RowsAffected, or Commit; a rollback drops it;
+//   - its arguments are taken when it is sent: a []byte is copied when
+//     it is held, a value the caller changes after ExecContext returns
+//     (an element of a slice it passed) is sent changed.
+//
+// A statement whose context is marked by Until or Counted as well is held
+// as that mark says.
+func Pipelined(ctx context.Context, what string) context.Context {
+	return context.WithValue(ctx, pipelinedKey{}, what)
+}
+
+// PipelineMarked reports whether ctx is marked by Pipelined, and its
+// name.
+func PipelineMarked(ctx context.Context) (what string, ok bool) {
+	what, ok = ctx.Value(pipelinedKey{}).(string)
+	return what, ok
 }
 
 // ErrHeld is wrapped by the error of a held statement's RowsAffected and
