@@ -79,7 +79,16 @@ type BatchItem struct {
 // and rows are those of a batch with savepoints, and the handlers of the
 // batch's other items run twice, the first time without a trace. A panic
 // in a handler ends ProcessBatch as it does with savepoints, nothing of the
-// business transaction committed.
+// business transaction committed. On a pool opened with
+// driver/postgres's DriverName, the handlers' statements with arguments
+// are then pipelined: the driver sends them with the batch's next
+// statement that needs an answer (a query, a RowsAffected read, the
+// inbox's own) instead of one round trip each, so a handler's ExecContext
+// returns nil and an error its statement meets fails the batch from a
+// later statement; run again with savepoints, the handler sees it from
+// its own. A handler must not change what it passed to ExecContext (a
+// slice's elements, a value behind a pointer) before ProcessBatch
+// returns; a []byte is copied.
 //
 // Handlers run in the order of items, those of the events run alone last.
 // Deliveries of one event in this process take turns with Process and other

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/inboxkit/inboxkit"
@@ -290,10 +291,12 @@ func (s *Store) runPlain(ctx context.Context, tx *txn, jobs []*job) error {
 			break
 		}
 	}
-	if ok && ran[len(ran)-1].claim == nil && s.q.checkTx != "" {
+	if last := ran[len(ran)-1]; ok && last.claim == nil && s.q.checkTx.text != "" {
 		// The last handler returned nil, but may have left the
-		// transaction aborted (see aborted): its commit would roll back.
-		_, err := tx.ExecContext(ctx, s.q.checkTx)
+		// transaction aborted (see aborted), or its statements may be
+		// held (pipelined): its commit would roll back. The check sends
+		// them.
+		_, err := s.q.checkTx.exec(ctx, tx, last.e.key())
 		ok = err == nil
 	}
 	if !ok {
@@ -317,7 +320,7 @@ func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
 			return false
 		}
 	}
-	j.herr = j.h(j.ctx, tx.Tx)
+	j.herr = j.h(pipelined(j), tx.Tx)
 	j.state = jobRan
 	j.v = decide(facts{Ran: true, Decision: s.classify(j.herr), Attempts: j.started, MaxAttempts: s.cfg.Retry.MaxAttempts})
 	switch {
@@ -327,6 +330,21 @@ func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
 		return s.recordRow(ctx, tx, j, j.claim.lease().args(args{{"now", s.t(s.now())}})) == nil
 	}
 	return true
+}
+
+// pipelined is j's context for its handler in a batch without savepoints:
+// marked hold.Pipelined, so that a driver that holds statements
+// (driver/postgres's DriverName) may send the handler's writes with the
+// batch's next statement that needs an answer instead of one by one. What
+// it changes, that an error of a statement comes from a later one, is
+// seen only by a run that then fails and is run again with savepoints,
+// where the handler's context is not marked.
+func pipelined(j *job) context.Context {
+	id := j.e.EventID
+	if j.claim != nil {
+		id = j.claim.Message.ID
+	}
+	return hold.Pipelined(j.ctx, "inbox: a statement of the handler of event "+strconv.Quote(id))
 }
 
 // txName names the business transaction in errors.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -188,6 +189,90 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 				if _, err := s.Get(ctx, "H-BOOM", consumerName); !errors.Is(err, inbox.ErrNotFound) || lettersOf("H-BOOM") != 0 {
 					t.Errorf("refused INSERT: Get = %v, %d letters; want no row and none", err, lettersOf("H-BOOM"))
 				}
+			}
+		})
+	}
+}
+
+// In a batch without savepoints (every handler declared EffectsInTx)
+// through inboxkit-pgx a handler's writes are pipelined: an INSERT that
+// fails returns nil to the handler, the batch then fails and runs again
+// with savepoints, where the handler sees the error and rejects its
+// event. RowsAffected still counts (a handler that checks it runs once).
+// Through pgx's plain driver the handler sees the error in both runs; the
+// results, rows and letters are the same through both.
+func TestPlainBatchPipelinesHandlers(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	for _, tc := range []struct {
+		driver, table string
+		held          bool
+	}{{db.Driver, "PIPE_A", true}, {"pgx", "PIPE_B", false}} {
+		t.Run(tc.driver, func(t *testing.T) {
+			s := storeThrough(t, db, tc.driver, tc.table)
+			ctx := context.Background()
+			letters := tc.table + "_LETTERS"
+			_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text PRIMARY KEY)`)
+			dbtest.Must(t, err, "letters")
+			_, err = db.Exec(`INSERT INTO ` + letters + ` VALUES ('P-TAKEN')`)
+			dbtest.Must(t, err, "a letter")
+			runs := map[string]int{}
+			var saw []string // what the handler of P-DUP saw of its INSERT, per run
+			handler := func(id, letter string) inbox.Handler {
+				return func(ctx context.Context, tx *sql.Tx) error {
+					runs[id]++
+					res, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, letter)
+					if id == "P-DUP" {
+						saw = append(saw, map[bool]string{true: "nil", false: "error"}[err == nil])
+					}
+					if err != nil {
+						return classify.Reject("LETTER_EXISTS", err)
+					}
+					if n, err := res.RowsAffected(); err != nil || n != 1 {
+						return fmt.Errorf("letter of %s: %d rows, %v", id, n, err)
+					}
+					return nil
+				}
+			}
+			batch := func(ids ...string) []inbox.Result {
+				t.Helper()
+				var items []inbox.BatchItem
+				for _, id := range ids {
+					letter := id
+					if id == "P-DUP" {
+						letter = "P-TAKEN"
+					}
+					items = append(items, inbox.BatchItem{Entry: first(id), Handler: handler(id, letter), EffectsInTx: true})
+				}
+				clear(runs)
+				res, err := s.ProcessBatch(ctx, items)
+				dbtest.Must(t, err, "batch")
+				return res
+			}
+
+			res := batch("P-1", "P-2", "P-3")
+			for i, id := range []string{"P-1", "P-2", "P-3"} {
+				wantOutcome(t, res[i], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+				if runs[id] != 1 {
+					t.Errorf("%s: handler ran %d times, want once (RowsAffected counted its letter)", id, runs[id])
+				}
+			}
+
+			res = batch("P-4", "P-DUP", "P-5")
+			wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			wantOutcome(t, res[1], inboxkit.OutcomeRejected, inboxkit.StatusRejected)
+			wantOutcome(t, res[2], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			want := "[nil error]" // held; then, with savepoints, sent at once
+			if !tc.held {
+				want = "[error error]"
+			}
+			if fmt.Sprint(saw) != want {
+				t.Errorf("P-DUP's handler saw its INSERT return %v, want %s", saw, want)
+			}
+			var n int
+			dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters).Scan(&n), "count letters")
+			if n != 6 {
+				t.Errorf("%d letters, want 6 (P-TAKEN and one for each processed event)", n)
 			}
 		})
 	}

@@ -58,9 +58,11 @@ type queries struct {
 	savepointItem  string
 	rollbackItem   string
 	releaseItem    string
-	// checkTx fails in a transaction a failed statement aborted; "" where
-	// none does (a batch without savepoints, runPlain).
-	checkTx string
+	// checkTx fails in a transaction a failed statement aborted, and
+	// carries what the driver holds (it has an argument); no text where
+	// a failed statement aborts nothing (a batch without savepoints,
+	// runPlain).
+	checkTx stmt
 }
 
 const recordColumns = `EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, REASON_CODE, PROCESSED_AT, CREATED_AT, ATTEMPTS, ERROR_CLASS, LAST_ERROR, UPDATED_AT, FIRST_FAILED_AT, PAYLOAD_HASH, REPLAY_COUNT, LEASE_OWNER, LEASE_UNTIL, NEXT_ATTEMPT_AT, EVENT_ID_SOURCE, ORDER_KEY`
@@ -167,6 +169,6 @@ func buildQueries(d Dialect, table string) queries {
 		savepointItem:     `SAVEPOINT inbox_item`,
 		rollbackItem:      `ROLLBACK TO SAVEPOINT inbox_item`,
 		releaseItem:       map[bool]string{true: `RELEASE SAVEPOINT inbox_item`}[d.abortsOnError],
-		checkTx:           map[bool]string{true: `SELECT 1`}[d.abortsOnError],
+		checkTx:           map[bool]stmt{true: n(`SELECT CAST(@event AS CHAR(120))`)}[d.abortsOnError],
 	}
 }

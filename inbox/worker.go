@@ -91,7 +91,8 @@ type WorkerConfig struct {
 	// transaction it is given (see BatchItem.EffectsInTx): a batch then
 	// runs its handlers without a savepoint each, and when one does not
 	// succeed it is rolled back whole and runs again with savepoints, to
-	// the same outcomes. Never guessed: false keeps the savepoints.
+	// the same outcomes (on inboxkit-pgx with its statements pipelined:
+	// see ProcessBatch). Never guessed: false keeps the savepoints.
 	EffectsInTx bool
 	// Logger receives Run's errors. Defaults to slog.Default().
 	Logger *slog.Logger
