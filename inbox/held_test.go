@@ -28,170 +28,163 @@ import (
 // error: the one behaviour that tells the INSERT was held.
 func TestProcessInTxHeldInsert(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t, dbtest.Postgres)
-	for _, tc := range []struct {
-		driver, table string
-		held          bool
-	}{{db.Driver, "HELD_A", true}, {"pgx", "HELD_B", false}} {
-		t.Run(tc.driver, func(t *testing.T) {
-			s := storeThrough(t, db, tc.driver, tc.table)
-			ctx := context.Background()
-			letters := tc.table + "_LETTERS"
-			_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
-			dbtest.Must(t, err, "letters")
-			// A trigger refuses the inbox row of event H-BOOM.
-			_, err = db.Exec(`CREATE FUNCTION ` + tc.table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+	eachDriver(t, "HELD", func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool) {
+		ctx := context.Background()
+		letters := table + "_LETTERS"
+		_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
+		dbtest.Must(t, err, "letters")
+		// A trigger refuses the inbox row of event H-BOOM.
+		_, err = db.Exec(`CREATE FUNCTION ` + table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN IF NEW.EVENT_ID = 'H-BOOM' THEN RAISE EXCEPTION 'no row for H-BOOM'; END IF; RETURN NEW; END $$;
-				CREATE TRIGGER boom BEFORE INSERT ON ` + tc.table + ` FOR EACH ROW EXECUTE FUNCTION ` + tc.table + `_boom()`)
-			dbtest.Must(t, err, "trigger")
-			lettersOf := func(id string) int {
-				t.Helper()
-				var n int
-				dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters+` WHERE event_id = $1`, id).Scan(&n), "count letters")
-				return n
-			}
-			runs := 0
-			letter := func(ctx context.Context, tx *sql.Tx, id string) error {
+				CREATE TRIGGER boom BEFORE INSERT ON ` + table + ` FOR EACH ROW EXECUTE FUNCTION ` + table + `_boom()`)
+		dbtest.Must(t, err, "trigger")
+		lettersOf := func(id string) int {
+			t.Helper()
+			var n int
+			dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters+` WHERE event_id = $1`, id).Scan(&n), "count letters")
+			return n
+		}
+		runs := 0
+		letter := func(ctx context.Context, tx *sql.Tx, id string) error {
+			runs++
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, id)
+			return err
+		}
+		process := func(id string, h inbox.Handler) (inbox.Result, error) {
+			t.Helper()
+			runs = 0
+			return s.ProcessInTx(ctx, first(id), h)
+		}
+		writes := func(id string) inbox.Handler {
+			return func(ctx context.Context, tx *sql.Tx) error { return letter(ctx, tx, id) }
+		}
+
+		res, err := process("H-1", writes("H-1"))
+		dbtest.Must(t, err, "new event")
+		wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
+			t.Fatalf("new event: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
+		}
+
+		// New events whose handler sends no statement: nothing, or
+		// only what the driver may hold for the COMMIT. It runs once.
+		for _, tc := range []struct {
+			id      string
+			letters int
+			h       inbox.Handler
+		}{
+			{"H-5", 0, func(context.Context, *sql.Tx) error { runs++; return nil }},
+			{"H-6", 1, func(ctx context.Context, tx *sql.Tx) error {
 				runs++
-				_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, id)
+				_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-6")
+				return err
+			}},
+		} {
+			res, err := process(tc.id, tc.h)
+			dbtest.Must(t, err, "new event %s", tc.id)
+			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			if r := get(t, s, tc.id); runs != 1 || r.Attempts != 1 || lettersOf(tc.id) != tc.letters {
+				t.Errorf("new event %s: the handler ran %d times, %d attempts, %d letters; want 1, 1, %d", tc.id, runs, r.Attempts, lettersOf(tc.id), tc.letters)
+			}
+		}
+
+		// Duplicates: the handler writes, writes only what the driver
+		// may hold for the COMMIT (as outbox.Add does), writes
+		// nothing, or fails.
+		for name, h := range map[string]inbox.Handler{
+			"writes": writes("H-1"),
+			"holds": func(ctx context.Context, tx *sql.Tx) error {
+				runs++
+				_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-1")
+				return err
+			},
+			"nothing": func(context.Context, *sql.Tx) error { runs++; return nil },
+			"fails":   func(context.Context, *sql.Tx) error { runs++; return errors.New("connection reset by peer") },
+		} {
+			res, err := process("H-1", h)
+			dbtest.Must(t, err, "duplicate whose handler %s", name)
+			if res.Outcome != inboxkit.OutcomeDuplicate || res.Status != inboxkit.StatusProcessed {
+				t.Errorf("duplicate whose handler %s: %+v, want a duplicate of a PROCESSED row", name, res)
+			}
+			if want := map[bool]int{true: 1, false: 0}[held]; runs != want {
+				t.Errorf("duplicate whose handler %s: the handler ran %d times, want %d", name, runs, want)
+			}
+		}
+		if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
+			t.Errorf("after the duplicates: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
+		}
+
+		// A rejection of a new event, then its resend after a technical
+		// failure: a retry at attempt 2.
+		res, err = process("H-2", func(ctx context.Context, tx *sql.Tx) error {
+			if err := letter(ctx, tx, "H-2"); err != nil {
 				return err
 			}
-			process := func(id string, h inbox.Handler) (inbox.Result, error) {
-				t.Helper()
-				runs = 0
-				return s.ProcessInTx(ctx, first(id), h)
-			}
-			writes := func(id string) inbox.Handler {
-				return func(ctx context.Context, tx *sql.Tx) error { return letter(ctx, tx, id) }
-			}
-
-			res, err := process("H-1", writes("H-1"))
-			dbtest.Must(t, err, "new event")
-			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-			if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
-				t.Fatalf("new event: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
-			}
-
-			// New events whose handler sends no statement: nothing, or
-			// only what the driver may hold for the COMMIT. It runs once.
-			for _, tc := range []struct {
-				id      string
-				letters int
-				h       inbox.Handler
-			}{
-				{"H-5", 0, func(context.Context, *sql.Tx) error { runs++; return nil }},
-				{"H-6", 1, func(ctx context.Context, tx *sql.Tx) error {
-					runs++
-					_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-6")
-					return err
-				}},
-			} {
-				res, err := process(tc.id, tc.h)
-				dbtest.Must(t, err, "new event %s", tc.id)
-				wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-				if r := get(t, s, tc.id); runs != 1 || r.Attempts != 1 || lettersOf(tc.id) != tc.letters {
-					t.Errorf("new event %s: the handler ran %d times, %d attempts, %d letters; want 1, 1, %d", tc.id, runs, r.Attempts, lettersOf(tc.id), tc.letters)
-				}
-			}
-
-			// Duplicates: the handler writes, writes only what the driver
-			// may hold for the COMMIT (as outbox.Add does), writes
-			// nothing, or fails.
-			for name, h := range map[string]inbox.Handler{
-				"writes": writes("H-1"),
-				"holds": func(ctx context.Context, tx *sql.Tx) error {
-					runs++
-					_, err := tx.ExecContext(hold.Until(ctx, "letter"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, "H-1")
-					return err
-				},
-				"nothing": func(context.Context, *sql.Tx) error { runs++; return nil },
-				"fails":   func(context.Context, *sql.Tx) error { runs++; return errors.New("connection reset by peer") },
-			} {
-				res, err := process("H-1", h)
-				dbtest.Must(t, err, "duplicate whose handler %s", name)
-				if res.Outcome != inboxkit.OutcomeDuplicate || res.Status != inboxkit.StatusProcessed {
-					t.Errorf("duplicate whose handler %s: %+v, want a duplicate of a PROCESSED row", name, res)
-				}
-				if want := map[bool]int{true: 1, false: 0}[tc.held]; runs != want {
-					t.Errorf("duplicate whose handler %s: the handler ran %d times, want %d", name, runs, want)
-				}
-			}
-			if r := get(t, s, "H-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 || lettersOf("H-1") != 1 {
-				t.Errorf("after the duplicates: row %s at %d attempts, %d letters; want PROCESSED, 1, 1", r.Status, r.Attempts, lettersOf("H-1"))
-			}
-
-			// A rejection of a new event, then its resend after a technical
-			// failure: a retry at attempt 2.
-			res, err = process("H-2", func(ctx context.Context, tx *sql.Tx) error {
-				if err := letter(ctx, tx, "H-2"); err != nil {
-					return err
-				}
-				return classify.Reject("NO_CUSTOMER", errors.New("customer unknown"))
-			})
-			dbtest.Must(t, err, "rejection")
-			wantOutcome(t, res, inboxkit.OutcomeRejected, inboxkit.StatusRejected)
-			if r := get(t, s, "H-2"); r.Attempts != 1 || lettersOf("H-2") != 0 {
-				t.Errorf("rejection: %d attempts, %d letters; want 1 and 0", r.Attempts, lettersOf("H-2"))
-			}
-			// Through ProcessInTx and Process: the resend's INSERT finds
-			// the row, and its marker (sent with the rollback through
-			// inboxkit-pgx) is committed before the handler runs again:
-			// another connection sees attempt 2.
-			other, err := inbox.New(db.Open(t), inbox.Postgres, s.Config())
-			dbtest.Must(t, err, "second store")
-			for _, id := range []string{"H-3", "H-4"} {
-				run := process
-				if id == "H-4" {
-					run = func(id string, h inbox.Handler) (inbox.Result, error) { runs = 0; return s.Process(ctx, first(id), h) }
-				}
-				res, err = run(id, func(context.Context, *sql.Tx) error { return errors.New("connection reset by peer") })
-				dbtest.Must(t, err, "technical failure")
-				wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
-				var seen inbox.Record
-				res, err = run(id, func(ctx context.Context, tx *sql.Tx) error {
-					var err error
-					if seen, err = other.Get(ctx, id, consumerName); err != nil {
-						return err
-					}
-					return letter(ctx, tx, id)
-				})
-				dbtest.Must(t, err, "resend")
-				wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-				if r := get(t, s, id); r.Attempts != 2 || lettersOf(id) != 1 || seen.Status != inboxkit.StatusTechnicalFailure || seen.Attempts != 2 {
-					t.Errorf("%s, resend after a failure: %d attempts, %d letters, while the handler ran %s at %d; want 2 and 1, TECHNICAL_FAILURE at 2 (the marker committed)", id, r.Attempts, lettersOf(id), seen.Status, seen.Attempts)
-				}
-			}
-
-			if got := inbox.Ahead(s); got != tc.held {
-				t.Errorf("the store runs ahead: %v, want %v", got, tc.held)
-			}
-
-			// An INSERT the database refuses, whether the handler returns
-			// the error of its statement or not.
-			for _, swallow := range []bool{false, true} {
-				var seen error
-				_, err = process("H-BOOM", func(ctx context.Context, tx *sql.Tx) error {
-					seen = letter(ctx, tx, "H-BOOM")
-					if swallow {
-						return nil
-					}
-					return seen
-				})
-				if err == nil || !strings.Contains(err.Error(), "no row for H-BOOM") {
-					t.Errorf("refused INSERT (handler swallows: %v): Process = %v, want the trigger's error", swallow, err)
-				}
-				if tc.held && (seen == nil || !strings.Contains(seen.Error(), "inbox: insert event")) {
-					t.Errorf("refused INSERT: the handler's statement returned %v, want the held INSERT's error", seen)
-				}
-				if !tc.held && runs != 0 {
-					t.Errorf("refused INSERT through pgx: the handler ran")
-				}
-				if _, err := s.Get(ctx, "H-BOOM", consumerName); !errors.Is(err, inbox.ErrNotFound) || lettersOf("H-BOOM") != 0 {
-					t.Errorf("refused INSERT: Get = %v, %d letters; want no row and none", err, lettersOf("H-BOOM"))
-				}
-			}
+			return classify.Reject("NO_CUSTOMER", errors.New("customer unknown"))
 		})
-	}
+		dbtest.Must(t, err, "rejection")
+		wantOutcome(t, res, inboxkit.OutcomeRejected, inboxkit.StatusRejected)
+		if r := get(t, s, "H-2"); r.Attempts != 1 || lettersOf("H-2") != 0 {
+			t.Errorf("rejection: %d attempts, %d letters; want 1 and 0", r.Attempts, lettersOf("H-2"))
+		}
+		// Through ProcessInTx and Process: the resend's INSERT finds
+		// the row, and its marker (sent with the rollback through
+		// inboxkit-pgx) is committed before the handler runs again:
+		// another connection sees attempt 2.
+		other, err := inbox.New(db.Open(t), inbox.Postgres, s.Config())
+		dbtest.Must(t, err, "second store")
+		for _, id := range []string{"H-3", "H-4"} {
+			run := process
+			if id == "H-4" {
+				run = func(id string, h inbox.Handler) (inbox.Result, error) { runs = 0; return s.Process(ctx, first(id), h) }
+			}
+			res, err = run(id, func(context.Context, *sql.Tx) error { return errors.New("connection reset by peer") })
+			dbtest.Must(t, err, "technical failure")
+			wantOutcome(t, res, inboxkit.OutcomeRetry, inboxkit.StatusTechnicalFailure)
+			var seen inbox.Record
+			res, err = run(id, func(ctx context.Context, tx *sql.Tx) error {
+				var err error
+				if seen, err = other.Get(ctx, id, consumerName); err != nil {
+					return err
+				}
+				return letter(ctx, tx, id)
+			})
+			dbtest.Must(t, err, "resend")
+			wantOutcome(t, res, inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			if r := get(t, s, id); r.Attempts != 2 || lettersOf(id) != 1 || seen.Status != inboxkit.StatusTechnicalFailure || seen.Attempts != 2 {
+				t.Errorf("%s, resend after a failure: %d attempts, %d letters, while the handler ran %s at %d; want 2 and 1, TECHNICAL_FAILURE at 2 (the marker committed)", id, r.Attempts, lettersOf(id), seen.Status, seen.Attempts)
+			}
+		}
+
+		if got := inbox.Ahead(s); got != held {
+			t.Errorf("the store runs ahead: %v, want %v", got, held)
+		}
+
+		// An INSERT the database refuses, whether the handler returns
+		// the error of its statement or not.
+		for _, swallow := range []bool{false, true} {
+			var seen error
+			_, err = process("H-BOOM", func(ctx context.Context, tx *sql.Tx) error {
+				seen = letter(ctx, tx, "H-BOOM")
+				if swallow {
+					return nil
+				}
+				return seen
+			})
+			if err == nil || !strings.Contains(err.Error(), "no row for H-BOOM") {
+				t.Errorf("refused INSERT (handler swallows: %v): Process = %v, want the trigger's error", swallow, err)
+			}
+			if held && (seen == nil || !strings.Contains(seen.Error(), "inbox: insert event")) {
+				t.Errorf("refused INSERT: the handler's statement returned %v, want the held INSERT's error", seen)
+			}
+			if !held && runs != 0 {
+				t.Errorf("refused INSERT through pgx: the handler ran")
+			}
+			if _, err := s.Get(ctx, "H-BOOM", consumerName); !errors.Is(err, inbox.ErrNotFound) || lettersOf("H-BOOM") != 0 {
+				t.Errorf("refused INSERT: Get = %v, %d letters; want no row and none", err, lettersOf("H-BOOM"))
+			}
+		}
+	})
 }
 
 // In a batch without savepoints (every handler declared EffectsInTx)
@@ -203,77 +196,84 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 // results, rows and letters are the same through both.
 func TestPlainBatchPipelinesHandlers(t *testing.T) {
 	t.Parallel()
+	eachDriver(t, "PIPE", func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool) {
+		ctx := context.Background()
+		letters := table + "_LETTERS"
+		_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text PRIMARY KEY)`)
+		dbtest.Must(t, err, "letters")
+		_, err = db.Exec(`INSERT INTO ` + letters + ` VALUES ('P-TAKEN')`)
+		dbtest.Must(t, err, "a letter")
+		runs := map[string]int{}
+		var saw []string // what the handler of P-DUP saw of its INSERT, per run
+		handler := func(id, letter string) inbox.Handler {
+			return func(ctx context.Context, tx *sql.Tx) error {
+				runs[id]++
+				res, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, letter)
+				if id == "P-DUP" {
+					saw = append(saw, map[bool]string{true: "nil", false: "error"}[err == nil])
+				}
+				if err != nil {
+					return classify.Reject("LETTER_EXISTS", err)
+				}
+				if n, err := res.RowsAffected(); err != nil || n != 1 {
+					return fmt.Errorf("letter of %s: %d rows, %v", id, n, err)
+				}
+				return nil
+			}
+		}
+		batch := func(ids ...string) []inbox.Result {
+			t.Helper()
+			var items []inbox.BatchItem
+			for _, id := range ids {
+				letter := id
+				if id == "P-DUP" {
+					letter = "P-TAKEN"
+				}
+				items = append(items, inbox.BatchItem{Entry: first(id), Handler: handler(id, letter), EffectsInTx: true})
+			}
+			clear(runs)
+			res, err := s.ProcessBatch(ctx, items)
+			dbtest.Must(t, err, "batch")
+			return res
+		}
+
+		res := batch("P-1", "P-2", "P-3")
+		for i, id := range []string{"P-1", "P-2", "P-3"} {
+			wantOutcome(t, res[i], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+			if runs[id] != 1 {
+				t.Errorf("%s: handler ran %d times, want once (RowsAffected counted its letter)", id, runs[id])
+			}
+		}
+
+		res = batch("P-4", "P-DUP", "P-5")
+		wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		wantOutcome(t, res[1], inboxkit.OutcomeRejected, inboxkit.StatusRejected)
+		wantOutcome(t, res[2], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
+		want := "[nil error]" // held; then, with savepoints, sent at once
+		if !held {
+			want = "[error error]"
+		}
+		if fmt.Sprint(saw) != want {
+			t.Errorf("P-DUP's handler saw its INSERT return %v, want %s", saw, want)
+		}
+		var n int
+		dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters).Scan(&n), "count letters")
+		if n != 6 {
+			t.Errorf("%d letters, want 6 (P-TAKEN and one for each processed event)", n)
+		}
+	})
+}
+
+// eachDriver runs body as a subtest per driver, on one PostgreSQL
+// database: inboxkit-pgx, which holds statements (held), with a store on
+// table prefix+"_A", and pgx's plain driver on prefix+"_B".
+func eachDriver(t *testing.T, prefix string, body func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool)) {
+	t.Helper()
 	db := dbtest.New(t, dbtest.Postgres)
 	for _, tc := range []struct {
 		driver, table string
 		held          bool
-	}{{db.Driver, "PIPE_A", true}, {"pgx", "PIPE_B", false}} {
-		t.Run(tc.driver, func(t *testing.T) {
-			s := storeThrough(t, db, tc.driver, tc.table)
-			ctx := context.Background()
-			letters := tc.table + "_LETTERS"
-			_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text PRIMARY KEY)`)
-			dbtest.Must(t, err, "letters")
-			_, err = db.Exec(`INSERT INTO ` + letters + ` VALUES ('P-TAKEN')`)
-			dbtest.Must(t, err, "a letter")
-			runs := map[string]int{}
-			var saw []string // what the handler of P-DUP saw of its INSERT, per run
-			handler := func(id, letter string) inbox.Handler {
-				return func(ctx context.Context, tx *sql.Tx) error {
-					runs[id]++
-					res, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, letter)
-					if id == "P-DUP" {
-						saw = append(saw, map[bool]string{true: "nil", false: "error"}[err == nil])
-					}
-					if err != nil {
-						return classify.Reject("LETTER_EXISTS", err)
-					}
-					if n, err := res.RowsAffected(); err != nil || n != 1 {
-						return fmt.Errorf("letter of %s: %d rows, %v", id, n, err)
-					}
-					return nil
-				}
-			}
-			batch := func(ids ...string) []inbox.Result {
-				t.Helper()
-				var items []inbox.BatchItem
-				for _, id := range ids {
-					letter := id
-					if id == "P-DUP" {
-						letter = "P-TAKEN"
-					}
-					items = append(items, inbox.BatchItem{Entry: first(id), Handler: handler(id, letter), EffectsInTx: true})
-				}
-				clear(runs)
-				res, err := s.ProcessBatch(ctx, items)
-				dbtest.Must(t, err, "batch")
-				return res
-			}
-
-			res := batch("P-1", "P-2", "P-3")
-			for i, id := range []string{"P-1", "P-2", "P-3"} {
-				wantOutcome(t, res[i], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-				if runs[id] != 1 {
-					t.Errorf("%s: handler ran %d times, want once (RowsAffected counted its letter)", id, runs[id])
-				}
-			}
-
-			res = batch("P-4", "P-DUP", "P-5")
-			wantOutcome(t, res[0], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-			wantOutcome(t, res[1], inboxkit.OutcomeRejected, inboxkit.StatusRejected)
-			wantOutcome(t, res[2], inboxkit.OutcomeProcessed, inboxkit.StatusProcessed)
-			want := "[nil error]" // held; then, with savepoints, sent at once
-			if !tc.held {
-				want = "[error error]"
-			}
-			if fmt.Sprint(saw) != want {
-				t.Errorf("P-DUP's handler saw its INSERT return %v, want %s", saw, want)
-			}
-			var n int
-			dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters).Scan(&n), "count letters")
-			if n != 6 {
-				t.Errorf("%d letters, want 6 (P-TAKEN and one for each processed event)", n)
-			}
-		})
+	}{{db.Driver, prefix + "_A", true}, {"pgx", prefix + "_B", false}} {
+		t.Run(tc.driver, func(t *testing.T) { body(t, db, storeThrough(t, db, tc.driver, tc.table), tc.table, tc.held) })
 	}
 }
