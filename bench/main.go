@@ -13,7 +13,8 @@
 //	         twin (amqp091 + BEGIN, inbox INSERT, letter INSERT, COMMIT),
 //	         inboxkit single-message (and "single in tx": Config.EffectsInTx,
 //	         the first INSERT with the letter), inboxkit store-then-process (done
-//	         when every event is processed), inboxkit batch
+//	         when every event is processed; "in tx": its workers' batches
+//	         without savepoints), inboxkit batch
 //	         (consumer.Config.BatchSize = -batch; 0 leaves the rows out) with
 //	         savepoints and "in tx" (Config.EffectsInTx: none), and a
 //	         Watermill router (AMQP subscriber, Retry + PoisonQueue
@@ -312,6 +313,7 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 		e2eContender{name: "inboxkit single", run: runInboxkit},
 		e2eContender{name: "inboxkit single in tx", effectsInTx: true, run: runInboxkit},
 		e2eContender{name: "inboxkit store-then-process", mode: consumer.ModeStoreThenProcess, run: runInboxkit},
+		e2eContender{name: "inboxkit store-then-process in tx", mode: consumer.ModeStoreThenProcess, effectsInTx: true, run: runInboxkit},
 	)
 	if o.batch > 1 {
 		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit},
