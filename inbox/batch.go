@@ -88,7 +88,7 @@ type BatchItem struct {
 // later statement; run again with savepoints, the handler sees it from
 // its own. A handler must not change what it passed to ExecContext (a
 // slice's elements, a value behind a pointer) before ProcessBatch
-// returns; a []byte is copied.
+// returns; a slice of bytes ([]byte, json.RawMessage) is copied.
 //
 // Handlers run in the order of items, those of the events run alone last.
 // Deliveries of one event in this process take turns with Process and other

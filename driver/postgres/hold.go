@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -435,13 +436,22 @@ func values(args []driver.NamedValue) []any {
 	return out
 }
 
-// heldValues is values for a statement that is held: a []byte is copied,
-// since its caller may reuse it once ExecContext returned.
+// heldValues is values for a statement that is held: a slice of bytes
+// ([]byte, json.RawMessage, ...) is copied, since its caller may reuse it
+// once ExecContext returned.
 func heldValues(args []driver.NamedValue) []any {
 	out := values(args)
 	for i, v := range out {
-		if b, ok := v.([]byte); ok && b != nil {
-			out[i] = append([]byte(nil), b...)
+		if b, ok := v.([]byte); ok {
+			if b != nil {
+				out[i] = append([]byte(nil), b...)
+			}
+			continue
+		}
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8 && !rv.IsNil() {
+			c := reflect.MakeSlice(rv.Type(), rv.Len(), rv.Len())
+			reflect.Copy(c, rv)
+			out[i] = c.Interface()
 		}
 	}
 	return out

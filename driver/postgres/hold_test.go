@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -450,15 +451,19 @@ func TestPipelinedStatement(t *testing.T) {
 	dbtest.Must(t, err, "insert 3")
 	_, err = tx.ExecContext(p, `INSERT INTO hb VALUES ($1)`, buf)
 	dbtest.Must(t, err, "insert bytes")
+	raw := json.RawMessage(`"abc"`)
+	_, err = tx.ExecContext(p, `INSERT INTO hb VALUES (convert_to($1::jsonb #>> '{}', 'UTF8'))`, raw)
+	dbtest.Must(t, err, "insert a json.RawMessage")
 	copy(buf, "xyz")
+	copy(raw, `"xyz"`)
 	dbtest.Must(t, tx.Commit(), "commit")
 	if n, err := res.RowsAffected(); n != 1 || err != nil || count(t, db, `id = 3`) != 1 {
 		t.Errorf("sent with the COMMIT: RowsAffected %d, %v; want 1, nil and row 3 written", n, err)
 	}
 	var b []byte
-	dbtest.Must(t, db.QueryRow(`SELECT b FROM hb`).Scan(&b), "read bytes")
-	if string(b) != "abc" {
-		t.Errorf("bytes written = %q, want %q as they were when held", b, "abc")
+	dbtest.Must(t, db.QueryRow(`SELECT string_agg(convert_from(b, 'UTF8'), ',') FROM hb`).Scan(&b), "read bytes")
+	if string(b) != "abc,abc" {
+		t.Errorf("bytes written = %q, want %q as they were when held", b, "abc,abc")
 	}
 
 	// A rollback: never sent.

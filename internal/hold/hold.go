@@ -91,9 +91,9 @@ type pipelinedKey struct{}
 //   - its error is returned, prefixed with what, by the statement that
 //     sends it: the transaction's next statement that is not held, a
 //     RowsAffected, or Commit; a rollback drops it;
-//   - its arguments are taken when it is sent: a []byte is copied when
-//     it is held, a value the caller changes after ExecContext returns
-//     (an element of a slice it passed) is sent changed.
+//   - its arguments are taken when it is sent: a slice of bytes is copied
+//     when it is held, a value the caller changes after ExecContext
+//     returns (an element of another slice it passed) is sent changed.
 //
 // A statement whose context is marked by Until or Counted as well is held
 // as that mark says.
