@@ -76,7 +76,9 @@ type Config struct {
 	// then runs its handlers without a savepoint each; when one of them
 	// does not succeed the batch is rolled back whole and runs again with
 	// savepoints, to the outcomes it would have had (inbox.BatchItem
-	// .EffectsInTx, inbox.WorkerConfig.EffectsInTx); a single delivery
+	// .EffectsInTx, inbox.WorkerConfig.EffectsInTx; on inboxkit-pgx the
+	// first run pipelines the handlers' writes, see inbox.Store
+	// .ProcessBatch); a single delivery
 	// goes through inbox.Store.ProcessInTx, whose first delivery's INSERT
 	// may go with the handler's first statement. The consumer never
 	// guesses it: a handler that calls a service, publishes, or counts
