@@ -76,6 +76,10 @@ type job struct {
 	// sent (heldRow).
 	held  bool
 	count hold.Count
+	// fenced: a claim alone recorded its PROCESSED row by lease.fence;
+	// count is what that UPDATE met, where the driver held it for the
+	// COMMIT.
+	fenced bool
 	// started is the attempt that runs: ATTEMPTS after the marker or the
 	// claim (1 for a first delivery).
 	started int
@@ -291,11 +295,11 @@ func (s *Store) runPlain(ctx context.Context, tx *txn, jobs []*job) error {
 			break
 		}
 	}
-	if last := ran[len(ran)-1]; ok && last.claim == nil && s.q.checkTx.text != "" {
+	if last := ran[len(ran)-1]; ok && s.q.checkTx.text != "" {
 		// The last handler returned nil, but may have left the
-		// transaction aborted (see aborted), or its statements may be
-		// held (pipelined): its commit would roll back. The check sends
-		// them.
+		// transaction aborted (see aborted), or its statements, or a
+		// claim's PROCESSED row, may be held (pipelined): its commit
+		// would roll back. The check sends them.
 		_, err := s.q.checkTx.exec(ctx, tx, last.e.key())
 		ok = err == nil
 	}
@@ -313,7 +317,7 @@ func (s *Store) runPlain(ctx context.Context, tx *txn, jobs []*job) error {
 
 // runPlainOne runs job j in tx without a savepoint: the claim of its
 // marker's row, its handler, a claim's PROCESSED row. It reports whether
-// all of it succeeded.
+// all of it succeeded, as far as the statements answered so far say.
 func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
 	if j.claim == nil && !j.first {
 		if claimed, err := s.claim(ctx, tx, j.e); err != nil || !claimed {
@@ -326,8 +330,15 @@ func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
 	switch {
 	case j.v.Row != inboxkit.StatusProcessed:
 		return false
+	case j.claim != nil && s.qq.processedFenced.text != "":
+		// Pipelined: a lost lease fails the batch's next statement that
+		// needs an answer (runPlain's check at the latest), and the batch
+		// runs again with savepoints, where each lease is checked alone.
+		pctx := hold.Pipelined(ctx, "inbox: record outcome of event "+strconv.Quote(j.claim.Message.ID))
+		_, err := s.qq.processedFenced.exec(pctx, tx, j.claim.lease().args(args{{"now", s.t(s.now())}}))
+		return err == nil
 	case j.claim != nil:
-		return s.recordRow(ctx, tx, j, j.claim.lease().args(args{{"now", s.t(s.now())}})) == nil
+		return s.recordRow(ctx, tx, j, args{{"now", s.t(s.now())}}) == nil
 	}
 	return true
 }
@@ -366,6 +377,17 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bo
 			return err
 		}
 		if err := tx.commit(); err != nil {
+			if j.fenced && (!j.count.Sent || j.count.Err != nil) {
+				// The COMMIT carried the held PROCESSED UPDATE, which did
+				// not run (a statement held before it failed) or failed (the
+				// lease is lost): nothing committed, and the outcome is
+				// recorded apart, as when recordInTx's UPDATE fails.
+				if j.count.Err != nil {
+					err = j.count.Err
+				}
+				j.failed(s, fmt.Errorf("inbox: process: record outcome: %w", err))
+				return nil
+			}
 			if j.claim != nil {
 				j.done(Result{}, fmt.Errorf("inbox: process: commit: %w", err))
 				return nil
@@ -443,7 +465,9 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	case j.v.Row == inboxkit.StatusProcessed && j.claim != nil:
 		// On PostgreSQL this UPDATE also fails when the handler returned
 		// nil after a failed statement (the transaction is aborted).
-		return s.recordInTx(ctx, tx, j, undo, j.claim.lease().args(args{{"now", s.t(s.now())}}))
+		// Alone, it may go with the COMMIT (fenced; runTx).
+		j.fenced = alone && s.qq.processedFenced.text != ""
+		return s.recordInTx(ctx, tx, j, undo, args{{"now", s.t(s.now())}})
 	case j.v.Row == inboxkit.StatusProcessed:
 		return nil // an aborted transaction shows at the next statement
 	case j.v.Row == inboxkit.StatusRejected && !alone:
@@ -555,15 +579,19 @@ func (s *Store) recordInTx(ctx context.Context, tx *txn, j *job, undo undo, set 
 
 // recordRow runs the UPDATE that records j's verdict (PROCESSED or
 // REJECTED) through q: for a claim matched on its lease (ErrLeaseLost when
-// it is no longer held), for a transactional job on its marker's
-// TECHNICAL_FAILURE row.
+// it is no longer held; set are the arguments besides the lease's), or
+// its PROCESSED row by lease.fence when j is fenced; for a transactional
+// job on its marker's TECHNICAL_FAILURE row.
 func (s *Store) recordRow(ctx context.Context, q execer, j *job, set args) error {
 	if j.claim != nil {
-		st := s.qq.processed
-		if j.v.Row == inboxkit.StatusRejected {
-			st = s.qq.rejected
+		l := j.claim.lease()
+		switch {
+		case j.v.Row == inboxkit.StatusRejected:
+			return l.record(ctx, s, q, s.qq.rejected, set)
+		case j.fenced:
+			return l.fence(ctx, s, q, &j.count, set)
 		}
-		return j.claim.lease().record(ctx, s, q, st, set)
+		return l.record(ctx, s, q, s.qq.processed, set)
 	}
 	res, err := s.verdict(ctx, q, s.q.rejectFromFail, set)
 	if err != nil {

@@ -30,20 +30,12 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, "HELD", func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool) {
 		ctx := context.Background()
-		letters := table + "_LETTERS"
-		_, err := db.Exec(`CREATE TABLE ` + letters + ` (event_id text NOT NULL)`)
-		dbtest.Must(t, err, "letters")
+		letters, lettersOf := letterTable(t, db, table, "event_id text NOT NULL")
 		// A trigger refuses the inbox row of event H-BOOM.
-		_, err = db.Exec(`CREATE FUNCTION ` + table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+		_, err := db.Exec(`CREATE FUNCTION ` + table + `_boom() RETURNS trigger LANGUAGE plpgsql AS $$
 				BEGIN IF NEW.EVENT_ID = 'H-BOOM' THEN RAISE EXCEPTION 'no row for H-BOOM'; END IF; RETURN NEW; END $$;
 				CREATE TRIGGER boom BEFORE INSERT ON ` + table + ` FOR EACH ROW EXECUTE FUNCTION ` + table + `_boom()`)
 		dbtest.Must(t, err, "trigger")
-		lettersOf := func(id string) int {
-			t.Helper()
-			var n int
-			dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters+` WHERE event_id = $1`, id).Scan(&n), "count letters")
-			return n
-		}
 		runs := 0
 		letter := func(ctx context.Context, tx *sql.Tx, id string) error {
 			runs++
@@ -275,5 +267,131 @@ func eachDriver(t *testing.T, prefix string, body func(t *testing.T, db *dbtest.
 		held          bool
 	}{{db.Driver, prefix + "_A", true}, {"pgx", prefix + "_B", false}} {
 		t.Run(tc.driver, func(t *testing.T) { body(t, db, storeThrough(t, db, tc.driver, tc.table), tc.table, tc.held) })
+	}
+}
+
+// A worker's entry alone records its PROCESSED row with an UPDATE that
+// fails its transaction when the lease is lost: inboxkit-pgx sends it
+// with the COMMIT (hold.Counted), pgx's plain driver at once. Through both
+// a new entry is PROCESSED with its letter; an entry whose lease another
+// owner took while the handler ran is ErrLeaseLost with no letter and the
+// other owner's row untouched; a handler that swallowed a failed statement
+// and one whose held statement fails at the COMMIT leave no letter and a
+// TECHNICAL_FAILURE due again, its cause named.
+func TestWorkerFencedRecord(t *testing.T) {
+	t.Parallel()
+	eachDriver(t, "FENCE", func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool) {
+		ctx := context.Background()
+		letters, lettersOf := letterTable(t, db, table, "event_id text PRIMARY KEY")
+		var then func(ctx context.Context, tx *sql.Tx, id string) // after the letter, per case
+		w := newWorker(t, s, inbox.WorkerConfig{Owner: "w", HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, m.ID); err != nil {
+				return err
+			}
+			if then != nil {
+				then(ctx, tx, m.ID)
+			}
+			return nil
+		}})
+		process := func(id string, f func(ctx context.Context, tx *sql.Tx, id string)) (inbox.Result, error) {
+			t.Helper()
+			receive(t, s, id)
+			then = f
+			return w.Process(ctx, claimOne(t, w))
+		}
+
+		res, err := process("F-1", nil)
+		if err != nil || res.Outcome != inboxkit.OutcomeProcessed || lettersOf("F-1") != 1 {
+			t.Fatalf("new entry: %+v, %v, %d letters; want PROCESSED with its letter", res, err, lettersOf("F-1"))
+		}
+		if r := get(t, s, "F-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 {
+			t.Fatalf("F-1's row = %+v", r)
+		}
+
+		_, err = process("F-LOST", func(ctx context.Context, tx *sql.Tx, id string) {
+			_, err := db.Exec(`UPDATE `+table+` SET LEASE_OWNER = 'other', ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = $1`, id)
+			dbtest.Must(t, err, "take the lease over")
+		})
+		if !errors.Is(err, inbox.ErrLeaseLost) || lettersOf("F-LOST") != 0 {
+			t.Fatalf("lease taken over: %v, %d letters; want ErrLeaseLost and no letter", err, lettersOf("F-LOST"))
+		}
+		if r := get(t, s, "F-LOST"); r.Status != inboxkit.StatusInProgress || r.Attempts != 2 {
+			t.Fatalf("F-LOST's row = %+v, want the other owner's IN_PROGRESS at attempt 2", r)
+		}
+
+		for _, tc := range []struct {
+			id, cause string
+			then      func(ctx context.Context, tx *sql.Tx, id string)
+		}{
+			{"F-ABORTED", "current transaction is aborted", func(ctx context.Context, tx *sql.Tx, id string) {
+				_, _ = tx.ExecContext(ctx, `SELECT CAST($1 AS INTEGER)`, id) // fails; the error is swallowed
+			}},
+			{"F-HELD", "a held statement", func(ctx context.Context, tx *sql.Tx, id string) {
+				_, _ = tx.ExecContext(hold.Until(ctx, "a held statement"), `INSERT INTO `+letters+` (event_id) VALUES ($1)`, id)
+			}},
+		} {
+			if !held {
+				tc.cause = "current transaction is aborted" // the statement ran at once, and failed
+			}
+			res, err := process(tc.id, tc.then)
+			if err != nil || res.Outcome != inboxkit.OutcomeRetry || !strings.Contains(fmt.Sprint(res.Err), tc.cause) || lettersOf(tc.id) != 0 {
+				t.Errorf("%s: %+v, %v, %d letters; want a retry caused by %q and no letter", tc.id, res, err, lettersOf(tc.id), tc.cause)
+			}
+			if r := get(t, s, tc.id); r.Status != inboxkit.StatusTechnicalFailure || r.Attempts != 1 {
+				t.Errorf("%s's row = %+v, want TECHNICAL_FAILURE at attempt 1", tc.id, r)
+			}
+		}
+
+		// A batch without savepoints (EffectsInTx) whose middle entry's
+		// lease is taken over in its first run: that run fails (through
+		// inboxkit-pgx at its check, the UPDATE held with the last
+		// handler's writes), and the batch runs again with savepoints,
+		// where the middle entry is ErrLeaseLost and the others are
+		// PROCESSED, each with one letter.
+		runs := map[string]int{}
+		bw := newWorker(t, s, inbox.WorkerConfig{Owner: "b", BatchSize: 3, ClaimSize: 3, EffectsInTx: true, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+			if runs[m.ID]++; m.ID == "FB-2" && runs[m.ID] == 1 {
+				_, err := db.Exec(`UPDATE `+table+` SET LEASE_OWNER = 'other', ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = $1`, m.ID)
+				dbtest.Must(t, err, "take the lease over")
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, m.ID)
+			return err
+		}})
+		for _, id := range []string{"FB-1", "FB-2", "FB-3"} {
+			receive(t, s, id)
+		}
+		errs := map[string]error{}
+		observe := func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+			return ctx, func(_ inbox.Result, err error) { errs[c.Message.ID] = err }
+		}
+		if n, err := bw.RunOnce(ctx, observe); n != 3 || err != nil {
+			t.Fatalf("batch RunOnce: %d, %v", n, err)
+		}
+		// FB-3 ran in the first run only where FB-2's UPDATE was held: at
+		// once it failed and ended that run.
+		for id, want := range map[string]int{"FB-1": 2, "FB-3": map[bool]int{true: 2, false: 1}[held]} {
+			if r := get(t, s, id); errs[id] != nil || r.Status != inboxkit.StatusProcessed || lettersOf(id) != 1 || runs[id] != want {
+				t.Errorf("%s: %v, %+v, %d letters, %d runs; want PROCESSED with one letter, %d runs", id, errs[id], r, lettersOf(id), runs[id], want)
+			}
+		}
+		if !errors.Is(errs["FB-2"], inbox.ErrLeaseLost) || lettersOf("FB-2") != 0 {
+			t.Errorf("FB-2: %v, %d letters; want ErrLeaseLost and no letter", errs["FB-2"], lettersOf("FB-2"))
+		}
+	})
+}
+
+// letterTable creates the letters table of a store's table (its one
+// column as defined) and returns its name and the count of an event's
+// letters.
+func letterTable(t *testing.T, db *dbtest.DB, table, column string) (string, func(id string) int) {
+	t.Helper()
+	letters := table + "_LETTERS"
+	_, err := db.Exec(`CREATE TABLE ` + letters + ` (` + column + `)`)
+	dbtest.Must(t, err, "letters")
+	return letters, func(id string) int {
+		t.Helper()
+		var n int
+		dbtest.Must(t, db.QueryRow(`SELECT count(*) FROM `+letters+` WHERE event_id = $1`, id).Scan(&n), "count letters")
+		return n
 	}
 }

@@ -17,14 +17,21 @@ import (
 // PostgreSQL: b.N entries are stored with Receive (not timed), then 1 or 4
 // workers drain them with RunOnce (claims of 16; one business row per
 // entry), one transaction per entry (batch=1) or per 16 entries
-// (WorkerConfig.BatchSize 16). The entries/s metric is the figure to
-// compare.
+// (WorkerConfig.BatchSize 16), the batches with savepoints or, declared
+// EffectsInTx, without. The entries/s metric is the figure to compare.
 //
 //	go test -run '^$' -bench Worker -benchtime 4000x ./inbox/
 func BenchmarkWorker(b *testing.B) {
-	for _, run := range []struct{ workers, batch int }{{1, 1}, {4, 1}, {1, 16}, {4, 16}} {
+	for _, run := range []struct {
+		workers, batch int
+		effectsInTx    bool
+	}{{1, 1, false}, {4, 1, false}, {1, 16, false}, {4, 16, false}, {1, 16, true}, {4, 16, true}} {
 		workers := run.workers
-		b.Run(fmt.Sprintf("postgres/workers=%d/batch=%d", workers, run.batch), func(b *testing.B) {
+		name := fmt.Sprintf("postgres/workers=%d/batch=%d", workers, run.batch)
+		if run.effectsInTx {
+			name += "/effects-in-tx"
+		}
+		b.Run(name, func(b *testing.B) {
 			db := dbtest.New(b, dbtest.Postgres)
 			s, err := inbox.New(db.DB, inbox.Postgres, inbox.Config{})
 			dbtest.Must(b, err, "store")
@@ -43,7 +50,7 @@ func BenchmarkWorker(b *testing.B) {
 			for i := range ws {
 				ports, perr := s.WithPorts((&deadLetters{}).ports())
 				dbtest.Must(b, perr, "ports")
-				ws[i], err = ports.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"), ClaimSize: 16, BatchSize: run.batch})
+				ws[i], err = ports.NewWorker(inbox.WorkerConfig{ConsumerName: "bench", HandleFunc: businessHandler(db, "bench"), ClaimSize: 16, BatchSize: run.batch, EffectsInTx: run.effectsInTx})
 				dbtest.Must(b, err, "worker")
 			}
 			b.ResetTimer()

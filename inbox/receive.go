@@ -85,10 +85,16 @@ type queueQueries struct {
 	claimUpdates bool
 	claimUpdate  string
 	processed    stmt
-	rejected     stmt
-	failed       stmt
-	deadLettered stmt
-	release      stmt
+	// processedFenced is processed where a failed statement aborts the
+	// transaction (PostgreSQL): it fails when the lease is lost (naming
+	// leaseLostText) instead of counting no row, so that a COMMIT sent
+	// with it cannot commit the handler's writes without it (lease.fence).
+	// Empty elsewhere.
+	processedFenced stmt
+	rejected        stmt
+	failed          stmt
+	deadLettered    stmt
+	release         stmt
 }
 
 const claimColumns = `EVENT_ID, CORRELATION_ID, HEADERS, PAYLOAD, ATTEMPTS, CREATED_AT, ERROR_CLASS, REASON_CODE, LAST_ERROR`
@@ -134,6 +140,13 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	// raises ATTEMPTS, so a worker that re-claims under the same owner name
 	// still cannot complete an older claim.
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
+	const setProcessed = `UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine
+	var fenced stmt
+	if d.abortsOnError {
+		// The CASE depends on the row count, so the cast is evaluated when
+		// the statement runs, never folded by the planner.
+		fenced = n(`WITH done AS (` + setProcessed + ` RETURNING 1) SELECT CAST(CASE COUNT(*) WHEN 1 THEN '1' ELSE '` + leaseLostText + `' END AS INTEGER) FROM done`)
+	}
 	return queueQueries{
 		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)`),
 		insertLeased: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) ` +
@@ -146,12 +159,13 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 		adoptReceived: n(`UPDATE {t} SET STATUS = 'RECEIVED', PAYLOAD = @payload, HEADERS = @headers, PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, @hash), ` +
 			`CORRELATION_ID = COALESCE(CORRELATION_ID, @corr), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, @source), ORDER_KEY = COALESCE(ORDER_KEY, @okey), UPDATED_AT = @now ` +
 			`WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'TECHNICAL_FAILURE' AND NEXT_ATTEMPT_AT IS NULL`),
-		claim:        n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
-		claimUpdates: d.claimUpdates,
-		claimUpdate:  fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
-		processed:    n(`UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine),
-		rejected:     failing(n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine)),
-		failed:       failing(n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine)),
+		claim:           n(fmt.Sprintf(d.claim, "{t}", claimable, claimColumns, setLease)),
+		claimUpdates:    d.claimUpdates,
+		claimUpdate:     fmtTable(`UPDATE {t} SET `+setLease+` WHERE CONSUMER_NAME = @consumer AND EVENT_ID IN (`, table),
+		processed:       n(setProcessed),
+		processedFenced: fenced,
+		rejected:        failing(n(`UPDATE {t} SET STATUS = 'REJECTED', REASON_CODE = @reason, ERROR_CLASS = 'BUSINESS', LAST_ERROR = @error, PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL` + mine)),
+		failed:          failing(n(`UPDATE {t} SET STATUS = 'TECHNICAL_FAILURE', REASON_CODE = @reason, ERROR_CLASS = @class, LAST_ERROR = @error, NEXT_ATTEMPT_AT = @next, UPDATED_AT = @now, FIRST_FAILED_AT = COALESCE(FIRST_FAILED_AT, @now), ATTEMPTS = ATTEMPTS - @uncount, LEASE_OWNER = NULL, LEASE_UNTIL = NULL` + mine)),
 		// NEXT_ATTEMPT_AT is set, not cleared: should ResetForReplay make the
 		// row TECHNICAL_FAILURE again, the worker replays it from the stored
 		// payload at once (a redelivery from the DLQ is only a duplicate).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/internal/hold"
 )
 
 // ErrLeaseLost is returned by Worker.Process when the worker no longer holds
@@ -498,6 +499,26 @@ func (l lease) record(ctx context.Context, s *Store, e execer, q stmt, set args)
 	if n == 0 {
 		return l.lost()
 	}
+	return nil
+}
+
+// leaseLostText is the value processedFenced's cast refuses when the
+// lease is lost: its error's text.
+const leaseLostText = "inboxkit: the lease is lost"
+
+// fence records the PROCESSED row on the lease through e by
+// processedFenced, marked hold.Counted with n: a driver that holds it
+// sends it with the transaction's COMMIT, which its failure then fails,
+// and n is what it met (runTx). Its error, run at once by a driver that
+// does not hold, or met with the COMMIT, is not ErrLeaseLost: the job's
+// outcome is then recorded apart (retryLater), which tells a lost lease.
+func (l lease) fence(ctx context.Context, s *Store, e execer, n *hold.Count, set args) error {
+	*n = hold.Count{}
+	res, err := s.qq.processedFenced.exec(hold.Counted(ctx, "inbox: record outcome", n), e, l.args(set))
+	if err != nil {
+		return fmt.Errorf("inbox: process: record outcome: %w", err)
+	}
+	_, _ = res.RowsAffected() // hold.ErrHeld when held; one row when it ran
 	return nil
 }
 

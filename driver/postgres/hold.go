@@ -21,12 +21,14 @@ import (
 // with its first statement (a transaction that runs none costs nothing).
 // A statement its caller marked as one that may wait (outbox.Store.Add's
 // INSERT; the inbox's first delivery's INSERT for a handler declared with
-// inbox.Store.ProcessInTx, which learns its count of rows when it is sent)
-// is held back in the transaction and sent in one pipeline with the
+// inbox.Store.ProcessInTx, which learns its count of rows when it is sent;
+// a worker's PROCESSED row of an entry alone, which fails its transaction
+// when the entry's lease is lost) is held back in the transaction and sent in one pipeline with the
 // transaction's next statement or with its COMMIT, so that the write costs
 // no round trip of its own. So is a statement with arguments of a handler
 // the inbox runs in a batch without savepoints (inbox.BatchItem.EffectsInTx,
-// hold.Pipelined); its RowsAffected, read before then, sends it. Its
+// hold.Pipelined), and such a batch's PROCESSED rows of a worker's
+// entries; its RowsAffected, read before then, sends it. Its
 // connections are internal/hold's Ahead: the inbox sends a delivery's
 // attempt marker, committed on its own, and the BEGIN and claim of the
 // business transaction after it in one pipeline.
