@@ -76,9 +76,9 @@ type job struct {
 	// sent (heldRow).
 	held  bool
 	count hold.Count
-	// fenced: a claim alone recorded its PROCESSED row by lease.fence;
-	// count is what that UPDATE met, where the driver held it for the
-	// COMMIT.
+	// fenced: a claim's PROCESSED row (lease.fence) is held by the
+	// driver for the transaction's next statement or its COMMIT; count is
+	// what it met once sent.
 	fenced bool
 	// started is the attempt that runs: ATTEMPTS after the marker or the
 	// claim (1 for a first delivery).
@@ -330,14 +330,10 @@ func (s *Store) runPlainOne(ctx context.Context, tx *txn, j *job) bool {
 	switch {
 	case j.v.Row != inboxkit.StatusProcessed:
 		return false
-	case j.claim != nil && s.qq.processedFenced.text != "":
-		// Pipelined: a lost lease fails the batch's next statement that
-		// needs an answer (runPlain's check at the latest), and the batch
-		// runs again with savepoints, where each lease is checked alone.
-		pctx := hold.Pipelined(ctx, "inbox: record outcome of event "+strconv.Quote(j.claim.Message.ID))
-		_, err := s.qq.processedFenced.exec(pctx, tx, j.claim.lease().args(args{{"now", s.t(s.now())}}))
-		return err == nil
 	case j.claim != nil:
+		// Where it is held (fenced), a lost lease fails the batch's next
+		// statement that needs an answer (runPlain's check at the latest),
+		// and the batch runs again with savepoints.
 		return s.recordRow(ctx, tx, j, args{{"now", s.t(s.now())}}) == nil
 	}
 	return true
@@ -402,7 +398,7 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bo
 	if plain {
 		return s.runPlain(ctx, tx, jobs)
 	}
-	var last *job // its handler returned nil: on PostgreSQL the transaction may be aborted all the same
+	var last *job // its handler returned nil (or its PROCESSED row is held): on PostgreSQL the transaction may be aborted all the same
 	for _, j := range jobs {
 		if !j.runs() {
 			continue
@@ -411,12 +407,12 @@ func (s *Store) runTx(ctx context.Context, tx *txn, jobs []*job, alone, plain bo
 			return err
 		}
 		last = nil
-		if j.claim == nil && j.state == jobRan && j.v.Row == inboxkit.StatusProcessed {
+		if j.state == jobRan && j.v.Row == inboxkit.StatusProcessed && (j.claim == nil || j.fenced) {
 			last = j
 		}
 	}
 	if last != nil && s.q.releaseItem != "" {
-		if _, err := tx.ExecContext(ctx, s.q.releaseItem); err != nil {
+		if _, err := tx.ExecContext(hold.Single(ctx), s.q.releaseItem); err != nil {
 			if err := s.aborted(ctx, tx, last, err); err != nil {
 				return err
 			}
@@ -464,9 +460,9 @@ func (s *Store) runOne(ctx context.Context, tx *txn, j, prev *job, alone bool) e
 	switch {
 	case j.v.Row == inboxkit.StatusProcessed && j.claim != nil:
 		// On PostgreSQL this UPDATE also fails when the handler returned
-		// nil after a failed statement (the transaction is aborted).
-		// Alone, it may go with the COMMIT (fenced; runTx).
-		j.fenced = alone && s.qq.processedFenced.text != ""
+		// nil after a failed statement (the transaction is aborted). It
+		// may be held (fenced): alone for the COMMIT (runTx), in a batch
+		// for the next SAVEPOINT or the RELEASE (undoPoint, aborted).
 		return s.recordInTx(ctx, tx, j, undo, args{{"now", s.t(s.now())}})
 	case j.v.Row == inboxkit.StatusProcessed:
 		return nil // an aborted transaction shows at the next statement
@@ -487,10 +483,11 @@ func (s *Store) undoPoint(ctx context.Context, tx *txn, j, prev *job, alone bool
 	if alone {
 		return u, nil
 	}
-	_, err := tx.ExecContext(ctx, s.q.savepointItem)
+	_, err := tx.ExecContext(hold.Single(ctx), s.q.savepointItem)
 	if err != nil && prev != nil && s.q.releaseItem != "" {
 		// The previous handler returned nil but left the transaction
-		// aborted: it is the one that failed.
+		// aborted, or the previous claim's held PROCESSED row failed: it
+		// is the one that failed.
 		if err := s.aborted(ctx, tx, prev, err); err != nil {
 			return undo{}, err
 		}
@@ -528,9 +525,12 @@ func (u undo) do() error {
 
 // aborted makes j, whose handler returned nil, a technical failure of its
 // own: a statement after it failed with err because the handler left the
-// transaction aborted (a failed statement it did not report; PostgreSQL).
-// The transaction is rolled back to j's savepoint, the latest one, so that
-// the commit does not fail the whole batch.
+// transaction aborted (a failed statement it did not report; PostgreSQL)
+// or, for a claim whose PROCESSED row was held (fenced), because that
+// UPDATE failed: an aborted transaction, or a lost lease, which the
+// outcome's record apart then tells (retryLater). The transaction is
+// rolled back to j's savepoint, the latest one, so that the commit does
+// not fail the whole batch.
 func (s *Store) aborted(ctx context.Context, tx *txn, j *job, err error) error {
 	if _, rerr := tx.ExecContext(ctx, s.q.rollbackItem); rerr != nil {
 		return fmt.Errorf("inbox: roll back a batch item: %w (after: %v)", rerr, err)
@@ -579,17 +579,21 @@ func (s *Store) recordInTx(ctx context.Context, tx *txn, j *job, undo undo, set 
 
 // recordRow runs the UPDATE that records j's verdict (PROCESSED or
 // REJECTED) through q: for a claim matched on its lease (ErrLeaseLost when
-// it is no longer held; set are the arguments besides the lease's), or
-// its PROCESSED row by lease.fence when j is fenced; for a transactional
-// job on its marker's TECHNICAL_FAILURE row.
+// it is no longer held; set are the arguments besides the lease's), its
+// PROCESSED row by lease.fence where the dialect has it (j.fenced when the
+// driver held it); for a transactional job on its marker's
+// TECHNICAL_FAILURE row.
 func (s *Store) recordRow(ctx context.Context, q execer, j *job, set args) error {
 	if j.claim != nil {
 		l := j.claim.lease()
+		j.fenced = false
 		switch {
 		case j.v.Row == inboxkit.StatusRejected:
 			return l.record(ctx, s, q, s.qq.rejected, set)
-		case j.fenced:
-			return l.fence(ctx, s, q, &j.count, set)
+		case s.qq.processedFenced.text != "":
+			var err error
+			j.fenced, err = l.fence(ctx, s, q, &j.count, set)
+			return err
 		}
 		return l.record(ctx, s, q, s.qq.processed, set)
 	}

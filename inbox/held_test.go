@@ -277,12 +277,18 @@ func eachDriver(t *testing.T, prefix string, body func(t *testing.T, db *dbtest.
 // owner took while the handler ran is ErrLeaseLost with no letter and the
 // other owner's row untouched; a handler that swallowed a failed statement
 // and one whose held statement fails at the COMMIT leave no letter and a
-// TECHNICAL_FAILURE due again, its cause named.
+// TECHNICAL_FAILURE due again, its cause named. In a worker's batch the
+// UPDATE goes with the next statement that needs an answer.
 func TestWorkerFencedRecord(t *testing.T) {
 	t.Parallel()
 	eachDriver(t, "FENCE", func(t *testing.T, db *dbtest.DB, s *inbox.Store, table string, held bool) {
 		ctx := context.Background()
 		letters, lettersOf := letterTable(t, db, table, "event_id text PRIMARY KEY")
+		takeOver := func(id string) {
+			t.Helper()
+			_, err := db.Exec(`UPDATE `+table+` SET LEASE_OWNER = 'other', ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = $1`, id)
+			dbtest.Must(t, err, "take the lease of %s over", id)
+		}
 		var then func(ctx context.Context, tx *sql.Tx, id string) // after the letter, per case
 		w := newWorker(t, s, inbox.WorkerConfig{Owner: "w", HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, m.ID); err != nil {
@@ -308,10 +314,7 @@ func TestWorkerFencedRecord(t *testing.T) {
 			t.Fatalf("F-1's row = %+v", r)
 		}
 
-		_, err = process("F-LOST", func(ctx context.Context, tx *sql.Tx, id string) {
-			_, err := db.Exec(`UPDATE `+table+` SET LEASE_OWNER = 'other', ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = $1`, id)
-			dbtest.Must(t, err, "take the lease over")
-		})
+		_, err = process("F-LOST", func(ctx context.Context, tx *sql.Tx, id string) { takeOver(id) })
 		if !errors.Is(err, inbox.ErrLeaseLost) || lettersOf("F-LOST") != 0 {
 			t.Fatalf("lease taken over: %v, %d letters; want ErrLeaseLost and no letter", err, lettersOf("F-LOST"))
 		}
@@ -319,7 +322,72 @@ func TestWorkerFencedRecord(t *testing.T) {
 			t.Fatalf("F-LOST's row = %+v, want the other owner's IN_PROGRESS at attempt 2", r)
 		}
 
-		for _, tc := range []struct {
+		runs, errs := map[string]int{}, map[string]error{}
+		// batch runs ids as one worker batch, whose handler takes the
+		// lease of an entry over where take says (by id and run), then
+		// writes its letter.
+		batch := func(effectsInTx bool, take func(id string, run int) bool, ids ...string) {
+			t.Helper()
+			w := newWorker(t, s, inbox.WorkerConfig{Owner: "b", BatchSize: len(ids), ClaimSize: len(ids), EffectsInTx: effectsInTx,
+				HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
+					if runs[m.ID]++; take(m.ID, runs[m.ID]) {
+						takeOver(m.ID)
+					}
+					_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, m.ID)
+					return err
+				}})
+			for _, id := range ids {
+				receive(t, s, id)
+			}
+			observe := func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
+				return ctx, func(_ inbox.Result, err error) { errs[c.Message.ID] = err }
+			}
+			if n, err := w.RunOnce(ctx, observe); n != len(ids) || err != nil {
+				t.Fatalf("batch %v: RunOnce: %d, %v", ids, n, err)
+			}
+		}
+
+		// A batch without savepoints (EffectsInTx) whose middle entry's
+		// lease is taken over in its first run: that run fails (through
+		// inboxkit-pgx at its check, the UPDATE held with the last
+		// handler's writes), and the batch runs again with savepoints,
+		// where the middle entry is ErrLeaseLost and the others are
+		// PROCESSED, each with one letter.
+		batch(true, func(id string, run int) bool { return id == "FB-2" && run == 1 }, "FB-1", "FB-2", "FB-3")
+		// FB-3 ran in the first run only where FB-2's UPDATE was held: at
+		// once it failed and ended that run.
+		for id, want := range map[string]int{"FB-1": 2, "FB-3": map[bool]int{true: 2, false: 1}[held]} {
+			if r := get(t, s, id); errs[id] != nil || r.Status != inboxkit.StatusProcessed || lettersOf(id) != 1 || runs[id] != want {
+				t.Errorf("%s: %v, %+v, %d letters, %d runs; want PROCESSED with one letter, %d runs", id, errs[id], r, lettersOf(id), runs[id], want)
+			}
+		}
+		if !errors.Is(errs["FB-2"], inbox.ErrLeaseLost) || lettersOf("FB-2") != 0 {
+			t.Errorf("FB-2: %v, %d letters; want ErrLeaseLost and no letter", errs["FB-2"], lettersOf("FB-2"))
+		}
+
+		// A batch with savepoints whose second and last entries' leases
+		// are taken over: through inboxkit-pgx the second's held UPDATE
+		// fails the third's SAVEPOINT, the last's the RELEASE after it;
+		// each is ErrLeaseLost with no letter, and the first is PROCESSED.
+		batch(false, func(id string, _ int) bool { return id != "FS-1" }, "FS-1", "FS-2", "FS-3")
+		if r := get(t, s, "FS-1"); errs["FS-1"] != nil || r.Status != inboxkit.StatusProcessed || lettersOf("FS-1") != 1 {
+			t.Errorf("FS-1: %v, %+v, %d letters; want PROCESSED with one letter", errs["FS-1"], r, lettersOf("FS-1"))
+		}
+		for _, id := range []string{"FS-2", "FS-3"} {
+			if !errors.Is(errs[id], inbox.ErrLeaseLost) || lettersOf(id) != 0 {
+				t.Errorf("%s: %v, %d letters; want ErrLeaseLost and no letter", id, errs[id], lettersOf(id))
+			}
+		}
+
+		// Last, claimed together: each is due again about a second after
+		// it failed, and a claim after that would take it.
+		receive(t, s, "F-ABORTED")
+		receive(t, s, "F-HELD")
+		claims, err := w.Claim(ctx, 2)
+		if err != nil || len(claims) != 2 {
+			t.Fatalf("claim F-ABORTED and F-HELD: %v, %v", claims, err)
+		}
+		for i, tc := range []struct {
 			id, cause string
 			then      func(ctx context.Context, tx *sql.Tx, id string)
 		}{
@@ -333,49 +401,14 @@ func TestWorkerFencedRecord(t *testing.T) {
 			if !held {
 				tc.cause = "current transaction is aborted" // the statement ran at once, and failed
 			}
-			res, err := process(tc.id, tc.then)
+			then = tc.then
+			res, err := w.Process(ctx, claims[i])
 			if err != nil || res.Outcome != inboxkit.OutcomeRetry || !strings.Contains(fmt.Sprint(res.Err), tc.cause) || lettersOf(tc.id) != 0 {
 				t.Errorf("%s: %+v, %v, %d letters; want a retry caused by %q and no letter", tc.id, res, err, lettersOf(tc.id), tc.cause)
 			}
 			if r := get(t, s, tc.id); r.Status != inboxkit.StatusTechnicalFailure || r.Attempts != 1 {
 				t.Errorf("%s's row = %+v, want TECHNICAL_FAILURE at attempt 1", tc.id, r)
 			}
-		}
-
-		// A batch without savepoints (EffectsInTx) whose middle entry's
-		// lease is taken over in its first run: that run fails (through
-		// inboxkit-pgx at its check, the UPDATE held with the last
-		// handler's writes), and the batch runs again with savepoints,
-		// where the middle entry is ErrLeaseLost and the others are
-		// PROCESSED, each with one letter.
-		runs := map[string]int{}
-		bw := newWorker(t, s, inbox.WorkerConfig{Owner: "b", BatchSize: 3, ClaimSize: 3, EffectsInTx: true, HandleFunc: func(ctx context.Context, tx *sql.Tx, m inboxkit.Message) error {
-			if runs[m.ID]++; m.ID == "FB-2" && runs[m.ID] == 1 {
-				_, err := db.Exec(`UPDATE `+table+` SET LEASE_OWNER = 'other', ATTEMPTS = ATTEMPTS + 1 WHERE EVENT_ID = $1`, m.ID)
-				dbtest.Must(t, err, "take the lease over")
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO `+letters+` (event_id) VALUES ($1)`, m.ID)
-			return err
-		}})
-		for _, id := range []string{"FB-1", "FB-2", "FB-3"} {
-			receive(t, s, id)
-		}
-		errs := map[string]error{}
-		observe := func(ctx context.Context, c inbox.Claimed) (context.Context, func(inbox.Result, error)) {
-			return ctx, func(_ inbox.Result, err error) { errs[c.Message.ID] = err }
-		}
-		if n, err := bw.RunOnce(ctx, observe); n != 3 || err != nil {
-			t.Fatalf("batch RunOnce: %d, %v", n, err)
-		}
-		// FB-3 ran in the first run only where FB-2's UPDATE was held: at
-		// once it failed and ended that run.
-		for id, want := range map[string]int{"FB-1": 2, "FB-3": map[bool]int{true: 2, false: 1}[held]} {
-			if r := get(t, s, id); errs[id] != nil || r.Status != inboxkit.StatusProcessed || lettersOf(id) != 1 || runs[id] != want {
-				t.Errorf("%s: %v, %+v, %d letters, %d runs; want PROCESSED with one letter, %d runs", id, errs[id], r, lettersOf(id), runs[id], want)
-			}
-		}
-		if !errors.Is(errs["FB-2"], inbox.ErrLeaseLost) || lettersOf("FB-2") != 0 {
-			t.Errorf("FB-2: %v, %d letters; want ErrLeaseLost and no letter", errs["FB-2"], lettersOf("FB-2"))
 		}
 	})
 }

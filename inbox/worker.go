@@ -507,19 +507,20 @@ func (l lease) record(ctx context.Context, s *Store, e execer, q stmt, set args)
 const leaseLostText = "inboxkit: the lease is lost"
 
 // fence records the PROCESSED row on the lease through e by
-// processedFenced, marked hold.Counted with n: a driver that holds it
-// sends it with the transaction's COMMIT, which its failure then fails,
-// and n is what it met (runTx). Its error, run at once by a driver that
-// does not hold, or met with the COMMIT, is not ErrLeaseLost: the job's
-// outcome is then recorded apart (retryLater), which tells a lost lease.
-func (l lease) fence(ctx context.Context, s *Store, e execer, n *hold.Count, set args) error {
+// processedFenced, marked hold.Counted with n, and reports whether the
+// driver held it: it then goes with the transaction's next statement (a
+// batch's next SAVEPOINT or its RELEASE) or its COMMIT, which its failure
+// fails, and n is what it met. Its error, run at once by a driver that
+// does not hold, or met later, is not ErrLeaseLost: the job's outcome is
+// then recorded apart (retryLater), which tells a lost lease.
+func (l lease) fence(ctx context.Context, s *Store, e execer, n *hold.Count, set args) (held bool, err error) {
 	*n = hold.Count{}
 	res, err := s.qq.processedFenced.exec(hold.Counted(ctx, "inbox: record outcome", n), e, l.args(set))
 	if err != nil {
-		return fmt.Errorf("inbox: process: record outcome: %w", err)
+		return false, fmt.Errorf("inbox: process: record outcome: %w", err)
 	}
-	_, _ = res.RowsAffected() // hold.ErrHeld when held; one row when it ran
-	return nil
+	_, err = res.RowsAffected() // hold.ErrHeld when held; one row when it ran
+	return errors.Is(err, hold.ErrHeld), nil
 }
 
 // retryLater records a failure in its own transaction (the handler's

@@ -16,19 +16,21 @@ import (
 )
 
 // DriverName is the database/sql driver this package registers beside
-// pgx's "pgx": pgx's own driver, with five differences that save round
+// pgx's "pgx": pgx's own driver, with six differences that save round
 // trips and change no result. A transaction's BEGIN is sent in one pipeline
 // with its first statement (a transaction that runs none costs nothing).
 // A statement its caller marked as one that may wait (outbox.Store.Add's
 // INSERT; the inbox's first delivery's INSERT for a handler declared with
 // inbox.Store.ProcessInTx, which learns its count of rows when it is sent;
-// a worker's PROCESSED row of an entry alone, which fails its transaction
-// when the entry's lease is lost) is held back in the transaction and sent in one pipeline with the
-// transaction's next statement or with its COMMIT, so that the write costs
-// no round trip of its own. So is a statement with arguments of a handler
-// the inbox runs in a batch without savepoints (inbox.BatchItem.EffectsInTx,
-// hold.Pipelined), and such a batch's PROCESSED rows of a worker's
-// entries; its RowsAffected, read before then, sends it. Its
+// a worker's PROCESSED row, which fails its transaction when the entry's
+// lease is lost) is held back in the transaction and sent in one pipeline
+// with the transaction's next statement or with its COMMIT, so that the
+// write costs no round trip of its own. So is a statement with arguments
+// of a handler the inbox runs in a batch without savepoints
+// (inbox.BatchItem.EffectsInTx, hold.Pipelined); its RowsAffected, read
+// before then, sends it. A statement without arguments its caller marked
+// as one statement (hold.Single: the inbox's SAVEPOINT and RELEASE of a
+// batch item) goes in that pipeline too, instead of after it. Its
 // connections are internal/hold's Ahead: the inbox sends a delivery's
 // attempt marker, committed on its own, and the BEGIN and claim of the
 // business transaction after it in one pipeline.
@@ -310,11 +312,11 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 			c.held = append(c.held, heldStmt{what: what, query: query, args: heldValues(args), n: &r.n})
 			return r, nil
 		}
-		if (c.begin != "" || len(c.held) > 0) && len(args) > 0 {
+		if (c.begin != "" || len(c.held) > 0) && (len(args) > 0 || hold.SingleMarked(ctx)) {
 			// With arguments a statement is one statement, which a
 			// pipeline can carry; without, pgx sends it as a simple
 			// query, which may hold several (sent after the held ones,
-			// below).
+			// below), unless its caller says it is one (hold.Single).
 			tag, err := c.sendHeld(ctx, query, values(args))
 			if err != nil {
 				return nil, err

@@ -524,3 +524,48 @@ func TestUnbegunTransaction(t *testing.T) {
 		t.Error("the next transaction did not write row 8")
 	}
 }
+
+// A statement without arguments marked hold.Single goes in the pipeline
+// of the BEGIN and the held statements, answered at once: a held
+// statement's error is its error, named, and the statement did not run.
+// Unmarked it goes alone, after them, as a simple query: only there do two
+// statements in one string run (the proof that the marked one went through
+// the pipeline, which refuses them).
+func TestSingleStatement(t *testing.T) {
+	t.Parallel()
+	db := holdDB(t)
+	ctx := context.Background()
+	one := hold.Single(ctx)
+
+	tx := begin(t, db)
+	_, err := tx.ExecContext(hold.Until(ctx, "p"), `INSERT INTO h VALUES ($1)`, 1)
+	dbtest.Must(t, err, "held insert")
+	_, err = tx.ExecContext(one, `SAVEPOINT s`)
+	dbtest.Must(t, err, "savepoint")
+	_, err = tx.ExecContext(hold.Until(ctx, "p"), `INSERT INTO h VALUES ($1)`, 1) // a duplicate
+	dbtest.Must(t, err, "held duplicate")
+	_, err = tx.ExecContext(one, `RELEASE SAVEPOINT s`)
+	var pg *pgconn.PgError
+	if !errors.As(err, &pg) || pg.Code != "23505" || !strings.HasPrefix(err.Error(), "p: ") {
+		t.Fatalf("RELEASE after a held duplicate = %v, want the 23505 named \"p\"", err)
+	}
+	_, err = tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT s`)
+	dbtest.Must(t, err, "rollback to the savepoint, which the RELEASE did not release")
+	dbtest.Must(t, tx.Commit(), "commit")
+	if n := count(t, db, `id = 1`); n != 1 {
+		t.Errorf("%d rows 1, want the first", n)
+	}
+
+	for _, marked := range []bool{false, true} {
+		tx := begin(t, db)
+		c := ctx
+		if marked {
+			c = one
+		}
+		_, err := tx.ExecContext(c, `SELECT 1; SELECT 2`) // with the BEGIN still to send
+		if marked == (err == nil) {
+			t.Errorf("two statements in one string, marked %v: %v", marked, err)
+		}
+		dbtest.Must(t, tx.Rollback(), "rollback")
+	}
+}

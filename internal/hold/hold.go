@@ -108,6 +108,26 @@ func PipelineMarked(ctx context.Context) (what string, ok bool) {
 	return what, ok
 }
 
+type singleKey struct{}
+
+// Single returns ctx marked for the ExecContext, without arguments, of one
+// statement (the inbox's SAVEPOINT and RELEASE SAVEPOINT of a batch item):
+// a driver that holds statements may send it in one pipeline after the
+// BEGIN and the statements it holds, as it sends a statement with
+// arguments, instead of sending those first in a round trip of their own
+// (a statement without arguments may be several, which a pipeline cannot
+// carry). It is not held: it runs when ExecContext is called, and an error
+// of a statement sent before it is its error, named as Until says.
+func Single(ctx context.Context) context.Context {
+	return context.WithValue(ctx, singleKey{}, true)
+}
+
+// SingleMarked reports whether ctx is marked by Single.
+func SingleMarked(ctx context.Context) bool {
+	ok, _ := ctx.Value(singleKey{}).(bool)
+	return ok
+}
+
 // ErrHeld is wrapped by the error of a held statement's RowsAffected and
 // LastInsertId: it has not run yet.
 var ErrHeld = errors.New("held for the transaction's next statement or its commit")
