@@ -295,7 +295,7 @@ func (s *Store) runPlain(ctx context.Context, tx *txn, jobs []*job) error {
 			break
 		}
 	}
-	if last := ran[len(ran)-1]; ok && s.q.checkTx.text != "" {
+	if last := ran[len(ran)-1]; ok && (last.claim == nil || last.fenced) && s.q.checkTx.text != "" {
 		// The last handler returned nil, but may have left the
 		// transaction aborted (see aborted), or its statements, or a
 		// claim's PROCESSED row, may be held (pipelined): its commit

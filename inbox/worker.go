@@ -509,8 +509,9 @@ const leaseLostText = "inboxkit: the lease is lost"
 // fence records the PROCESSED row on the lease through e by
 // processedFenced, marked hold.Counted with n, and reports whether the
 // driver held it: it then goes with the transaction's next statement (a
-// batch's next SAVEPOINT or its RELEASE) or its COMMIT, which its failure
-// fails, and n is what it met. Its error, run at once by a driver that
+// batch's next SAVEPOINT, its RELEASE, the check of a batch without
+// savepoints) or its COMMIT, which its failure fails, and n is what it
+// met. Its error, run at once by a driver that
 // does not hold, or met later, is not ErrLeaseLost: the job's outcome is
 // then recorded apart (retryLater), which tells a lost lease.
 func (l lease) fence(ctx context.Context, s *Store, e execer, n *hold.Count, set args) (held bool, err error) {
