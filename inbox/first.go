@@ -98,7 +98,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	now := s.now()
 	if alone {
 		inserted, err := s.insertFirst(ctx, tx, jobs[0], now)
-		if err == nil && !inserted {
+		if err == nil && !inserted && jobs[0].state == jobNew {
 			err = s.markAfterRollback(ctx, tx, jobs[0])
 		}
 		if err != nil || !inserted {
@@ -141,11 +141,15 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 
 // insertFirst inserts j's row as PROCESSED at attempt 1 in tx, and reports
 // false when the event has a row already: the marked path then tells a
-// duplicate from a retry. It does not read the row it found (why:
-// docs/decisions.md, 2026-12-01, 897690b). Where j's handler declared its
-// effects in the transaction and the dialect's INSERT skips an existing
-// row, the driver may hold the INSERT: it reports true, j.held is set,
-// and heldRow decides after the handler.
+// duplicate from a retry. Where the INSERT fails on the event's key and
+// the transaction outlives its failed statement (MySQL), the row it met is
+// read in the transaction, and a terminal row settles j as the duplicate
+// it is, as the marked path would: a SELECT where the marker would be a
+// write committed on its own. Elsewhere the INSERT does not read the row
+// (why: docs/decisions.md, 2026-12-01, 897690b). Where j's handler
+// declared its effects in the transaction and the dialect's INSERT skips
+// an existing row, the driver may hold the INSERT: it reports true,
+// j.held is set, and heldRow decides after the handler.
 func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time) (bool, error) {
 	ictx := ctx
 	if j.effectsInTx && s.d.doNothing != "" {
@@ -154,10 +158,20 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 	}
 	r, err := s.q.insertFirst.exec(ictx, tx, j.e.row(arg{"now", s.t(now)}))
 	if err != nil {
-		if s.d.IsDuplicate(err) {
+		if !s.d.IsDuplicate(err) {
+			return false, fmt.Errorf("inbox: insert event: %w", err)
+		}
+		if s.d.abortsOnError {
 			return false, nil
 		}
-		return false, fmt.Errorf("inbox: insert event: %w", err)
+		rows, err := s.present(ctx, tx, []*job{j})
+		if err != nil {
+			return false, err
+		}
+		if r, ok := rows[j.key()]; ok {
+			s.duplicate(j, r)
+		}
+		return false, nil
 	}
 	n, err := r.RowsAffected()
 	if errors.Is(err, hold.ErrHeld) {
@@ -263,15 +277,20 @@ func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
 		return err
 	}
 	for _, j := range jobs {
-		r, ok := rows[j.key()]
-		if !ok {
-			continue
-		}
-		if v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}); v.Outcome == inboxkit.OutcomeDuplicate {
-			j.done(Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}, nil)
+		if r, ok := rows[j.key()]; ok {
+			s.duplicate(j, r)
 		}
 	}
 	return nil
+}
+
+// duplicate settles j as Process reports a duplicate where r, the row of
+// its event a statement found, is one by the decision table (a terminal
+// row); otherwise j is left as it was.
+func (s *Store) duplicate(j *job, r presentRow) {
+	if v := decide(facts{Found: r.status, Attempts: r.attempts, MaxAttempts: s.cfg.Retry.MaxAttempts}); v.Outcome == inboxkit.OutcomeDuplicate {
+		j.done(Result{Outcome: inboxkit.OutcomeDuplicate, Status: r.status, Attempts: r.attempts}, nil)
+	}
 }
 
 // insertFirstBatch inserts the rows of jobs as PROCESSED at attempt 1 in one
