@@ -38,7 +38,11 @@ type BatchItem struct {
 // statement (PostgreSQL, MySQL, SQLite): its business transaction starts
 // with one INSERT of every row as PROCESSED, and a handler that does not
 // succeed turns its row back into the marker it skipped, behind its
-// savepoint, so every outcome is recorded as below.
+// savepoint, so every outcome is recorded as below. An event that has a
+// row already (a resend) is left out of the INSERT (on MySQL, whose INSERT
+// fails on it, by reading the rows it met and inserting the others): a
+// processed or rejected one is reported a duplicate, any other runs alone
+// after the batch.
 //
 // Otherwise the attempt markers of the whole batch are committed in one transaction
 // before the handlers run (rule 5). Then every handler runs in the batch's

@@ -67,9 +67,9 @@ func (s *Store) firstOnly(jobs []*job, alone bool) bool {
 // then runs them (runTx). A handler that does not succeed has its row
 // turned back into the marker it skipped (undoPoint), so that what follows
 // is the marked path's own. It reports false, with nothing run, when
-// alone the event has a row already, or when the dialect's INSERT cannot
-// skip existing rows and met one (MySQL): the jobs take the marked path.
-// In a batch, jobs whose event has a row already run alone after it.
+// alone the event has a row already, or when a batch's INSERT met a row it
+// could not tell (insertFirstBatch): the jobs take the marked path. In a
+// batch, jobs whose event has a row already run alone after it.
 //
 // A batch that may run without savepoints (plainBatch) runs so first; when
 // that did not succeed throughout, its rows are taken back with the
@@ -106,7 +106,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 		}
 		jobs[0].state, jobs[0].first, jobs[0].started = jobMarked, true, 1
 	} else {
-		inserted, err := s.insertFirstBatch(ctx, tx, jobs, now)
+		inserted, known, err := s.insertFirstBatch(ctx, tx, jobs, now)
 		if err != nil || inserted == nil {
 			return false, err
 		}
@@ -121,7 +121,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 				found = append(found, j)
 			}
 		}
-		if err := s.duplicatesOf(ctx, tx, found); err != nil {
+		if err := s.duplicatesOf(ctx, tx, found, known); err != nil {
 			return true, err
 		}
 	}
@@ -164,14 +164,11 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 		if s.d.abortsOnError {
 			return false, nil
 		}
-		rows, err := s.present(ctx, tx, []*job{j})
-		if err != nil {
-			return false, err
+		st, attempts, ok, err := s.status(ctx, tx, j.e)
+		if ok {
+			s.duplicate(j, presentRow{st, attempts})
 		}
-		if r, ok := rows[j.key()]; ok {
-			s.duplicate(j, r)
-		}
-		return false, nil
+		return false, err
 	}
 	n, err := r.RowsAffected()
 	if errors.Is(err, hold.ErrHeld) {
@@ -265,16 +262,20 @@ func (j *job) unstart() {
 }
 
 // duplicatesOf reads, in one statement, the rows the batch's INSERT found
-// for jobs, and settles a job whose row is a duplicate by the decision
-// table (a terminal row) as Process would report it; the others stay solo
-// (the marked path after the batch).
-func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job) error {
+// for jobs (or takes them from known, where insertFirstBatch read them),
+// and settles a job whose row is a duplicate by the decision table (a
+// terminal row) as Process would report it; the others stay solo (the
+// marked path after the batch).
+func (s *Store) duplicatesOf(ctx context.Context, tx *txn, jobs []*job, known map[jobKey]presentRow) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	rows, err := s.present(ctx, tx, jobs)
-	if err != nil {
-		return err
+	rows := known
+	if rows == nil {
+		var err error
+		if rows, err = s.present(ctx, tx, jobs); err != nil {
+			return err
+		}
 	}
 	for _, j := range jobs {
 		if r, ok := rows[j.key()]; ok {
@@ -295,45 +296,90 @@ func (s *Store) duplicate(j *job, r presentRow) {
 
 // insertFirstBatch inserts the rows of jobs as PROCESSED at attempt 1 in one
 // statement and returns the keys it inserted. Where the dialect has no
-// doNothing (MySQL), one existing row fails the whole statement: nil, and
-// the batch takes the marked path.
-func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now time.Time) (map[jobKey]bool, error) {
+// doNothing (MySQL), one existing row fails the whole statement; where the
+// transaction outlives it, the rows of the jobs' events are read (known,
+// for duplicatesOf) and the others inserted in a second statement. It
+// returns nil inserted, and the batch takes the marked path, where that
+// cannot be done: the transaction is aborted, the duplicate key was not
+// an event's (a legacy table's other unique index), or the second
+// statement met a row inserted meanwhile.
+func (s *Store) insertFirstBatch(ctx context.Context, tx *txn, jobs []*job, now time.Time) (inserted map[jobKey]bool, known map[jobKey]presentRow, err error) {
 	// Rows in key order, as markBatch takes them: two batches with events
 	// in common wait for each other instead of deadlocking.
 	order := slices.DeleteFunc(slices.Clone(jobs), func(j *job) bool { return j.state != jobNew })
 	slices.SortFunc(order, byKey)
 	a := args{{"now", s.t(now)}}
 	if s.d.doNothing == "" {
-		st := compileListed(s.d, s.q.insertFirstRows, firstRow, "", len(order))
-		_, err := tx.ExecContext(ctx, st.text, st.bindRows(a, rowArgs(order))...)
-		switch {
-		case s.d.IsDuplicate(err):
-			return nil, nil
-		case err != nil:
-			return nil, fmt.Errorf("inbox: insert events: %w", err)
+		ok, err := s.insertRows(ctx, tx, order, a)
+		if err != nil {
+			return nil, nil, err
 		}
-		inserted := make(map[jobKey]bool, len(jobs))
-		for _, j := range jobs {
-			inserted[j.key()] = true
+		if !ok {
+			if ok, known, err = s.insertAbsent(ctx, tx, order, a); err != nil || !ok {
+				return nil, nil, err
+			}
 		}
-		return inserted, nil
+		inserted := make(map[jobKey]bool, len(order))
+		for _, j := range order {
+			if _, found := known[j.key()]; !found {
+				inserted[j.key()] = true
+			}
+		}
+		return inserted, known, nil
 	}
 	st := compileListed(s.d, s.q.insertFirstRows, firstRow, s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME", len(order))
 	rows, err := tx.QueryContext(ctx, st.text, st.bindRows(a, rowArgs(order))...)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: insert events: %w", err)
+		return nil, nil, fmt.Errorf("inbox: insert events: %w", err)
 	}
 	defer rows.Close()
-	inserted := make(map[jobKey]bool, len(jobs))
+	inserted = make(map[jobKey]bool, len(jobs))
 	for rows.Next() {
 		var e Entry
 		if err := rows.Scan(&e.EventID, &e.ConsumerName); err != nil {
-			return nil, fmt.Errorf("inbox: insert events: %w", err)
+			return nil, nil, fmt.Errorf("inbox: insert events: %w", err)
 		}
 		inserted[jobKey{e.EventID, e.ConsumerName}] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inbox: insert events: %w", err)
+		return nil, nil, fmt.Errorf("inbox: insert events: %w", err)
 	}
-	return inserted, nil
+	return inserted, nil, nil
+}
+
+// insertRows inserts the rows of jobs (key order) in one statement of a
+// dialect without doNothing, and reports false where an existing row
+// failed it.
+func (s *Store) insertRows(ctx context.Context, tx *txn, jobs []*job, a args) (bool, error) {
+	if len(jobs) == 0 {
+		return true, nil
+	}
+	st := compileListed(s.d, s.q.insertFirstRows, firstRow, "", len(jobs))
+	_, err := tx.ExecContext(ctx, st.text, st.bindRows(a, rowArgs(jobs))...)
+	switch {
+	case s.d.IsDuplicate(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("inbox: insert events: %w", err)
+	}
+	return true, nil
+}
+
+// insertAbsent follows insertRows' duplicate key where the transaction
+// outlives it: it reads the rows of the jobs' events (known) and inserts
+// the others in one statement. It reports false where it cannot tell
+// (see insertFirstBatch).
+func (s *Store) insertAbsent(ctx context.Context, tx *txn, jobs []*job, a args) (ok bool, known map[jobKey]presentRow, err error) {
+	if s.d.abortsOnError {
+		return false, nil, nil
+	}
+	if known, err = s.present(ctx, tx, jobs); err != nil {
+		return false, nil, err
+	}
+	absent := slices.DeleteFunc(slices.Clone(jobs), func(j *job) bool { _, found := known[j.key()]; return found })
+	if len(absent) == len(jobs) {
+		return false, nil, nil // another unique index's key, or the row went meanwhile
+	}
+	ok, err = s.insertRows(ctx, tx, absent, a)
+	return ok, known, err
 }

@@ -116,3 +116,50 @@ func TestMariaDBUpsertReadsItsOwnRow(t *testing.T) {
 		t.Fatalf("another event's row changed: %s, was %s", after, before)
 	}
 }
+
+// On MariaDB a batch of first deliveries that meets an event's row keeps
+// its transaction: the INSERT of all rows fails on the duplicate key, the
+// rows of the batch's events are read, the others inserted, and the
+// handlers run; the duplicate is reported from the row read. Counted by
+// the server on one connection: BEGIN, the INSERT that fails, the SELECT,
+// the INSERT of the new rows, a handler's INSERT per new event, COMMIT.
+func TestMariaDBBatchMeetsARow(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.MySQL)
+	db.DB.SetMaxOpenConns(1)
+	s, _ := setup(t, db, inbox.Config{})
+	ctx := context.Background()
+	questions := func() int {
+		var name string
+		var n int
+		dbtest.Must(t, db.DB.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
+		return n
+	}
+	business := func(id string) inbox.Handler {
+		return func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO business (event_id, note) VALUES (?, ?)`, id, "x")
+			return err
+		}
+	}
+	mustProcess(t, s, first("B-DONE"), business("B-DONE"))
+	var items []inbox.BatchItem
+	for _, id := range []string{"B-1", "B-DONE", "B-2", "B-3"} {
+		items = append(items, inbox.BatchItem{Entry: first(id), Handler: business(id), EffectsInTx: true})
+	}
+	before := questions()
+	res, err := s.ProcessBatch(ctx, items)
+	dbtest.Must(t, err, "ProcessBatch")
+	got := questions() - before - 1 // the SHOW itself counts
+	for i, r := range res {
+		want := inboxkit.OutcomeProcessed
+		if items[i].Entry.EventID == "B-DONE" {
+			want = inboxkit.OutcomeDuplicate
+		}
+		if r.Outcome != want || r.Status != inboxkit.StatusProcessed || r.Attempts != 1 {
+			t.Errorf("%s: %+v, want %s, PROCESSED at attempt 1", items[i].Entry.EventID, r, want)
+		}
+	}
+	if want := 1 + 3 + 3 + 1; got != want {
+		t.Errorf("%d statements, want %d", got, want)
+	}
+}
