@@ -24,19 +24,7 @@ func TestMariaDBStatementsPerDelivery(t *testing.T) {
 	db := dbtest.New(t, dbtest.MySQL)
 	db.DB.SetMaxOpenConns(1)
 	s, _ := setup(t, db, inbox.Config{})
-	ctx := context.Background()
-	questions := func() int {
-		var name string
-		var n int
-		dbtest.Must(t, db.DB.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
-		return n
-	}
-	business := func(id string) inbox.Handler {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO business (event_id, note) VALUES (?, ?)`, id, "x")
-			return err
-		}
-	}
+	questions := func() int { return sessionQuestions(t, db) }
 	for _, c := range []struct {
 		name    string
 		e       inbox.Entry
@@ -49,7 +37,7 @@ func TestMariaDBStatementsPerDelivery(t *testing.T) {
 		{"its duplicate, marked", entry("Q-MARKED"), inboxkit.OutcomeDuplicate, 1},
 	} {
 		before := questions()
-		res := mustProcess(t, s, c.e, business(c.e.EventID))
+		res := mustProcess(t, s, c.e, letterOf(c.e.EventID))
 		got := questions() - before - 1 // the SHOW itself counts
 		if res.Outcome != c.outcome || res.Status != inboxkit.StatusProcessed || res.Attempts != 1 {
 			t.Fatalf("%s: %+v, want %s, PROCESSED at attempt 1", c.name, res, c.outcome)
@@ -129,22 +117,11 @@ func TestMariaDBBatchMeetsARow(t *testing.T) {
 	db.DB.SetMaxOpenConns(1)
 	s, _ := setup(t, db, inbox.Config{})
 	ctx := context.Background()
-	questions := func() int {
-		var name string
-		var n int
-		dbtest.Must(t, db.DB.QueryRowContext(ctx, `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
-		return n
-	}
-	business := func(id string) inbox.Handler {
-		return func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, `INSERT INTO business (event_id, note) VALUES (?, ?)`, id, "x")
-			return err
-		}
-	}
-	mustProcess(t, s, first("B-DONE"), business("B-DONE"))
+	questions := func() int { return sessionQuestions(t, db) }
+	mustProcess(t, s, first("B-DONE"), letterOf("B-DONE"))
 	var items []inbox.BatchItem
 	for _, id := range []string{"B-1", "B-DONE", "B-2", "B-3"} {
-		items = append(items, inbox.BatchItem{Entry: first(id), Handler: business(id), EffectsInTx: true})
+		items = append(items, inbox.BatchItem{Entry: first(id), Handler: letterOf(id), EffectsInTx: true})
 	}
 	before := questions()
 	res, err := s.ProcessBatch(ctx, items)
@@ -161,5 +138,23 @@ func TestMariaDBBatchMeetsARow(t *testing.T) {
 	}
 	if want := 1 + 3 + 3 + 1; got != want {
 		t.Errorf("%d statements, want %d", got, want)
+	}
+}
+
+// sessionQuestions is the server's count of statements on db's one
+// connection (SHOW counts itself).
+func sessionQuestions(t *testing.T, db *dbtest.DB) int {
+	t.Helper()
+	var name string
+	var n int
+	dbtest.Must(t, db.DB.QueryRowContext(context.Background(), `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
+	return n
+}
+
+// letterOf is a handler writing the business row of event id.
+func letterOf(id string) inbox.Handler {
+	return func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO business (event_id, note) VALUES (?, ?)`, id, "x")
+		return err
 	}
 }
