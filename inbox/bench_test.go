@@ -29,7 +29,9 @@ func reportMessages(b *testing.B, n int) {
 }
 
 // BenchmarkProcess measures one processed message (inbox row + one business
-// row in one transaction) per dialect, and a duplicate delivery.
+// row in one transaction) per dialect, and a duplicate delivery: one no
+// broker vouched for (the marked path) and a producer's resend, a first
+// delivery.
 //
 //	go test -run '^$' -bench Process -benchtime 2000x ./inbox/
 func BenchmarkProcess(b *testing.B) {
@@ -50,6 +52,16 @@ func BenchmarkProcess(b *testing.B) {
 			i := 0
 			for ; b.Loop(); i++ {
 				res, err := s.Process(context.Background(), inbox.Entry{EventID: "B-0", ConsumerName: "bench"}, insertBusiness(db, "B-0", "x"))
+				if err != nil || res.Outcome != inboxkit.OutcomeDuplicate {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+			reportMessages(b, i)
+		})
+		b.Run(backend+"/duplicate-first", func(b *testing.B) {
+			i := 0
+			for ; b.Loop(); i++ {
+				res, err := s.Process(context.Background(), inbox.Entry{EventID: "B-0", ConsumerName: "bench", FirstDelivery: true}, insertBusiness(db, "B-0", "x"))
 				if err != nil || res.Outcome != inboxkit.OutcomeDuplicate {
 					b.Fatalf("%v %+v", err, res)
 				}

@@ -26,3 +26,7 @@ func WithoutAggregateMemory(s *Store) *Store {
 // one round trip (runAhead): false once its driver's connection was found
 // not to be hold.Ahead.
 func Ahead(s *Store) bool { return !s.noAhead.Load() }
+
+// ReadsMet reports whether a first delivery alone reads the row its
+// INSERT skipped in its transaction.
+func ReadsMet(s *Store) bool { return s.readsMet() }

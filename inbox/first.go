@@ -28,10 +28,13 @@ import (
 // writes the row the marked path would have left, at attempt 1.
 //
 // When the row exists already (a duplicate, a resend of an event that
-// failed before), the INSERT does not insert and the delivery takes the
-// marked path, which tells a duplicate from a retry; where the driver can
-// (hold.RollbackFirst), its marker goes in one round trip with the
-// transaction's rollback (markAfterRollback).
+// failed before), the INSERT does not insert. A first delivery alone then
+// reads the row in its transaction, and a processed or rejected row is the
+// duplicate it is; any other row, and a batch's, takes the marked path,
+// which tells a duplicate from a retry. Where the driver holds statements
+// (hold.Driver) the row is not read: the marker goes in one round trip
+// with the transaction's rollback (markAfterRollback), where the read
+// would be a round trip before it.
 //
 // A first delivery alone whose handler declared its effects all in the
 // transaction (ProcessInTx, BatchItem.EffectsInTx) has its INSERT marked
@@ -142,11 +145,12 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 // insertFirst inserts j's row as PROCESSED at attempt 1 in tx, and reports
 // false when the event has a row already: the marked path then tells a
 // duplicate from a retry. Where the INSERT fails on the event's key and
-// the transaction outlives its failed statement (MySQL), the row it met is
-// read in the transaction, and a terminal row settles j as the duplicate
-// it is, as the marked path would: a SELECT where the marker would be a
-// write committed on its own. Elsewhere the INSERT does not read the row
-// (why: docs/decisions.md, 2026-12-01, 897690b). Where j's handler
+// the transaction outlives its failed statement (MySQL), or skips the row
+// (Store.readsMet), the row it met is read in the transaction, and a
+// terminal row settles j as the duplicate it is, as the marked path
+// would: a SELECT where the marker would be a write committed on its own.
+// The INSERT itself does not read the row: that made every new message
+// slower (docs/decisions.md, 2026-12-07 and 2026-12-01). Where j's handler
 // declared its effects in the transaction and the dialect's INSERT skips
 // an existing row, the driver may hold the INSERT: it reports true,
 // j.held is set, and heldRow decides after the handler.
@@ -171,11 +175,20 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 		return false, err
 	}
 	n, err := r.RowsAffected()
-	if errors.Is(err, hold.ErrHeld) {
+	switch {
+	case errors.Is(err, hold.ErrHeld):
 		j.held = true
 		return true, nil
+	case err != nil || n == 1:
+		return err == nil, nil
+	case s.readsMet():
+		st, attempts, ok, err := s.status(ctx, tx, j.e)
+		if ok {
+			s.duplicate(j, presentRow{st, attempts})
+		}
+		return false, err
 	}
-	return err == nil && n == 1, nil
+	return false, nil
 }
 
 // errNotInserted: a held INSERT (insertFirst) found the event's row. The

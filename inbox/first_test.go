@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/inboxkit/inboxkit"
@@ -161,5 +162,72 @@ func TestFirstBatchLooksUpWithCustomPlans(t *testing.T) {
 	dbtest.Must(t, db.QueryRowContext(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&after), "read after")
 	if after != "auto" {
 		t.Errorf("plan_cache_mode %q after the batch, want auto (local to the batch's transaction)", after)
+	}
+}
+
+// A first delivery alone whose INSERT meets the event's row (a producer's
+// resend) through pgx's plain driver reads that row in the same statement:
+// a terminal row is the duplicate it is and nothing is written to it (the
+// marker, an upsert, would have locked it: its xmax would change); a row to
+// retry runs at its next attempt; a legacy RECEIVED row (no store-then-process
+// lease) is dead-lettered as an unknown status and left as it is.
+// inboxkit-pgx, which sends BEGIN with the INSERT, keeps the INSERT alone
+// and the marker with the rollback; the outcomes are the same.
+func TestFirstDeliveryMeetsItsRow(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	for _, tc := range []struct {
+		driver string
+		reads  bool
+	}{{db.Driver, false}, {"pgx", true}} {
+		t.Run(tc.driver, func(t *testing.T) {
+			s := storeThrough(t, db, tc.driver, "MEETS_"+map[bool]string{true: "R", false: "H"}[tc.reads])
+			if got := inbox.ReadsMet(s); got != tc.reads {
+				t.Fatalf("reads the row in the INSERT: %v, want %v", got, tc.reads)
+			}
+			ctx := context.Background()
+			table := s.Config().Table
+			for _, row := range []string{
+				`('F-PROC', $1, 'PROCESSED', 1, NULL)`, `('F-REJ', $1, 'REJECTED', 1, 'BUSINESS')`,
+				`('F-FAIL', $1, 'TECHNICAL_FAILURE', 1, 'TECHNICAL')`, `('F-LEGACY', $1, 'RECEIVED', 0, NULL)`,
+			} {
+				_, err := s.DB().ExecContext(ctx, `INSERT INTO `+table+` (EVENT_ID, CONSUMER_NAME, STATUS, ATTEMPTS, ERROR_CLASS, CREATED_AT, UPDATED_AT) VALUES `+
+					strings.Replace(row, ")", ", now(), now())", 1), consumerName)
+				dbtest.Must(t, err, "row %s", row)
+			}
+			xmax := func(id string) string {
+				var x string
+				dbtest.Must(t, s.DB().QueryRowContext(ctx, `SELECT xmax::text FROM `+table+` WHERE EVENT_ID = $1`, id).Scan(&x), "xmax of %s", id)
+				return x
+			}
+			for _, tt := range []struct {
+				id      string
+				outcome inboxkit.Outcome
+				status  inboxkit.Status
+				ran     bool
+			}{
+				{"F-PROC", inboxkit.OutcomeDuplicate, inboxkit.StatusProcessed, false},
+				{"F-REJ", inboxkit.OutcomeDuplicate, inboxkit.StatusRejected, false},
+				{"F-FAIL", inboxkit.OutcomeProcessed, inboxkit.StatusProcessed, true},
+				{"F-LEGACY", inboxkit.OutcomeDeadLetter, inboxkit.StatusReceived, false},
+			} {
+				before := xmax(tt.id)
+				ran := false
+				res, err := s.Process(ctx, first(tt.id), func(context.Context, *sql.Tx) error { ran = true; return nil })
+				dbtest.Must(t, err, "Process %s", tt.id)
+				if res.Outcome != tt.outcome || ran != tt.ran {
+					t.Errorf("%s: %s, handler ran %v; want %s, ran %v", tt.id, res.Outcome, ran, tt.outcome, tt.ran)
+				}
+				if r := get(t, s, tt.id); r.Status != tt.status {
+					t.Errorf("%s: row %s afterwards, want %s", tt.id, r.Status, tt.status)
+				}
+				if tt.ran && res.Attempts != 2 {
+					t.Errorf("%s: ran at attempt %d, want 2 (the marker counted it)", tt.id, res.Attempts)
+				}
+				if tt.outcome == inboxkit.OutcomeDuplicate && tc.reads && xmax(tt.id) != before {
+					t.Errorf("%s: a duplicate locked or wrote its row (xmax %s, was %s); want it read in the INSERT", tt.id, xmax(tt.id), before)
+				}
+			}
+		})
 	}
 }

@@ -59,6 +59,9 @@ func init() { sql.Register(DriverName, holdDriver{}) }
 // holdDriver is pgx's driver with connections that hold marked statements.
 type holdDriver struct{}
 
+// HoldsStatements: the connections keep hold's contract (hold.Driver).
+func (holdDriver) HoldsStatements() {}
+
 func (holdDriver) Open(name string) (driver.Conn, error) {
 	c, err := stdlib.GetDefaultDriver().Open(name)
 	if err != nil {

@@ -200,3 +200,10 @@ type ThenError struct{ Err error }
 func (e *ThenError) Error() string { return e.Err.Error() }
 
 func (e *ThenError) Unwrap() error { return e.Err }
+
+// Driver is implemented by a database/sql driver (sql.DB.Driver) whose
+// connections keep this package's contract: they hold statements marked
+// by Until, Counted and Pipelined, honour RollbackFirst and Single, are
+// Ahead, and send a transaction's BEGIN with its first statement. A store
+// chooses its statements for such a driver where the round trips differ.
+type Driver interface{ HoldsStatements() }
