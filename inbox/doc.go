@@ -115,7 +115,9 @@
 // (a duplicate, an exhausted row) then costs a second one, the rollback of
 // that claim. A first delivery whose INSERT found the event's row (a
 // producer's resend) sends its transaction's rollback and the marker in
-// one round trip.
+// one round trip there; through other drivers it reads the row in its
+// transaction first, and a processed or rejected event is a duplicate
+// without the marker.
 //
 // # Dead letters and rejections
 //
