@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -94,11 +95,17 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	forgot   *forgotten    // attempt markers to take back (see ForgetAttempt)
-	attempts *attemptLog   // whether AttemptTable exists
-	noAhead  *atomic.Bool  // set once the driver's connections are found not to be hold.Ahead (runAhead)
-	readMet  *atomic.Int32 // readsMet's answer: 0 not known yet, 1 true, 2 false
-	ports    *Ports        // nil: the caller publishes (see WithPorts)
+	forgot   *forgotten   // attempt markers to take back (see ForgetAttempt)
+	attempts *attemptLog  // whether AttemptTable exists
+	noAhead  *atomic.Bool // set once the driver's connections are found not to be hold.Ahead (runAhead)
+	// readsMet reports whether a first delivery alone whose INSERT
+	// skipped the event's row reads it in the transaction (insertFirst):
+	// where the dialect's INSERT skips rows, and not where the driver
+	// holds statements (hold.Driver), which sends the marker with the
+	// rollback in one round trip instead (markAfterRollback). Asked at
+	// the first such delivery: a zero sql.DB has no driver to ask at New.
+	readsMet func() bool
+	ports    *Ports // nil: the caller publishes (see WithPorts)
 
 	purgeWait func(context.Context, time.Duration) error // Purge's pause between batches; nil: a timer (tests replace it)
 
@@ -120,26 +127,11 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, noAhead: &atomic.Bool{}, readMet: &atomic.Int32{}}, nil
-}
-
-// readsMet reports whether a first delivery alone whose INSERT skipped the
-// event's row reads it in the transaction (insertFirst): where the
-// dialect's INSERT skips rows, and not where the driver holds statements
-// (hold.Driver), which sends the marker with the rollback in one round
-// trip instead (markAfterRollback).
-func (s *Store) readsMet() bool {
-	if v := s.readMet.Load(); v != 0 {
-		return v == 1
-	}
-	_, holds := s.db.Driver().(hold.Driver)
-	r := s.d.doNothing != "" && !holds
-	if r {
-		s.readMet.Store(1)
-	} else {
-		s.readMet.Store(2)
-	}
-	return r
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, noAhead: &atomic.Bool{},
+		readsMet: sync.OnceValue(func() bool {
+			_, holds := db.Driver().(hold.Driver)
+			return d.doNothing != "" && !holds
+		})}, nil
 }
 
 // DB returns the store's database.
