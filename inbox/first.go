@@ -28,13 +28,14 @@ import (
 // writes the row the marked path would have left, at attempt 1.
 //
 // When the row exists already (a duplicate, a resend of an event that
-// failed before), the INSERT does not insert. A first delivery alone then
-// reads the row in its transaction, and a processed or rejected row is the
-// duplicate it is; any other row, and a batch's, takes the marked path,
-// which tells a duplicate from a retry. Where the driver holds statements
-// (hold.Driver) the row is not read: the marker goes in one round trip
-// with the transaction's rollback (markAfterRollback), where the read
-// would be a round trip before it.
+// failed before), the INSERT does not insert. The row is then read in the
+// transaction (alone: insertFirst; a batch's rows in one statement:
+// duplicatesOf), and a processed or rejected row is the duplicate it is;
+// any other row takes the marked path, which tells a duplicate from a
+// retry. Where the driver holds statements (hold.Driver) the row of a
+// delivery alone is not read: the marker goes in one round trip with the
+// transaction's rollback (markAfterRollback), where the read would be a
+// round trip before it.
 //
 // A first delivery alone whose handler declared its effects all in the
 // transaction (ProcessInTx, BatchItem.EffectsInTx) has its INSERT marked
