@@ -163,33 +163,30 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 	}
 	r, err := s.q.insertFirst.exec(ictx, tx, j.e.row(arg{"now", s.t(now)}))
 	if err != nil {
-		if !s.d.IsDuplicate(err) {
+		switch {
+		case !s.d.IsDuplicate(err):
 			return false, fmt.Errorf("inbox: insert event: %w", err)
-		}
-		if s.d.abortsOnError {
+		case s.d.abortsOnError:
 			return false, nil
 		}
-		st, attempts, ok, err := s.status(ctx, tx, j.e)
-		if ok {
-			s.duplicate(j, presentRow{st, attempts})
+	} else {
+		n, err := r.RowsAffected()
+		switch {
+		case errors.Is(err, hold.ErrHeld):
+			j.held = true
+			return true, nil
+		case err != nil || n == 1:
+			return err == nil, nil
+		case !s.readsMet():
+			return false, nil
 		}
-		return false, err
 	}
-	n, err := r.RowsAffected()
-	switch {
-	case errors.Is(err, hold.ErrHeld):
-		j.held = true
-		return true, nil
-	case err != nil || n == 1:
-		return err == nil, nil
-	case s.readsMet():
-		st, attempts, ok, err := s.status(ctx, tx, j.e)
-		if ok {
-			s.duplicate(j, presentRow{st, attempts})
-		}
-		return false, err
+	// The INSERT met the event's row and the transaction goes on: read it.
+	st, attempts, ok, err := s.status(ctx, tx, j.e)
+	if ok {
+		s.duplicate(j, presentRow{st, attempts})
 	}
-	return false, nil
+	return false, err
 }
 
 // errNotInserted: a held INSERT (insertFirst) found the event's row. The
