@@ -17,28 +17,35 @@ import (
 // the marker, BEGIN, the claim, the handler's INSERT and COMMIT, and its
 // duplicate the marker alone; a first delivery BEGIN, its INSERT, the
 // handler's, COMMIT, and its duplicate BEGIN, the INSERT that fails, a
-// SELECT of the row it met and ROLLBACK. Counted by the server (the
-// session's Questions), on one connection.
+// SELECT of the row it met and ROLLBACK (the one SELECT: the marker would
+// be a write). Counted by the server (the session's Questions and
+// Com_select), on one connection.
 func TestMariaDBStatementsPerDelivery(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.MySQL)
 	db.DB.SetMaxOpenConns(1)
 	s, _ := setup(t, db, inbox.Config{})
 	questions := func() int { return sessionQuestions(t, db) }
+	selects := func() int { return sessionStatus(t, db, "Com_select") }
 	for _, c := range []struct {
 		name    string
 		e       inbox.Entry
 		outcome inboxkit.Outcome
 		want    int
+		selects int
 	}{
-		{"first delivery", first("Q-FIRST"), inboxkit.OutcomeProcessed, 4},
-		{"its duplicate", first("Q-FIRST"), inboxkit.OutcomeDuplicate, 4},
-		{"marked", entry("Q-MARKED"), inboxkit.OutcomeProcessed, 5},
-		{"its duplicate, marked", entry("Q-MARKED"), inboxkit.OutcomeDuplicate, 1},
+		{"first delivery", first("Q-FIRST"), inboxkit.OutcomeProcessed, 4, 0},
+		{"its duplicate", first("Q-FIRST"), inboxkit.OutcomeDuplicate, 4, 1},
+		{"marked", entry("Q-MARKED"), inboxkit.OutcomeProcessed, 5, 0},
+		{"its duplicate, marked", entry("Q-MARKED"), inboxkit.OutcomeDuplicate, 1, 0},
 	} {
+		selectsBefore := selects()
 		before := questions()
 		res := mustProcess(t, s, c.e, letterOf(c.e.EventID))
 		got := questions() - before - 1 // the SHOW itself counts
+		if n := selects() - selectsBefore; n != c.selects {
+			t.Errorf("%s: %d SELECT statements, want %d", c.name, n, c.selects)
+		}
 		if res.Outcome != c.outcome || res.Status != inboxkit.StatusProcessed || res.Attempts != 1 {
 			t.Fatalf("%s: %+v, want %s, PROCESSED at attempt 1", c.name, res, c.outcome)
 		}
@@ -145,9 +152,16 @@ func TestMariaDBBatchMeetsARow(t *testing.T) {
 // connection (SHOW counts itself).
 func sessionQuestions(t *testing.T, db *dbtest.DB) int {
 	t.Helper()
-	var name string
+	return sessionStatus(t, db, "Questions")
+}
+
+// sessionStatus is the session's status variable name on db (one
+// connection).
+func sessionStatus(t *testing.T, db *dbtest.DB, name string) int {
+	t.Helper()
+	var got string
 	var n int
-	dbtest.Must(t, db.DB.QueryRowContext(context.Background(), `SHOW SESSION STATUS LIKE 'Questions'`).Scan(&name, &n), "questions")
+	dbtest.Must(t, db.DB.QueryRowContext(context.Background(), `SHOW SESSION STATUS LIKE '`+name+`'`).Scan(&got, &n), "session status %s", name)
 	return n
 }
 
