@@ -38,10 +38,12 @@
 //
 // # Rules the store keeps
 //
-//   - Duplicates are detected by the primary key (PostgreSQL 23505,
-//     MySQL/MariaDB 1062 or its ON DUPLICATE KEY UPDATE, SQLite
-//     SQLITE_CONSTRAINT_PRIMARYKEY, Oracle ORA-00001), never by a SELECT
-//     first.
+//   - Duplicates are detected by the primary key, never by a SELECT
+//     first: on PostgreSQL and SQLite an INSERT whose ON CONFLICT
+//     (EVENT_ID, CONSUMER_NAME) DO NOTHING skipped the row (a first
+//     delivery, a store-then-process receipt), else 23505 or
+//     SQLITE_CONSTRAINT_PRIMARYKEY; MySQL/MariaDB 1062 or its ON
+//     DUPLICATE KEY UPDATE; Oracle ORA-00001.
 //   - Every transition is one INSERT or one conditional UPDATE (WHERE STATUS =
 //     expected). A row is read only to report or route after such a
 //     statement decided.

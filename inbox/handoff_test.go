@@ -116,3 +116,50 @@ func TestWorkerHandOff(t *testing.T) {
 		}
 	})
 }
+
+// A resend that meets its event's row writes nothing, through Receive and
+// through a running worker's Receive: on PostgreSQL and SQLite the INSERT
+// skips the row (ON CONFLICT DO NOTHING) instead of failing on its key,
+// which on PostgreSQL leaves a dead tuple in the table and aborts a
+// transaction. Seen there by the slot of the next row stored: the second
+// line of the table's first page, not the fourth.
+func TestReceiveResendWritesNothing(t *testing.T) {
+	t.Parallel()
+	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
+		s, _ := setup(t, db, inbox.Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		w := newWorker(t, s, inbox.WorkerConfig{Owner: "w", PollInterval: time.Hour, HandleFunc: businessHandler(db, "x")})
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		wg.Go(func() { _ = w.Run(ctx) })
+		for !w.Hand(ctx) { // running: Receive stores claimed entries
+			time.Sleep(5 * time.Millisecond)
+		}
+		if st, c := workerReceive(t, w, "R-1"); st != inboxkit.StatusInProgress || c == nil {
+			t.Fatalf("Worker.Receive(R-1) = %s, claim %v; want IN_PROGRESS, a claim", st, c)
+		}
+		e := inbox.Entry{EventID: "R-1", ConsumerName: consumerName}
+		inserted, st, c, err := w.Receive(ctx, e, nil, []byte("payload of R-1"))
+		if err != nil || inserted || st != inboxkit.StatusInProgress || c != nil {
+			t.Fatalf("Worker.Receive of its resend = %v %s, claim %v, %v; want not inserted, IN_PROGRESS", inserted, st, c, err)
+		}
+		inserted, st, err = s.Receive(ctx, e, nil, []byte("payload of R-1"))
+		if err != nil || inserted || st != inboxkit.StatusInProgress {
+			t.Fatalf("Receive of its resend = %v %s, %v; want not inserted, IN_PROGRESS", inserted, st, err)
+		}
+		if r := get(t, s, "R-1"); r.Attempts != 1 || r.LeaseOwner != "w" {
+			t.Fatalf("row after the resends = %+v", r)
+		}
+		if db.Backend != dbtest.Postgres {
+			return
+		}
+		if inserted, _, err := s.Receive(ctx, inbox.Entry{EventID: "R-2", ConsumerName: consumerName}, nil, nil); err != nil || !inserted {
+			t.Fatalf("Receive(R-2) = %v, %v", inserted, err)
+		}
+		var slot string
+		dbtest.Must(t, db.QueryRowContext(ctx, `SELECT ctid::text FROM INBOX_EVENT_PROCESSING WHERE EVENT_ID = 'R-2'`).Scan(&slot), "ctid of R-2")
+		if slot != "(0,2)" {
+			t.Fatalf("R-2 stored at %s, want (0,2): the resends wrote tuples", slot)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -148,9 +149,9 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 		fenced = n(`WITH done AS (` + setProcessed + ` RETURNING 1) SELECT CAST(CASE COUNT(*) WHEN 1 THEN '1' ELSE '` + leaseLostText + `' END AS INTEGER) FROM done`)
 	}
 	return queueQueries{
-		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)`),
+		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)` + d.doNothing),
 		insertLeased: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) ` +
-			`VALUES (@event, @consumer, 'IN_PROGRESS', @corr, @hash, @payload, @headers, @created, @now, 1, @source, @okey, @owner, @until)`),
+			`VALUES (@event, @consumer, 'IN_PROGRESS', @corr, @hash, @payload, @headers, @created, @now, 1, @source, @okey, @owner, @until)` + d.doNothing),
 		lastOpen: n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
 		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
 		// written by the transactional variant, or an adopted legacy row
@@ -250,30 +251,35 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		return false, "", nil, err
 	}
 	// A few rounds: a duplicate row can vanish (retention purge) between
-	// the failed INSERT and the read of its status.
+	// the INSERT that met it and the read of its status.
 	for round := 0; round < 3; round++ {
 		now := s.now()
 		a := e.row(arg{"payload", payload}, arg{"headers", hdr}, arg{"now", s.t(now)}, arg{"created", s.t(created)})
+		var res sql.Result
 		if w != nil && e.OrderKey == "" {
 			// A keyed entry waits for its key's head (the claim's keyHead).
 			until := now.Add(w.cfg.LeaseDuration)
-			_, err = q.insertLeased.exec(ctx, s.db, append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)}))
-			if err == nil {
+			res, err = q.insertLeased.exec(ctx, s.db, append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)}))
+			if err == nil && wrote(res) {
 				return true, inboxkit.StatusInProgress, &Claimed{Message: inboxkit.Message{ID: e.EventID, CorrelationID: e.CorrelationID, Headers: headers, Body: payload},
 					ConsumerName: e.ConsumerName, Attempts: 1, ReceivedAt: created, LeaseUntil: until, Owner: w.cfg.Owner}, nil
 			}
 		} else {
-			_, err = q.insertReceived.exec(ctx, s.db, a)
-			if err == nil {
+			res, err = q.insertReceived.exec(ctx, s.db, a)
+			if err == nil && wrote(res) {
 				return true, inboxkit.StatusReceived, nil, nil
 			}
 		}
-		if reason := classify.ValueReason(err); reason != "" {
-			return false, "", nil, &ReceiveError{Reason: reason, EventID: e.EventID, Err: err}
+		if err != nil {
+			if reason := classify.ValueReason(err); reason != "" {
+				return false, "", nil, &ReceiveError{Reason: reason, EventID: e.EventID, Err: err}
+			}
+			if !s.d.IsDuplicate(err) {
+				return false, "", nil, fmt.Errorf("inbox: receive: %w", err)
+			}
 		}
-		if !s.d.IsDuplicate(err) {
-			return false, "", nil, fmt.Errorf("inbox: receive: %w", err)
-		}
+		// The event's row exists: the INSERT skipped it (doNothing) or
+		// failed on its key.
 		st, _, ok, err := s.status(ctx, s.db, e)
 		if err != nil {
 			return false, "", nil, err
@@ -285,6 +291,14 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		return inserted, st, nil, err
 	}
 	return false, "", nil, fmt.Errorf("inbox: receive: event %q for %q kept appearing and vanishing", e.EventID, e.ConsumerName)
+}
+
+// wrote reports whether an INSERT that succeeded wrote its row: false
+// when the dialect's doNothing skipped a row whose key exists. A driver
+// that cannot count rows wrote it (there is no doNothing without a count).
+func wrote(res sql.Result) bool {
+	n, err := res.RowsAffected()
+	return err != nil || n != 0
 }
 
 // arrival is the CREATED_AT of entry e: now, to the microsecond; for an
