@@ -143,7 +143,9 @@ type Config struct {
 	// so it takes more receivers than workers to keep the workers fed:
 	// defaults to DefaultReceivers(Concurrency). Set the broker's prefetch
 	// to at least Receivers, better twice that (each receiver's next
-	// delivery on its way while it acknowledges one). New refuses it in
+	// delivery on its way while it acknowledges one): the default of 10
+	// of broker/rabbitmq, amqp10 and stomp is below the 12 receivers of
+	// Concurrency 3, and New warns then (Prefetcher). New refuses it in
 	// ModeTransactional, where the Concurrency goroutines receive and
 	// handle, and with OrderKeyFunc, where one goroutine receives.
 	Receivers int
@@ -271,6 +273,25 @@ const defaultWorkerBatch = 10
 // it stores: the store's pool and the server's connection limit should
 // allow Receivers + Concurrency.
 func DefaultReceivers(concurrency int) int { return 4 * concurrency }
+
+// warnPrefetch logs a warning when the Source's prefetch (Prefetcher) is
+// below the deliveries the consumer takes at once: Receivers in
+// ModeStoreThenProcess without OrderKeyFunc, else Concurrency × BatchSize.
+func (c *Config) warnPrefetch() {
+	p, ok := c.Source.(Prefetcher)
+	if !ok {
+		return
+	}
+	want, what := c.Concurrency*max(c.BatchSize, 1), fmt.Sprintf("Concurrency %d × BatchSize %d", c.Concurrency, max(c.BatchSize, 1))
+	if c.Mode == ModeStoreThenProcess && c.OrderKeyFunc == nil {
+		want, what = c.Receivers, fmt.Sprintf("Receivers %d", c.Receivers)
+	}
+	if have := p.Prefetch(); have > 0 && have < want {
+		c.Logger.Warn(fmt.Sprintf("consumer: the source's prefetch is %d, below the %d deliveries this consumer takes at once (%s): "+
+			"the rest wait for a delivery; set the source's prefetch to at least %d, better %d", have, want, what, want, 2*want),
+			"consumer", c.Name, "prefetch", have, "takes", want)
+	}
+}
 
 // maxBatchSize bounds Config.BatchSize.
 const maxBatchSize = 1000

@@ -40,6 +40,7 @@ func New(cfg Config) (*Consumer, error) {
 		cfg.Handler = cfg.Observer.Handler(cfg.Handler)
 	}
 	cfg.Handler = withMessage(cfg.Handler)
+	cfg.warnPrefetch()
 	c := &Consumer{cfg: cfg, inHand: map[uint64]holding{}}
 	store, err := cfg.Store.WithPorts(c.ports())
 	if err != nil {

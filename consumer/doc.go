@@ -136,7 +136,8 @@
 // # Writing an adapter
 //
 // A broker adapter implements [Source] and [Delivery] (and dlq.Publisher,
-// and [Readier] for readiness checks), in the shape of the adapters in
+// [Readier] for readiness checks and [Prefetcher] for New's check of the
+// prefetch), in the shape of the adapters in
 // broker/: Open(ctx, Config) returns an *Adapter that is all of them. The
 // contract is on the interfaces; the conformance suite in
 // consumer/consumertest checks it against a real broker.

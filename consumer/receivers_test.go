@@ -1,8 +1,11 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,6 +76,61 @@ func TestReceivers(t *testing.T) {
 			defer src.mu.Unlock()
 			if src.most != tc.want {
 				t.Errorf("%d Receive calls at once, want %d", src.most, tc.want)
+			}
+		})
+	}
+}
+
+// prefetching is a real Source whose prefetch reads n.
+type prefetching struct {
+	consumer.Source
+	n int
+}
+
+func (p prefetching) Prefetch() int { return p.n }
+
+// TestPrefetchWarning: New warns when the source's prefetch is below what
+// the consumer takes at once (Receivers in store-then-process, else
+// Concurrency × BatchSize), naming both and the prefetch to set; it says
+// nothing at or above it, for an unbounded prefetch, or for a source that
+// does not tell (the adapters in broker/ all do: the embedded JetStream
+// source here reports its default, 1000).
+func TestPrefetchWarning(t *testing.T) {
+	base, a, _ := setup(t)
+	if got := a.Prefetch(); got != 1000 {
+		t.Fatalf("jetstream Prefetch() = %d, want its default 1000", got)
+	}
+	for _, tc := range []struct {
+		name                   string
+		mode                   consumer.Mode
+		concurrency, batch, rc int
+		source                 consumer.Source
+		want                   string // "" for no warning
+	}{
+		{"store-then-process below its receivers", consumer.ModeStoreThenProcess, 2, 0, 0, prefetching{a, 4},
+			"the source's prefetch is 4, below the 8 deliveries this consumer takes at once (Receivers 8): the rest wait for a delivery; set the source's prefetch to at least 8, better 16"},
+		{"store-then-process at its receivers", consumer.ModeStoreThenProcess, 2, 0, 3, prefetching{a, 3}, ""},
+		{"transactional batches below", consumer.ModeTransactional, 2, 4, 0, prefetching{a, 7},
+			"the source's prefetch is 7, below the 8 deliveries this consumer takes at once (Concurrency 2 × BatchSize 4)"},
+		{"transactional at its handlers", consumer.ModeTransactional, 4, 0, 0, prefetching{a, 4}, ""},
+		{"unbounded", consumer.ModeStoreThenProcess, 4, 0, 0, prefetching{a, 0}, ""},
+		{"the adapter's own", consumer.ModeStoreThenProcess, 4, 0, 0, a, ""},
+		{"a source that does not tell", consumer.ModeStoreThenProcess, 4, 0, 0, struct{ consumer.Source }{a}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			cfg := base
+			cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+			cfg.Source, cfg.Mode, cfg.Concurrency, cfg.BatchSize, cfg.Receivers = tc.source, tc.mode, tc.concurrency, tc.batch, tc.rc
+			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+			if _, err := consumer.New(cfg); err != nil {
+				t.Fatal(err)
+			}
+			switch got := log.String(); {
+			case tc.want == "" && got != "":
+				t.Fatalf("logged %q, want nothing", got)
+			case tc.want != "" && (!strings.Contains(got, "level=WARN") || !strings.Contains(got, tc.want)):
+				t.Fatalf("logged %q, want a warning with %q", got, tc.want)
 			}
 		})
 	}

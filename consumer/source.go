@@ -73,6 +73,19 @@ type PlaceKeeper interface {
 	ReturnsOnClose() bool
 }
 
+// Prefetcher is implemented by a Source that knows how many deliveries its
+// broker sends ahead of their settlement; every adapter in broker/ does
+// (basic.qos, link credit, activemq.prefetchSize, MaxAckPending). New logs
+// a warning when the prefetch is below what the consumer takes at once
+// (Config.Receivers in ModeStoreThenProcess, else Concurrency × BatchSize):
+// the goroutines beyond it wait for a delivery, and the consumer runs at
+// the rate of fewer.
+type Prefetcher interface {
+	// Prefetch returns the most deliveries the broker sends this source
+	// before any is settled; 0 when it sets no bound.
+	Prefetch() int
+}
+
 // Readier is implemented by a Source that knows the state of its broker
 // connection; every adapter in broker/ does. The runtime does not call it:
 // a readiness check (observe.SourceCheck, inboxctl's /readyz) does.

@@ -218,6 +218,9 @@ func (a *Adapter) Close() error {
 // consumer.Readier). It does not block.
 func (a *Adapter) Ready(context.Context) error { return a.sv.Ready() }
 
+// Prefetch returns Config.Prefetch (consumer.Prefetcher).
+func (a *Adapter) Prefetch() int { return a.cfg.Prefetch }
+
 // connect opens a connection and, with Config.Queue, the receiver link.
 func (a *Adapter) connect(ctx context.Context) (*session, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.DialTimeout)

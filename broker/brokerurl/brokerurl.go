@@ -23,7 +23,8 @@
 // mistyped option is an error before any connection, never ignored.
 //
 // Every adapter opened here is a consumer.Source (when opened with a queue)
-// and a dlq.Publisher, and reports its connection state (consumer.Readier).
+// and a dlq.Publisher, and reports its connection state (consumer.Readier)
+// and its prefetch (consumer.Prefetcher).
 // On JetStream a queue is a subject held by the stream
 // jetstream.StreamName(queue), which the adapter creates; the durable
 // consumer is named after the consumer.
@@ -228,11 +229,12 @@ func Parse(raw string) (URL, error) {
 
 // Adapter is what every adapter opened here is: a consumer.Source (of the
 // queue it was opened on; publisher-only adapters have none), a
-// dlq.Publisher, and a consumer.Readier.
+// dlq.Publisher, a consumer.Readier and a consumer.Prefetcher.
 type Adapter interface {
 	consumer.Source
 	dlq.Publisher
 	consumer.Readier
+	consumer.Prefetcher
 }
 
 // Options configures the adapters a Broker opens.

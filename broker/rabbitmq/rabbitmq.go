@@ -390,6 +390,9 @@ func (a *Adapter) Close() error {
 // consumer.Readier). It does not block.
 func (a *Adapter) Ready(context.Context) error { return a.sv.Ready() }
 
+// Prefetch returns Config.Prefetch (consumer.Prefetcher).
+func (a *Adapter) Prefetch() int { return a.cfg.Prefetch }
+
 // Depth returns the number of messages ready in queue, from a passive
 // declare (which never creates the queue): messages delivered and not yet
 // acknowledged are not counted. A missing queue is ErrNoSuchQueue.

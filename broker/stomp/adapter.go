@@ -77,6 +77,10 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 // check: see consumer.Readier), and otherwise an error saying since when it
 // is reconnecting and why. A publisher-only Adapter is ready while its
 // connection is up, and dials when it has none, bounded by ctx.
+// Prefetch returns Config.Prefetch, the subscription's
+// activemq.prefetchSize (consumer.Prefetcher).
+func (a *Adapter) Prefetch() int { return a.cfg.Prefetch }
+
 func (a *Adapter) Ready(ctx context.Context) error {
 	if a.src != nil {
 		return a.src.ready()

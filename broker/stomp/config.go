@@ -40,9 +40,11 @@ type Config struct {
 	// Defaults to "".
 	Queue string
 	// Prefetch is how many unacknowledged messages the broker may push to
-	// the Adapter at once (activemq.prefetchSize). Set it to the consumer's
-	// concurrency, or a little more: a higher value holds messages back from
-	// other consumers. Defaults to 10.
+	// the Adapter at once (activemq.prefetchSize). Set it to at least what
+	// the consumer takes at once (its Concurrency × BatchSize; in
+	// store-then-process its Receivers; consumer.Prefetcher), or a little
+	// more: a higher value holds messages back from other consumers.
+	// Defaults to 10.
 	Prefetch int
 	// Exclusive subscribes to Queue as an ActiveMQ exclusive consumer
 	// (activemq.exclusive:true): the broker delivers the queue to one
