@@ -275,15 +275,20 @@ const defaultWorkerBatch = 10
 func DefaultReceivers(concurrency int) int { return 4 * concurrency }
 
 // warnPrefetch logs a warning when the Source's prefetch (Prefetcher) is
-// below the deliveries the consumer takes at once: Receivers in
-// ModeStoreThenProcess without OrderKeyFunc, else Concurrency × BatchSize.
+// below the deliveries the consumer takes at once: OrderHeld with
+// OrderKeyFunc, Receivers in ModeStoreThenProcess, else Concurrency ×
+// BatchSize.
 func (c *Config) warnPrefetch() {
 	p, ok := c.Source.(Prefetcher)
 	if !ok {
 		return
 	}
-	want, what := c.Concurrency*max(c.BatchSize, 1), fmt.Sprintf("Concurrency %d × BatchSize %d", c.Concurrency, max(c.BatchSize, 1))
-	if c.Mode == ModeStoreThenProcess && c.OrderKeyFunc == nil {
+	batch := max(c.BatchSize, 1)
+	want, what := c.Concurrency*batch, fmt.Sprintf("Concurrency %d × BatchSize %d", c.Concurrency, batch)
+	switch {
+	case c.OrderKeyFunc != nil:
+		want, what = OrderHeld(c.Concurrency, batch), fmt.Sprintf("OrderHeld(%d, %d), held for their keys", c.Concurrency, batch)
+	case c.Mode == ModeStoreThenProcess:
 		want, what = c.Receivers, fmt.Sprintf("Receivers %d", c.Receivers)
 	}
 	if have := p.Prefetch(); have > 0 && have < want {

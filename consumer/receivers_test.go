@@ -57,6 +57,9 @@ func TestReceivers(t *testing.T) {
 			src := &receiving{Source: cfg.Source, reachedAll: make(chan struct{}), want: tc.want}
 			cfg.Source, cfg.Mode, cfg.Concurrency, cfg.Receivers = src, tc.mode, 2, tc.receivers
 			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+			if strings.HasPrefix(tc.name, "order") {
+				cfg.OrderKeyFunc = func(inboxkit.Message) string { return "k" }
+			}
 			stop := start(t, cfg)
 			select {
 			case <-settled:
@@ -90,8 +93,8 @@ type prefetching struct {
 func (p prefetching) Prefetch() int { return p.n }
 
 // TestPrefetchWarning: New warns when the source's prefetch is below what
-// the consumer takes at once (Receivers in store-then-process, else
-// Concurrency × BatchSize), naming both and the prefetch to set; it says
+// the consumer takes at once (OrderHeld with an order key, Receivers in
+// store-then-process, else Concurrency × BatchSize), naming both and the prefetch to set; it says
 // nothing at or above it, for an unbounded prefetch, or for a source that
 // does not tell (the adapters in broker/ all do: the embedded JetStream
 // source here reports its default, 1000).
@@ -114,6 +117,9 @@ func TestPrefetchWarning(t *testing.T) {
 			"the source's prefetch is 7, below the 8 deliveries this consumer takes at once (Concurrency 2 × BatchSize 4)"},
 		{"transactional at its handlers", consumer.ModeTransactional, 4, 0, 0, prefetching{a, 4}, ""},
 		{"unbounded", consumer.ModeStoreThenProcess, 4, 0, 0, prefetching{a, 0}, ""},
+		{"order below what it holds", consumer.ModeTransactional, 2, 4, 0, prefetching{a, 31},
+			"the source's prefetch is 31, below the 32 deliveries this consumer takes at once (OrderHeld(2, 4), held for their keys)"},
+		{"order at what it holds", consumer.ModeStoreThenProcess, 2, 0, 0, prefetching{a, 16}, ""},
 		{"the adapter's own", consumer.ModeStoreThenProcess, 4, 0, 0, a, ""},
 		{"a source that does not tell", consumer.ModeStoreThenProcess, 4, 0, 0, struct{ consumer.Source }{a}, ""},
 	} {
@@ -123,6 +129,9 @@ func TestPrefetchWarning(t *testing.T) {
 			cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 			cfg.Source, cfg.Mode, cfg.Concurrency, cfg.BatchSize, cfg.Receivers = tc.source, tc.mode, tc.concurrency, tc.batch, tc.rc
 			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
+			if strings.HasPrefix(tc.name, "order") {
+				cfg.OrderKeyFunc = func(inboxkit.Message) string { return "k" }
+			}
 			if _, err := consumer.New(cfg); err != nil {
 				t.Fatal(err)
 			}

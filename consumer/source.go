@@ -77,7 +77,8 @@ type PlaceKeeper interface {
 // broker sends ahead of their settlement; every adapter in broker/ does
 // (basic.qos, link credit, activemq.prefetchSize, MaxAckPending). New logs
 // a warning when the prefetch is below what the consumer takes at once
-// (Config.Receivers in ModeStoreThenProcess, else Concurrency × BatchSize):
+// (OrderHeld with Config.OrderKeyFunc, Receivers in ModeStoreThenProcess,
+// else Concurrency × BatchSize):
 // the goroutines beyond it wait for a delivery, and the consumer runs at
 // the rate of fewer.
 type Prefetcher interface {
