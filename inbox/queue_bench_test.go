@@ -143,6 +143,30 @@ func BenchmarkReceiveKeyed(b *testing.B) {
 	}
 }
 
+// BenchmarkReceiveResend measures Receive of a producer's resend: an event
+// whose row is PROCESSED already, among 5,000.
+//
+//	go test -run '^$' -bench ReceiveResend -benchtime 2000x ./inbox/
+func BenchmarkReceiveResend(b *testing.B) {
+	const backlog = 5000
+	for _, backend := range []string{dbtest.Postgres, dbtest.MySQL, dbtest.SQLite} {
+		b.Run(backend, func(b *testing.B) {
+			s, ctx := benchBacklog(b, backend, backlog, 0)
+			_, err := s.DB().ExecContext(ctx, `UPDATE INBOX_EVENT_PROCESSING SET STATUS = 'PROCESSED', PROCESSED_AT = CURRENT_TIMESTAMP`)
+			dbtest.Must(b, err, "process the backlog")
+			b.ResetTimer()
+			for i := range b.N {
+				e := inbox.Entry{EventID: fmt.Sprintf("B-%07d", i%backlog), ConsumerName: "bench"}
+				inserted, st, err := s.Receive(ctx, e, map[string]string{"id": e.EventID}, []byte(e.EventID))
+				if err != nil || inserted || st != inboxkit.StatusProcessed {
+					b.Fatalf("resend of %s: %v %s %v", e.EventID, inserted, st, err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "receives/s")
+		})
+	}
+}
+
 // benchBacklog is a store on a fresh database of backend holding n stored
 // entries of consumer "bench", spread over keys order keys (0: none).
 func benchBacklog(b *testing.B, backend string, n, keys int) (*inbox.Store, context.Context) {
