@@ -14,7 +14,8 @@
 //	         inboxkit single-message (and "single in tx": Config.EffectsInTx,
 //	         the first INSERT with the letter), inboxkit store-then-process (done
 //	         when every event is processed; "in tx": its workers' batches
-//	         without savepoints), inboxkit batch
+//	         without savepoints; "prefetch=handlers": at the prefetch the
+//	         side-by-side instrument sets, below its receivers), inboxkit batch
 //	         (consumer.Config.BatchSize = -batch; 0 leaves the rows out) with
 //	         savepoints and "in tx" (Config.EffectsInTx: none), and a
 //	         Watermill router (AMQP subscriber, Retry + PoisonQueue
@@ -283,7 +284,10 @@ type e2eContender struct {
 	batch       int
 	effectsInTx bool
 	mode        consumer.Mode
-	run         func(context.Context, e2eRun) (*tally, time.Duration, error)
+	// perHandler sets the prefetch to the handlers, as the side-by-side
+	// instrument outside the repository does, unless -prefetch is set.
+	perHandler bool
+	run        func(context.Context, e2eRun) (*tally, time.Duration, error)
 }
 
 type e2eResult struct {
@@ -314,6 +318,7 @@ func e2eSection(ctx context.Context, admin *sql.DB, o options) error {
 		e2eContender{name: "inboxkit single in tx", effectsInTx: true, run: runInboxkit},
 		e2eContender{name: "inboxkit store-then-process", mode: consumer.ModeStoreThenProcess, run: runInboxkit},
 		e2eContender{name: "inboxkit store-then-process in tx", mode: consumer.ModeStoreThenProcess, effectsInTx: true, run: runInboxkit},
+		e2eContender{name: "inboxkit store-then-process prefetch=handlers", mode: consumer.ModeStoreThenProcess, perHandler: true, run: runInboxkit},
 	)
 	if o.batch > 1 {
 		contenders = append(contenders, e2eContender{name: fmt.Sprintf("inboxkit batch %d", o.batch), batch: o.batch, run: runInboxkit},
@@ -428,6 +433,8 @@ func e2eOnce(ctx context.Context, admin *sql.DB, b e2eBroker, o options, p plan,
 		r.Prefetch = o.prefetch
 		switch {
 		case r.Prefetch != 0:
+		case c.perHandler:
+			r.Prefetch = handlers
 		case c.mode == consumer.ModeStoreThenProcess: // a delivery in hand and one on its way per receiver
 			r.Prefetch = 2 * consumer.DefaultReceivers(handlers)
 		default:
