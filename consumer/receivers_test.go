@@ -57,9 +57,6 @@ func TestReceivers(t *testing.T) {
 			src := &receiving{Source: cfg.Source, reachedAll: make(chan struct{}), want: tc.want}
 			cfg.Source, cfg.Mode, cfg.Concurrency, cfg.Receivers = src, tc.mode, 2, tc.receivers
 			cfg.Handler = func(context.Context, *sql.Tx, inboxkit.Message) error { return nil }
-			if strings.HasPrefix(tc.name, "order") {
-				cfg.OrderKeyFunc = func(inboxkit.Message) string { return "k" }
-			}
 			stop := start(t, cfg)
 			select {
 			case <-settled:
@@ -94,10 +91,10 @@ func (p prefetching) Prefetch() int { return p.n }
 
 // TestPrefetchWarning: New warns when the source's prefetch is below what
 // the consumer takes at once (OrderHeld with an order key, Receivers in
-// store-then-process, else Concurrency × BatchSize), naming both and the prefetch to set; it says
-// nothing at or above it, for an unbounded prefetch, or for a source that
-// does not tell (the adapters in broker/ all do: the embedded JetStream
-// source here reports its default, 1000).
+// store-then-process, else Concurrency × BatchSize), naming both and the
+// prefetch to set; it says nothing at or above it, for an unbounded
+// prefetch, or for a source that does not tell (the adapters in broker/
+// all do: the embedded JetStream source here reports its default, 1000).
 func TestPrefetchWarning(t *testing.T) {
 	base, a, _ := setup(t)
 	if got := a.Prefetch(); got != 1000 {

@@ -78,9 +78,8 @@ type PlaceKeeper interface {
 // (basic.qos, link credit, activemq.prefetchSize, MaxAckPending). New logs
 // a warning when the prefetch is below what the consumer takes at once
 // (OrderHeld with Config.OrderKeyFunc, Receivers in ModeStoreThenProcess,
-// else Concurrency × BatchSize):
-// the goroutines beyond it wait for a delivery, and the consumer runs at
-// the rate of fewer.
+// else Concurrency × BatchSize): the goroutines beyond it wait for a
+// delivery, and the consumer runs at the rate of fewer.
 type Prefetcher interface {
 	// Prefetch returns the most deliveries the broker sends this source
 	// before any is settled; 0 when it sets no bound.

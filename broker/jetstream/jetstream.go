@@ -276,11 +276,6 @@ func (a *Adapter) Publish(ctx context.Context, subject string, headers map[strin
 // Ready returns nil while the connection to the server is up, and
 // otherwise an error saying its state and the last error (a readiness
 // check: see consumer.Readier). It does not block.
-// Prefetch returns Config.Prefetch, the durable consumer's MaxAckPending
-// (shared by every process consuming it), or 0 when it is unlimited
-// (consumer.Prefetcher).
-func (a *Adapter) Prefetch() int { return max(a.cfg.Prefetch, 0) }
-
 func (a *Adapter) Ready(context.Context) error {
 	if a.closedCtx.Err() != nil {
 		return fmt.Errorf("jetstream: %w", consumer.ErrClosed)
@@ -295,6 +290,11 @@ func (a *Adapter) Ready(context.Context) error {
 	}
 	return nil
 }
+
+// Prefetch returns Config.Prefetch, the durable consumer's MaxAckPending
+// (shared by every process consuming it), or 0 when it is unlimited
+// (consumer.Prefetcher).
+func (a *Adapter) Prefetch() int { return max(a.cfg.Prefetch, 0) }
 
 // Depth returns the number of messages on subject that the stream
 // capturing it holds: for a limits-retention stream (a dead-letter

@@ -77,10 +77,6 @@ func (a *Adapter) Publish(ctx context.Context, destination string, headers map[s
 // check: see consumer.Readier), and otherwise an error saying since when it
 // is reconnecting and why. A publisher-only Adapter is ready while its
 // connection is up, and dials when it has none, bounded by ctx.
-// Prefetch returns Config.Prefetch, the subscription's
-// activemq.prefetchSize (consumer.Prefetcher).
-func (a *Adapter) Prefetch() int { return a.cfg.Prefetch }
-
 func (a *Adapter) Ready(ctx context.Context) error {
 	if a.src != nil {
 		return a.src.ready()
@@ -88,6 +84,10 @@ func (a *Adapter) Ready(ctx context.Context) error {
 	_, err := a.pub.connection(ctx)
 	return err
 }
+
+// Prefetch returns Config.Prefetch, the subscription's
+// activemq.prefetchSize (consumer.Prefetcher).
+func (a *Adapter) Prefetch() int { return a.cfg.Prefetch }
 
 // Close stops intake and disconnects both connections; the broker
 // redelivers every message not yet acknowledged (with Redelivered=true).
