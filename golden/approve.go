@@ -16,6 +16,7 @@ import (
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
+	_ "github.com/inboxkit/inboxkit/driver/mysql"  // driver "mysql" and its errors
 	"github.com/inboxkit/inboxkit/driver/postgres" // drivers "pgx" and postgres.DriverName
 	"github.com/inboxkit/inboxkit/inbox"
 )
@@ -29,6 +30,8 @@ const (
 const (
 	SQLite   = "sqlite"
 	Postgres = "postgres"
+	// MySQL is MariaDB or MySQL.
+	MySQL = "mysql"
 )
 
 // Updating reports whether approved files are to be written: the -update
@@ -117,8 +120,8 @@ func (o options) cases(dir string) ([]string, error) {
 }
 
 // Backends sets the databases every case runs on. Defaults to
-// INBOXKIT_GOLDEN_BACKENDS (comma-separated), else sqlite and postgres in
-// CI, else sqlite. Every backend must produce the same transcript.
+// INBOXKIT_GOLDEN_BACKENDS (comma-separated), else sqlite, postgres and
+// mysql in CI, else sqlite. Every backend must produce the same transcript.
 func Backends(names ...string) Option { return func(o *options) { o.backends = names } }
 
 func buildOptions(opts []Option) options {
@@ -135,7 +138,7 @@ func buildOptions(opts []Option) options {
 				}
 			}
 		case InCI():
-			o.backends = []string{SQLite, Postgres}
+			o.backends = []string{SQLite, Postgres, MySQL}
 		default:
 			o.backends = []string{SQLite}
 		}
@@ -327,7 +330,10 @@ func Approve(ctx context.Context, dir string, f Factory, opts ...Option) ([]Mism
 // OpenBackend opens a fresh, empty database of the backend ("sqlite": a
 // file in a new temporary directory; "postgres": a new schema on the server
 // of INBOXKIT_TEST_POSTGRES, default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable). cleanup drops it.
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable; "mysql": a new
+// database on the MariaDB or MySQL server of INBOXKIT_TEST_MYSQL, default
+// root@tcp(127.0.0.1:3306)/, opened as inboxctl opens it). cleanup drops
+// it.
 func OpenBackend(ctx context.Context, backend string) (db Database, cleanup func(), err error) {
 	switch backend {
 	case SQLite:
@@ -344,43 +350,88 @@ func OpenBackend(ctx context.Context, backend string) (db Database, cleanup func
 		}
 		return Database{DB: pool, Dialect: inbox.SQLite, Open: open}, func() { pool.Close(); os.RemoveAll(dir) }, nil
 	case Postgres:
-		base := os.Getenv("INBOXKIT_TEST_POSTGRES")
-		if base == "" {
-			base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-		}
-		admin, err := sql.Open("pgx", base)
-		if err != nil {
-			return Database{}, nil, fmt.Errorf("golden: %w", err)
-		}
-		defer admin.Close()
-		b := make([]byte, 6)
-		_, _ = rand.Read(b)
-		schema := "golden_" + hex.EncodeToString(b)
-		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-			return Database{}, nil, fmt.Errorf("golden: PostgreSQL does not answer or refuses CREATE SCHEMA: %w", err)
-		}
-		u, err := url.Parse(base)
-		if err != nil {
-			return Database{}, nil, fmt.Errorf("golden: %w", err)
-		}
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
-		dsn := u.String()
-		// The store's pool as inboxctl opens it: an outbox Add held for
-		// the commit.
-		open := func() (*sql.DB, error) { return sql.Open(postgres.DriverName, dsn) }
-		pool, err := open()
-		if err != nil {
-			return Database{}, nil, fmt.Errorf("golden: %w", err)
-		}
-		return Database{DB: pool, Dialect: inbox.Postgres, Open: open}, func() {
-			pool.Close()
-			if a, err := sql.Open("pgx", base); err == nil {
-				_, _ = a.Exec("DROP SCHEMA " + schema + " CASCADE")
-				a.Close()
-			}
-		}, nil
+		return openPostgres(ctx)
+	case MySQL:
+		return openMySQL(ctx)
 	}
-	return Database{}, nil, fmt.Errorf("golden: unknown backend %q (use %s)", backend, strings.Join(slices.Sorted(slices.Values([]string{SQLite, Postgres})), ", "))
+	return Database{}, nil, fmt.Errorf("golden: unknown backend %q (use %s)", backend, strings.Join(slices.Sorted(slices.Values([]string{SQLite, Postgres, MySQL})), ", "))
+}
+
+// openPostgres is OpenBackend's "postgres".
+func openPostgres(ctx context.Context) (Database, func(), error) {
+	base := os.Getenv("INBOXKIT_TEST_POSTGRES")
+	if base == "" {
+		base = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	schema, drop, err := fresh(ctx, "pgx", base, "PostgreSQL", "SCHEMA", " CASCADE")
+	if err != nil {
+		return Database{}, nil, err
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		drop()
+		return Database{}, nil, fmt.Errorf("golden: %w", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	// The store's pool as inboxctl opens it: an outbox Add held for the
+	// commit.
+	return openFresh(postgres.DriverName, u.String(), inbox.Postgres, drop)
+}
+
+// openMySQL is OpenBackend's "mysql".
+func openMySQL(ctx context.Context) (Database, func(), error) {
+	base := os.Getenv("INBOXKIT_TEST_MYSQL")
+	if base == "" {
+		base = "root@tcp(127.0.0.1:3306)/"
+	}
+	name, drop, err := fresh(ctx, "mysql", base, "MariaDB", "DATABASE", "")
+	if err != nil {
+		return Database{}, nil, err
+	}
+	// As inboxctl opens MariaDB: times in UTC, one round trip a statement.
+	dsn, params, _ := strings.Cut(base, "?")
+	dsn = strings.TrimSuffix(dsn, "/") + "/" + name + "?parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
+	if params != "" {
+		dsn += "&" + params
+	}
+	if !strings.Contains(params, "interpolateParams=") {
+		dsn += "&interpolateParams=true"
+	}
+	return openFresh("mysql", dsn, inbox.MySQL, drop)
+}
+
+// fresh creates a schema or database (kind) with a new name on the server
+// of base and returns its name and what drops it (DROP kind name tail).
+func fresh(ctx context.Context, driverName, base, server, kind, tail string) (string, func(), error) {
+	admin, err := sql.Open(driverName, base)
+	if err != nil {
+		return "", nil, fmt.Errorf("golden: %w", err)
+	}
+	defer admin.Close()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "golden_" + hex.EncodeToString(b)
+	if _, err := admin.ExecContext(ctx, "CREATE "+kind+" "+name); err != nil {
+		return "", nil, fmt.Errorf("golden: %s does not answer or refuses CREATE %s: %w", server, kind, err)
+	}
+	return name, func() {
+		if a, err := sql.Open(driverName, base); err == nil {
+			_, _ = a.Exec("DROP " + kind + " " + name + tail)
+			a.Close()
+		}
+	}, nil
+}
+
+// openFresh opens the pool of a database fresh made; cleanup closes it
+// and drops the database.
+func openFresh(driverName, dsn string, d inbox.Dialect, drop func()) (Database, func(), error) {
+	open := func() (*sql.DB, error) { return sql.Open(driverName, dsn) }
+	pool, err := open()
+	if err != nil {
+		drop()
+		return Database{}, nil, fmt.Errorf("golden: %w", err)
+	}
+	return Database{DB: pool, Dialect: d, Open: open}, func() { pool.Close(); drop() }, nil
 }

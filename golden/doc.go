@@ -62,8 +62,8 @@
 // dead-letter queue, and faults that never triggered. Ids come from
 // Env.IDFunc and times from Env.Clock (injected at the source); [Scrub]
 // then replaces them with labeled placeholders (<id_1>, <time_1>) so the
-// links between values stay visible and SQLite and PostgreSQL produce the
-// same text.
+// links between values stay visible and every database produces the same
+// text.
 //
 // # Outbox relays
 //
@@ -138,8 +138,11 @@
 //
 // # Databases
 //
-// SQLite by default; INBOXKIT_GOLDEN_BACKENDS=sqlite,postgres (and CI=true)
-// plays every case on PostgreSQL too (INBOXKIT_TEST_POSTGRES, default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), each run in a
-// fresh schema. Every backend must produce the approved transcript.
+// SQLite by default. INBOXKIT_GOLDEN_BACKENDS lists the databases to play
+// every case on (sqlite, postgres, mysql; CI=true plays all three):
+// "postgres" in a fresh schema on INBOXKIT_TEST_POSTGRES (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), "mysql" in a
+// fresh database on the MariaDB or MySQL server of INBOXKIT_TEST_MYSQL
+// (default root@tcp(127.0.0.1:3306)/). Every backend must produce the
+// approved transcript.
 package golden

@@ -110,7 +110,7 @@ It refuses to run with CI=true; verify --black-box checks a record without writi
 		},
 	}
 	for _, sub := range []*cobra.Command{verify, approve} {
-		sub.Flags().StringVar(&backends, "backends", "", "comma-separated databases to play on: sqlite, postgres (default sqlite, or $INBOXKIT_GOLDEN_BACKENDS)")
+		sub.Flags().StringVar(&backends, "backends", "", "comma-separated databases to play on: sqlite, postgres, mysql (MariaDB or MySQL) (default sqlite, or $INBOXKIT_GOLDEN_BACKENDS)")
 		c.AddCommand(sub)
 	}
 	for _, sub := range []*cobra.Command{verify, record} {
