@@ -135,7 +135,9 @@ type Config struct {
 	Mode Mode
 	// Concurrency is the number of deliveries handled at once (in
 	// ModeStoreThenProcess: the number of workers; see Receivers).
-	// Defaults to 1. Set the broker's prefetch to at least this.
+	// Defaults to 1. Set the broker's prefetch to at least this times
+	// BatchSize, better twice that: with no delivery waiting, each one
+	// finished waits a round trip to the broker for the next.
 	Concurrency int
 	// Receivers is, in ModeStoreThenProcess, the number of goroutines that
 	// receive, store and acknowledge deliveries for the Concurrency

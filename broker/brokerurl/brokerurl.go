@@ -461,10 +461,15 @@ func (b *Broker) Depth(ctx context.Context, queue string) (n int, atLeast bool, 
 // defaultBrowseWait is Options.BrowseWait's default.
 const defaultBrowseWait = 1500 * time.Millisecond
 
+// MaxPrefetch is the largest prefetch Source takes on every broker:
+// RabbitMQ's (rabbitmq.MaxPrefetch; AMQP 0-9-1's prefetch count is 16
+// bits).
+const MaxPrefetch = rabbitmq.MaxPrefetch
+
 // BrowseAll is the most messages Browse reads on a broker without a queue
 // browser (with limit 0, or a larger one): the unsettled messages it is
-// handed at once, RabbitMQ's largest prefetch (rabbitmq.MaxPrefetch).
-const BrowseAll = rabbitmq.MaxPrefetch
+// handed at once, RabbitMQ's largest prefetch (MaxPrefetch).
+const BrowseAll = MaxPrefetch
 
 // browseDurable is the JetStream durable consumer Browse and ToolSource
 // read through: the name inboxctl's dlq list has always used, so an

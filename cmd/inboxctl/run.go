@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxkit/inboxkit"
+	"github.com/inboxkit/inboxkit/broker/brokerurl"
 	"github.com/inboxkit/inboxkit/consumer"
 	"github.com/inboxkit/inboxkit/dlq"
 	"github.com/inboxkit/inboxkit/internal/failpoint"
@@ -253,17 +254,7 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 				return err
 			}
 			defer o.stop()
-			// Every goroutine fills batches of its own: the prefetch covers
-			// them all; with --order-key, all the deliveries the consumer
-			// holds for their keys; in store-then-process, two for each
-			// receiver (one in hand, the next on its way).
-			prefetch := f.concurrency * f.batch
-			switch {
-			case orderKey != nil:
-				prefetch = consumer.OrderHeld(f.concurrency, f.batch)
-			case mode == consumer.ModeStoreThenProcess:
-				prefetch = max(prefetch, 2*consumer.DefaultReceivers(f.concurrency))
-			}
+			prefetch := runPrefetch(f.concurrency, f.batch, orderKey != nil, mode)
 			src, err := b.Source(ctx, f.queue, f.name, prefetch)
 			if err != nil {
 				return err
@@ -339,4 +330,22 @@ sending it. Without --shadow, run refuses a shadow database.` + eventIDHelp + or
 	f.relay.register(c, "relay-")
 	f.shadow.register(c)
 	return c
+}
+
+// runPrefetch is the broker prefetch of `inboxctl run`. Every goroutine
+// fills batches of its own: the prefetch covers them all twice, a batch in
+// hand and the next on its way (with one, each acknowledgement waits a
+// round trip to the broker for the next delivery), up to the most
+// RabbitMQ takes; with an order key, all the deliveries the consumer holds
+// for their keys; in store-then-process, at least two for each receiver.
+func runPrefetch(concurrency, batch int, ordered bool, mode consumer.Mode) int {
+	if ordered {
+		return consumer.OrderHeld(concurrency, batch)
+	}
+	n := concurrency * batch
+	n = max(n, min(2*n, brokerurl.MaxPrefetch))
+	if mode == consumer.ModeStoreThenProcess {
+		n = max(n, 2*consumer.DefaultReceivers(concurrency))
+	}
+	return n
 }
