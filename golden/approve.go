@@ -390,12 +390,14 @@ func openMySQL(ctx context.Context) (Database, func(), error) {
 	if err != nil {
 		return Database{}, nil, err
 	}
-	// As inboxctl opens MariaDB: times in UTC, one round trip a statement.
-	dsn, params, _ := strings.Cut(base, "?")
-	dsn = strings.TrimSuffix(dsn, "/") + "/" + name + "?parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
+	// As inboxctl opens MariaDB: times in UTC (over base's settings), one
+	// round trip a statement unless base says otherwise.
+	addr, params, _ := strings.Cut(base, "?")
+	dsn := strings.TrimSuffix(addr, "/") + "/" + name + "?"
 	if params != "" {
-		dsn += "&" + params
+		dsn += params + "&"
 	}
+	dsn += "parseTime=true&loc=UTC&time_zone=%27%2B00%3A00%27"
 	if !strings.Contains(params, "interpolateParams=") {
 		dsn += "&interpolateParams=true"
 	}
