@@ -163,9 +163,10 @@ type Config struct {
 	// (inbox.WorkerConfig.BatchSize): a worker processes up to BatchSize
 	// of the entries waiting for it in one transaction, each handler
 	// behind its own savepoint, and never waits for more; the receivers
-	// store one message per transaction. Defaults to 1: one transaction
-	// per delivery; in ModeStoreThenProcess to 10 (set 1 for one
-	// transaction per entry). At most 1000.
+	// that store at the same moment share one INSERT whatever BatchSize
+	// is (inbox.Worker.Receive), and never wait for company. Defaults to
+	// 1: one transaction per delivery; in ModeStoreThenProcess to 10 (set
+	// 1 for one transaction per entry). At most 1000.
 	BatchSize int
 	// BatchWait is how long a batch of ModeTransactional waits for more
 	// deliveries after its first before it is processed, so that low

@@ -90,8 +90,8 @@ func (e *storeThenProcess) hand(ctx context.Context, w *inbox.Worker, claim inbo
 	}
 }
 
-// handleBatch handles each delivery alone: the receivers store one message
-// per transaction (the workers batch).
+// handleBatch handles each delivery alone (the workers batch; receivers
+// that store at the same moment share one INSERT, inbox.Worker.Receive).
 func (e *storeThenProcess) handleBatch(ctx context.Context, ds []Delivery, ms []inboxkit.Message) []Settled {
 	out := make([]Settled, len(ds))
 	for i, d := range ds {

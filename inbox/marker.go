@@ -375,23 +375,32 @@ func (s *Store) present(ctx context.Context, q execer, jobs []*job) (map[jobKey]
 		}
 		tx.customPlans = true
 	}
-	st := compileListed(s.d, s.q.presentPrefix, "@event", ")", len(jobs))
-	id := args{{}}
-	rows, err := q.QueryContext(ctx, st.text, st.bindRows(nil, func(i int) args {
-		id[0] = arg{"event", jobs[i].e.EventID}
-		return id
-	})...)
+	rows, err := s.presentIDs(ctx, q, len(jobs), func(i int) string { return jobs[i].e.EventID })
 	if err != nil {
 		return nil, fmt.Errorf("inbox: start attempts: %w", err)
 	}
+	return rows, nil
+}
+
+// presentIDs is present of the n event ids id(0) ... id(n-1).
+func (s *Store) presentIDs(ctx context.Context, q execer, n int, id func(i int) string) (map[jobKey]presentRow, error) {
+	st := compileListed(s.d, s.q.presentPrefix, "@event", ")", n)
+	a := args{{}}
+	rows, err := q.QueryContext(ctx, st.text, st.bindRows(nil, func(i int) args {
+		a[0] = arg{"event", id(i)}
+		return a
+	})...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	present := make(map[jobKey]presentRow, len(jobs))
+	present := make(map[jobKey]presentRow, n)
 	for rows.Next() {
 		var e Entry
 		var status string
 		var attempts int
 		if err := rows.Scan(&e.EventID, &e.ConsumerName, &status, &attempts); err != nil {
-			return nil, fmt.Errorf("inbox: start attempts: %w", err)
+			return nil, err
 		}
 		present[jobKey{e.EventID, e.ConsumerName}] = presentRow{inboxkit.Status(status), attempts}
 	}

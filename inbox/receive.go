@@ -70,13 +70,24 @@ func (e *ReceiveError) InboxDecision() inboxkit.Decision {
 	return inboxkit.Decision{Class: inboxkit.ClassPoison, Reason: e.Reason}
 }
 
+// insertLeasedHead + leasedRow is insertLeased: a new entry stored
+// claimed, one row of a group's INSERT (receiveGroup).
+const (
+	insertLeasedHead = `INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) VALUES `
+	leasedRow        = `(@event, @consumer, 'IN_PROGRESS', @corr, @hash, @payload, @headers, @created, @now, 1, @source, @okey, @owner, @until)`
+)
+
 type queueQueries struct {
 	insertReceived stmt
 	// insertLeased stores a new entry already claimed (Worker.Receive):
 	// IN_PROGRESS under @owner's lease until @until, its first attempt
 	// counted, as a claim would leave it.
-	insertLeased  stmt
-	adoptReceived stmt
+	insertLeased stmt
+	// insertLeasedRows is insertLeased's head for many rows, the VALUES
+	// (leasedRow) appended per call (receiveGroup); "" where entries are
+	// not stored in groups (Store.groups).
+	insertLeasedRows string
+	adoptReceived    stmt
 	// lastOpen reads the CREATED_AT of the newest open entry of a key.
 	lastOpen stmt
 	// claim selects claimable rows FOR UPDATE; claimUpdate (with the IN
@@ -142,6 +153,10 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 	// still cannot complete an older claim.
 	const mine = ` WHERE EVENT_ID = @event AND CONSUMER_NAME = @consumer AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = @owner AND ATTEMPTS = @attempts`
 	const setProcessed = `UPDATE {t} SET STATUS = 'PROCESSED', PROCESSED_AT = @now, UPDATED_AT = @now, LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL` + mine
+	leasedRows := ""
+	if d.multiRowInsert && (d.doNothing != "" || !d.abortsOnError) {
+		leasedRows = fmtTable(insertLeasedHead, table)
+	}
 	var fenced stmt
 	if d.abortsOnError {
 		// The CASE depends on the row count, so the cast is evaluated when
@@ -149,10 +164,10 @@ func buildQueueQueries(d Dialect, table string) queueQueries {
 		fenced = n(`WITH done AS (` + setProcessed + ` RETURNING 1) SELECT CAST(CASE COUNT(*) WHEN 1 THEN '1' ELSE '` + leaseLostText + `' END AS INTEGER) FROM done`)
 	}
 	return queueQueries{
-		insertReceived: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)` + d.doNothing),
-		insertLeased: n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) ` +
-			`VALUES (@event, @consumer, 'IN_PROGRESS', @corr, @hash, @payload, @headers, @created, @now, 1, @source, @okey, @owner, @until)` + d.doNothing),
-		lastOpen: n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
+		insertReceived:   n(`INSERT INTO {t} (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY) VALUES (@event, @consumer, 'RECEIVED', @corr, @hash, @payload, @headers, @created, @now, 0, @source, @okey)` + d.doNothing),
+		insertLeased:     n(insertLeasedHead + leasedRow + d.doNothing),
+		insertLeasedRows: leasedRows,
+		lastOpen:         n(`SELECT MAX(CREATED_AT) FROM {t} WHERE CONSUMER_NAME = @consumer AND ORDER_KEY = @okey AND ` + openEntry),
 		// A TECHNICAL_FAILURE row no worker will claim (no NEXT_ATTEMPT_AT:
 		// written by the transactional variant, or an adopted legacy row
 		// mapped by Migrate) takes the message in and becomes a RECEIVED
@@ -230,6 +245,7 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		return false, "", nil, &ReceiveError{Reason: poison, EventID: e.EventID}
 	}
 	var hdr any
+	var hdrText string
 	if headers != nil {
 		for k, v := range headers {
 			if !utf8.ValidString(k) || !utf8.ValidString(v) {
@@ -244,6 +260,7 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 			return false, "", nil, fmt.Errorf("inbox: receive: encode headers: %w", err)
 		}
 		hdr = string(b)
+		hdrText = string(b)
 	}
 	q := &s.qq
 	created, err := s.arrival(ctx, e)
@@ -259,8 +276,16 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		if w != nil && e.OrderKey == "" {
 			// A keyed entry waits for its key's head (the claim's keyHead).
 			until := now.Add(w.cfg.LeaseDuration)
-			res, err = q.insertLeased.exec(ctx, s.db, append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)}))
-			if err == nil && wrote(res) {
+			la := append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)})
+			grouped, written := false, false
+			if round == 0 && s.groups() {
+				grouped, written, err = s.insertGrouped(ctx, la, jobKey{e.EventID, e.ConsumerName}, len(payload)+len(hdrText))
+			}
+			if !grouped {
+				res, err = q.insertLeased.exec(ctx, s.db, la)
+				written = err == nil && wrote(res)
+			}
+			if written {
 				return true, inboxkit.StatusInProgress, &Claimed{Message: inboxkit.Message{ID: e.EventID, CorrelationID: e.CorrelationID, Headers: headers, Body: payload},
 					ConsumerName: e.ConsumerName, Attempts: 1, ReceivedAt: created, LeaseUntil: until, Owner: w.cfg.Owner}, nil
 			}

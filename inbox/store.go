@@ -95,9 +95,10 @@ type Store struct {
 	q   queries
 	qq  queueQueries // the store-then-process variant's statements
 
-	forgot   *forgotten   // attempt markers to take back (see ForgetAttempt)
-	attempts *attemptLog  // whether AttemptTable exists
-	noAhead  *atomic.Bool // set once the driver's connections are found not to be hold.Ahead (runAhead)
+	forgot   *forgotten    // attempt markers to take back (see ForgetAttempt)
+	attempts *attemptLog   // whether AttemptTable exists
+	group    *receiveGroup // Worker.Receive's entries stored together (receivegroup.go)
+	noAhead  *atomic.Bool  // set once the driver's connections are found not to be hold.Ahead (runAhead)
 	// readsMet reports whether a first delivery alone whose INSERT
 	// skipped the event's row reads it in the transaction (insertFirst):
 	// where the dialect's INSERT skips rows, and not where the driver
@@ -127,7 +128,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, noAhead: &atomic.Bool{},
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, group: &receiveGroup{}, noAhead: &atomic.Bool{},
 		readsMet: sync.OnceValue(func() bool {
 			_, holds := db.Driver().(hold.Driver)
 			return d.doNothing != "" && !holds

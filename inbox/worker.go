@@ -207,6 +207,13 @@ func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 // the claim to Hand, Process or Release within LeaseDuration; should the
 // process die first, the lease expires and any worker's claim takes the
 // entry.
+//
+// Calls that store new entries at the same moment, through any of the
+// store's workers, share one INSERT (PostgreSQL, MariaDB, SQLite): while
+// one statement runs, the entries that come wait for it and go together
+// in the next; an entry that finds no statement running runs its own. Each
+// call answers what its own INSERT would have: where the shared statement
+// fails (a value the database refuses), every entry in it runs its own.
 func (w *Worker) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, c *Claimed, err error) {
 	if !w.h.taking() {
 		inserted, status, err = w.s.Receive(ctx, e, headers, payload)
