@@ -31,15 +31,20 @@ func Ahead(s *Store) bool { return !s.noAhead.Load() }
 // INSERT skipped in its transaction.
 func ReadsMet(s *Store) bool { return s.readsMet() }
 
-// HoldGroup makes the next Worker.Receive calls of s wait for a
-// statement that never runs (as they wait behind a running one), and
-// reports each statement of more than one row to ran. Queued tells how
+// HoldGroup makes the next Worker.Receive calls of s that would wait
+// behind a running statement wait for one that never runs, every one of
+// them where all is true (as if more than groupAfter were being stored),
+// and reports each statement of more than one row to ran. Queued tells how
 // many wait; Release hands the statement over to the first of them, which
-// stores all that wait (up to the group's limits) in one statement.
-func HoldGroup(s *Store, ran func(rows int, err error)) (queued func() int, release func()) {
+// stores all that wait (up to the group's limits) in one statement, and
+// restores groupAfter.
+func HoldGroup(s *Store, all bool, ran func(rows int, err error)) (queued func() int, release func()) {
 	g := s.group
 	g.mu.Lock()
-	g.busy, g.ran = true, ran
+	g.running, g.ran = 1, ran
+	if all {
+		g.after = 0
+	}
 	g.mu.Unlock()
 	queued = func() int {
 		g.mu.Lock()
@@ -49,8 +54,9 @@ func HoldGroup(s *Store, ran func(rows int, err error)) (queued func() int, rele
 	release = func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
+		g.after = groupAfter
 		if len(g.q) == 0 {
-			g.busy = false
+			g.running--
 			return
 		}
 		next := g.q[0]
@@ -59,3 +65,6 @@ func HoldGroup(s *Store, ran func(rows int, err error)) (queued func() int, rele
 	}
 	return queued, release
 }
+
+// GroupAfter is groupAfter.
+const GroupAfter = groupAfter

@@ -16,11 +16,18 @@ const (
 	maxGroupBytes = 1 << 20
 )
 
+// groupAfter is how many entries may be stored at once, each by a
+// statement of its own, before those that come wait to go together
+// (docs/decisions.md, 2026-12-07 07:50).
+const groupAfter = 3
+
 // receiveGroup stores the new claimed entries that Worker.Receive calls
-// store at the same moment in one multi-row INSERT: the first caller to
-// find no statement running runs one with what waits, the others wait for
-// its answer, and whoever waits when it returns runs the next. No entry
-// waits for company: alone, an entry runs its own INSERT, as before. Each
+// store at the same moment in one multi-row INSERT. While at most
+// groupAfter entries are being stored, each runs its own INSERT, in
+// parallel, as before; past that, one that finds a statement running waits
+// in a queue, and when a statement returns, the first who waits runs the
+// next with all that wait. No entry waits for company: one that finds no
+// statement running, or few entries being stored, runs at once. Each
 // entry's answer is the one its own insertLeased would have given (a row
 // written, or a row of its key found), or none (grouped false) where the
 // group could not say: then the entry runs its own INSERT after all. So a
@@ -28,9 +35,11 @@ const (
 // between the read and the INSERT, a closed connection) costs the group's
 // entries their INSERT again, and changes nothing else.
 type receiveGroup struct {
-	mu   sync.Mutex
-	busy bool // a statement runs, or its runner is handing over
-	q    []*groupEntry
+	mu      sync.Mutex
+	running int // statements running, or their runners handing over
+	active  int // entries in insertGrouped
+	after   int // groupAfter (tests set 0: every entry that finds a statement running waits)
+	q       []*groupEntry
 	// ran, when set (tests), learns of each statement of more than one
 	// row: how many rows, and its error.
 	ran func(rows int, err error)
@@ -69,7 +78,13 @@ func (s *Store) insertGrouped(ctx context.Context, a args, key jobKey, bytes int
 	g := s.group
 	me := &groupEntry{a: a, key: key, bytes: bytes, done: make(chan groupAnswer, 1)}
 	g.mu.Lock()
-	if g.busy {
+	g.active++
+	defer func() {
+		g.mu.Lock()
+		g.active--
+		g.mu.Unlock()
+	}()
+	if g.running > 0 && g.active > g.after {
 		g.q = append(g.q, me)
 		g.mu.Unlock()
 		var ans groupAnswer
@@ -88,9 +103,10 @@ func (s *Store) insertGrouped(ctx context.Context, a args, key jobKey, bytes int
 		if !ans.lead {
 			return ans.grouped, ans.wrote, nil
 		}
-		g.mu.Lock() // leading now; busy stayed set
+		g.mu.Lock() // leading now, in the slot of the statement that handed over
+	} else {
+		g.running++
 	}
-	g.busy = true
 	batch := []*groupEntry{me}
 	seen := map[jobKey]bool{key: true}
 	size := bytes
@@ -134,7 +150,7 @@ func (s *Store) insertGrouped(ctx context.Context, a args, key jobKey, bytes int
 		g.q = slices.Delete(g.q, 0, 1)
 		next.done <- groupAnswer{lead: true}
 	} else {
-		g.busy = false
+		g.running--
 	}
 	g.mu.Unlock()
 	return grouped, written, err

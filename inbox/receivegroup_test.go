@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ type received struct {
 // are in the order of es.
 func receiveTogether(t *testing.T, s *inbox.Store, w *inbox.Worker, ran func(int, error), es ...inbox.Entry) []received {
 	t.Helper()
-	queued, release := inbox.HoldGroup(s, ran)
+	queued, release := inbox.HoldGroup(s, true, ran)
 	out := make([]received, len(es))
 	var wg sync.WaitGroup
 	for i, e := range es {
@@ -55,7 +56,8 @@ func receiveTogether(t *testing.T, s *inbox.Store, w *inbox.Worker, ran func(int
 // the second of two deliveries of one event in the group waits for the
 // next statement and finds the first's row. Where the statement fails (a
 // correlation id PostgreSQL and MariaDB refuse), every entry runs its own
-// INSERT: the refused one is a ReceiveError, the others are stored.
+// INSERT: the refused one is a ReceiveError, the others are stored. While
+// no more than GroupAfter entries are being stored, none waits.
 func TestReceiveGroup(t *testing.T) {
 	t.Parallel()
 	dbtest.Run(t, func(t *testing.T, db *dbtest.DB) {
@@ -119,7 +121,7 @@ func TestReceiveGroup(t *testing.T) {
 
 		// A receive whose context ends while it waits leaves the queue and
 		// fails as its own INSERT would; the next statement goes on.
-		queued, release := inbox.HoldGroup(s, ran)
+		queued, release := inbox.HoldGroup(s, true, ran)
 		gone, stop := context.WithCancel(ctx)
 		errc := make(chan error, 1)
 		go func() {
@@ -137,6 +139,31 @@ func TestReceiveGroup(t *testing.T) {
 		if _, c := workerReceive(t, w, "G-after"); c == nil {
 			t.Error("no claim for G-after, stored after a receive left the queue")
 		}
+
+		// Few entries at once do not wait: with a statement running,
+		// GroupAfter receives run their own statements.
+		queued, release = inbox.HoldGroup(s, false, ran)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var few sync.WaitGroup
+			for i := range inbox.GroupAfter {
+				few.Go(func() {
+					id := "G-few-" + strconv.Itoa(i)
+					if ins, _, c, err := w.Receive(ctx, inbox.Entry{EventID: id, ConsumerName: consumerName}, nil, []byte("{}")); err != nil || !ins || c == nil {
+						t.Errorf("Receive(%s) beside a running statement = %v, claim %v, %v", id, ins, c, err)
+					}
+				})
+			}
+			few.Wait()
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("%d receives beside a running statement still wait after 30s (%d queued)", inbox.GroupAfter, queued())
+		}
+		release()
+		<-done
 
 		// A statement the database refuses: each runs its own INSERT.
 		stmts, stmtErrs = nil, nil

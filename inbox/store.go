@@ -128,7 +128,7 @@ func New(db *sql.DB, d Dialect, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, group: &receiveGroup{}, noAhead: &atomic.Bool{},
+	return &Store{db: db, d: d, cfg: cfg, q: buildQueries(d, cfg.Table), qq: buildQueueQueries(d, cfg.Table), forgot: &forgotten{}, attempts: &attemptLog{}, group: &receiveGroup{after: groupAfter}, noAhead: &atomic.Bool{},
 		readsMet: sync.OnceValue(func() bool {
 			_, holds := db.Driver().(hold.Driver)
 			return d.doNothing != "" && !holds

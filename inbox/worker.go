@@ -209,9 +209,10 @@ func (s *Store) NewWorker(cfg WorkerConfig) (*Worker, error) {
 // entry.
 //
 // Calls that store new entries at the same moment, through any of the
-// store's workers, share one INSERT (PostgreSQL, MariaDB, SQLite): while
-// one statement runs, the entries that come wait for it and go together
-// in the next; an entry that finds no statement running runs its own. Each
+// store's workers, share one INSERT (PostgreSQL, MariaDB, SQLite): once
+// more than three are being stored at once, those that come while a
+// statement runs wait for it and go together in the next; an entry that
+// finds no statement running, or few being stored, runs its own. Each
 // call answers what its own INSERT would have: where the shared statement
 // fails (a value the database refuses), every entry in it runs its own.
 func (w *Worker) Receive(ctx context.Context, e Entry, headers map[string]string, payload []byte) (inserted bool, status inboxkit.Status, c *Claimed, err error) {
