@@ -39,12 +39,12 @@
 // one of the workers and handed to it in process (inbox.Worker.Receive
 // and Hand): no claim transaction and no poll stands between the store
 // and the handler; the receivers that store at the same moment (more than
-// three at once) share one INSERT; and a worker processes up to Config.BatchSize of the
-// entries waiting for it in one transaction. The workers' poll
-// (WorkerPollInterval) finds the rest: keyed entries in their key's turn,
-// retries that are due, and entries whose lease expired (a process that
-// died between the store and the handler). Both report to the one
-// [Observer].
+// three at once) share one INSERT; and a worker processes up to
+// Config.BatchSize of the entries waiting for it in one transaction. The
+// workers' poll (WorkerPollInterval) finds the rest: keyed entries in their
+// key's turn, retries that are due, and entries whose lease expired (a
+// process that died between the store and the handler). Both report to
+// the one [Observer].
 //
 // # Concurrency and shutdown
 //

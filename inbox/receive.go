@@ -245,7 +245,7 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		return false, "", nil, &ReceiveError{Reason: poison, EventID: e.EventID}
 	}
 	var hdr any
-	var hdrText string
+	hdrLen := 0
 	if headers != nil {
 		for k, v := range headers {
 			if !utf8.ValidString(k) || !utf8.ValidString(v) {
@@ -259,8 +259,7 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 		if err != nil {
 			return false, "", nil, fmt.Errorf("inbox: receive: encode headers: %w", err)
 		}
-		hdr = string(b)
-		hdrText = string(b)
+		hdr, hdrLen = string(b), len(b)
 	}
 	q := &s.qq
 	created, err := s.arrival(ctx, e)
@@ -279,7 +278,7 @@ func (s *Store) receive(ctx context.Context, e Entry, headers map[string]string,
 			la := append(a, arg{"owner", w.cfg.Owner}, arg{"until", s.t(until)})
 			grouped, written := false, false
 			if round == 0 && s.groups() {
-				grouped, written, err = s.insertGrouped(ctx, la, jobKey{e.EventID, e.ConsumerName}, len(payload)+len(hdrText))
+				grouped, written, err = s.insertGrouped(ctx, la, jobKey{e.EventID, e.ConsumerName}, len(payload)+hdrLen)
 			}
 			if !grouped {
 				res, err = q.insertLeased.exec(ctx, s.db, la)

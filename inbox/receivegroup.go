@@ -18,7 +18,7 @@ const (
 
 // groupAfter is how many entries may be stored at once, each by a
 // statement of its own, before those that come wait to go together
-// (docs/decisions.md, 2026-12-07 07:50).
+// (docs/decisions.md, 2026-12-07 08:50).
 const groupAfter = 3
 
 // receiveGroup stores the new claimed entries that Worker.Receive calls
@@ -108,22 +108,24 @@ func (s *Store) insertGrouped(ctx context.Context, a args, key jobKey, bytes int
 		g.running++
 	}
 	batch := []*groupEntry{me}
-	seen := map[jobKey]bool{key: true}
-	size := bytes
-	rest := g.q[:0]
-	for _, e := range g.q {
-		// A second entry of one key waits for the next statement, which
-		// finds the row the first wrote.
-		if len(batch) == maxGroupRows || size+e.bytes > maxGroupBytes || seen[e.key] {
-			rest = append(rest, e)
-			continue
+	if len(g.q) > 0 {
+		seen := map[jobKey]bool{key: true}
+		size := bytes
+		rest := g.q[:0]
+		for _, e := range g.q {
+			// A second entry of one key waits for the next statement,
+			// which finds the row the first wrote.
+			if len(batch) == maxGroupRows || size+e.bytes > maxGroupBytes || seen[e.key] {
+				rest = append(rest, e)
+				continue
+			}
+			batch = append(batch, e)
+			seen[e.key] = true
+			size += e.bytes
 		}
-		batch = append(batch, e)
-		seen[e.key] = true
-		size += e.bytes
+		clear(g.q[len(rest):])
+		g.q = rest
 	}
-	clear(g.q[len(rest):])
-	g.q = rest
 	g.mu.Unlock()
 
 	var ins map[jobKey]bool
