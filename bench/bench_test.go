@@ -42,7 +42,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("%v\n%s\n(needs PostgreSQL and RabbitMQ: scripts/test starts them)", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit single in tx", "inboxkit store-then-process in tx", "inboxkit store-then-process prefetch=handlers", "inboxkit batch 4", "inboxkit batch 4 in tx", "inboxkit duplicate", "first, in tx", "duplicate, in tx", "pgbench 4/tx plain", "inboxkit batch 4 effects-in-tx", "rows in the inbox", "first, time-ordered ids", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
+	for _, want := range []string{"watermill", "raw database/sql", "inboxkit single", "inboxkit single in tx", "inboxkit store-then-process in tx", "inboxkit store-then-process prefetch=handlers", "inboxkit batch 4", "inboxkit batch 4 in tx", "inboxkit duplicate", "first, in tx", "duplicate, in tx", "pgbench 4/tx plain", "pgbench store-then-process", "inboxkit/pgbench marked", "raw marked/raw new", "inboxkit batch 4 effects-in-tx", "rows in the inbox", "first, time-ordered ids", "rows purged", "Process + Add", "drain, 100 keys", "Outbox relay beside Watermill"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output has no %q", want)
 		}

@@ -24,12 +24,31 @@ type dbKind struct {
 	// rawInbox: the raw e2e twin's inbox row (event id, correlation id);
 	// rawNew: the library twin's (event id, correlation id, payload hash).
 	rawInbox, rawNew string
-	isDuplicate      func(error) bool
+	// rawMark and rawClaim: the library twin of a marked delivery, the
+	// attempt marker (event id, correlation id, payload hash) committed
+	// on its own, then the claim of its row (event id) in the letter's
+	// transaction.
+	rawMark, rawClaim string
+	// rawResend and rawStatus: the library twin of a resend that tells
+	// a processed row from one still to be retried: the inbox INSERT
+	// (PostgreSQL: doing nothing on a conflict; MariaDB: failing on
+	// it), then the row's STATUS read in the same transaction (event id).
+	rawResend, rawStatus string
+	isDuplicate          func(error) bool
 }
 
 var postgresKind = dbKind{
 	name: "postgres", label: "PostgreSQL", dialect: inbox.Postgres,
 	lettersDDL: lettersDDL, insertLetter: insertLetter, rawInbox: rawInbox, rawNew: rawNewSQL,
+	// As inboxkit's marker, the commit does not wait for its WAL flush.
+	rawMark: `WITH sync AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO INBOX_EVENT_PROCESSING AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+SELECT $1, 'bench', 'TECHNICAL_FAILURE', $2, now(), now(), 1, $3 FROM sync
+ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO UPDATE SET ATTEMPTS = t.ATTEMPTS + 1, UPDATED_AT = now() WHERE t.STATUS = 'TECHNICAL_FAILURE'`,
+	rawClaim: `UPDATE INBOX_EVENT_PROCESSING SET STATUS = 'PROCESSED', PROCESSED_AT = now(), UPDATED_AT = now()
+WHERE EVENT_ID = $1 AND CONSUMER_NAME = 'bench' AND STATUS = 'TECHNICAL_FAILURE'`,
+	rawResend: rawNewSQL + ` ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING`,
+	rawStatus: `SELECT STATUS FROM INBOX_EVENT_PROCESSING WHERE EVENT_ID = $1 AND CONSUMER_NAME = 'bench'`,
 	isDuplicate: func(err error) bool {
 		var pg *pgconn.PgError
 		return errors.As(err, &pg) && pg.Code == "23505"
@@ -52,6 +71,14 @@ var mysqlKind = dbKind{
 VALUES (?, 'shipping-letters', 'PROCESSED', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1)`,
 	rawNew: `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
 VALUES (?, 'bench', 'PROCESSED', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1, ?)`,
+	rawMark: `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+VALUES (?, 'bench', 'TECHNICAL_FAILURE', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1, ?)
+ON DUPLICATE KEY UPDATE ATTEMPTS = IF(STATUS = 'TECHNICAL_FAILURE', ATTEMPTS + 1, ATTEMPTS)`,
+	rawClaim: `UPDATE INBOX_EVENT_PROCESSING SET STATUS = 'PROCESSED', PROCESSED_AT = UTC_TIMESTAMP(6), UPDATED_AT = UTC_TIMESTAMP(6)
+WHERE EVENT_ID = ? AND CONSUMER_NAME = 'bench' AND STATUS = 'TECHNICAL_FAILURE'`,
+	rawResend: `INSERT INTO INBOX_EVENT_PROCESSING (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PROCESSED_AT, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH)
+VALUES (?, 'bench', 'PROCESSED', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1, ?)`,
+	rawStatus: `SELECT STATUS FROM INBOX_EVENT_PROCESSING WHERE EVENT_ID = ? AND CONSUMER_NAME = 'bench'`,
 	isDuplicate: func(err error) bool {
 		var me *mysql.MySQLError
 		return errors.As(err, &me) && me.Number == 1062

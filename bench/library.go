@@ -127,6 +127,66 @@ func rawKeyed(k dbKind, db *sql.DB, key func() string, hash func(id string) stri
 	}
 }
 
+// rawMarked is the raw twin of a marked delivery, the same guarantee by
+// hand: the attempt marker committed on its own (so that an attempt that
+// dies in its handler is counted), then BEGIN, the claim of the marker's
+// row, one letter, COMMIT.
+func rawMarked(k dbKind, db *sql.DB) op {
+	return func(ctx context.Context, _ int) error {
+		id := newID()
+		if _, err := db.ExecContext(ctx, k.rawMark, id, "corr", id); err != nil {
+			return err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // no-op after Commit
+		r, err := tx.ExecContext(ctx, k.rawClaim, id)
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("raw marked %s: the claim updated %d rows (%v), want 1", id, n, err)
+		}
+		if _, err := tx.ExecContext(ctx, k.insertLetter, id, "I-1", "C-1"); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+}
+
+// rawResendRead is the raw twin of a resend that, as inboxkit, tells a
+// processed row (a duplicate) from one still to be retried: BEGIN, the
+// inbox INSERT finds the row (PostgreSQL: nothing inserted; MariaDB: the
+// duplicate key), the row's STATUS read in the transaction, ROLLBACK.
+func rawResendRead(k dbKind, db *sql.DB, ids []string) op {
+	return func(ctx context.Context, _ int) error {
+		id := ids[mrand.IntN(len(ids))]
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // the point
+		r, err := tx.ExecContext(ctx, k.rawResend, id, "corr", id)
+		if err == nil {
+			if n, nerr := r.RowsAffected(); nerr != nil || n != 0 {
+				return fmt.Errorf("raw resend %s: inserted %d rows (%v), want none", id, n, nerr)
+			}
+		} else if !k.isDuplicate(err) {
+			return fmt.Errorf("raw resend %s: %w", id, err)
+		}
+		var st string
+		if err := tx.QueryRowContext(ctx, k.rawStatus, id).Scan(&st); err != nil {
+			return fmt.Errorf("raw resend %s: read its status: %w", id, err)
+		}
+		if st != "PROCESSED" {
+			return fmt.Errorf("raw resend %s: status %s, want PROCESSED", id, st)
+		}
+		return nil
+	}
+}
+
 // rawDuplicate is the raw twin of a resend: BEGIN, the inbox INSERT fails
 // on the primary key, ROLLBACK.
 func rawDuplicate(k dbKind, db *sql.DB, ids []string) op {

@@ -22,13 +22,17 @@
 //	         middleware, pgx). Every run checks exactly one letter per
 //	         distinct event. -e2e-consumers runs only the rows named.
 //	library  inbox.Store.Process beside the same SQL by raw database/sql, for
-//	         a new message and for a duplicate, at -c goroutines.
+//	         a new message, a marked one (the marker committed on its own,
+//	         then the claim) and a duplicate, at -c goroutines.
 //	pgbench  the database's own limit: /usr/bin/pgbench (C client) with
 //	         custom scripts on the library section's tables, one message
 //	         per transaction, -batch per transaction as plain statements,
 //	         and with a SAVEPOINT per message, beside Store.Process of a
 //	         first delivery and Store.ProcessBatch of -batch with
-//	         savepoints and with BatchItem.EffectsInTx, at -c clients.
+//	         savepoints and with BatchItem.EffectsInTx, at -c clients; and
+//	         the paths' own cost: pgbench with inboxkit's statements for a
+//	         marked delivery and for store-then-process, beside
+//	         Store.Process of a marked delivery.
 //	big      Store.Process at -big-cs goroutines (default -big-c) on an empty
 //	         inbox and on one with -big rows (generate_series; kept in
 //	         schema inboxbench_big for the next run, -keep-big=false drops

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,55 @@ func pgbenchScript(schema string, perTx int, savepoint bool) string {
 	}
 	b.WriteString("COMMIT;\n")
 	return b.String()
+}
+
+// pgbenchMarked is one marked delivery (no FirstDelivery: IBM MQ's, or a
+// caller's that does not set it) with inboxkit's statements on PostgreSQL:
+// the attempt marker, an upsert committed on its own without waiting for
+// its WAL flush (pgMarkUpsert), then BEGIN, the claim of the marker's row
+// (processFromFail), the letter, COMMIT.
+func pgbenchMarked(schema string) string {
+	id := "md5(:r0::text)"
+	t := schema + ".INBOX_EVENT_PROCESSING"
+	return "\\set r0 random(1, 9223372036854775806)\n" +
+		fmt.Sprintf("WITH sync AS (SELECT set_config('synchronous_commit', 'off', true)), "+
+			"m AS (INSERT INTO %[1]s AS t (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, CREATED_AT, UPDATED_AT, ATTEMPTS, PAYLOAD_HASH, EVENT_ID_SOURCE, ORDER_KEY) "+
+			"SELECT %[2]s, 'bench', 'TECHNICAL_FAILURE', 'corr', now(), now(), 1, %[2]s, NULL, NULL FROM sync "+
+			"ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO UPDATE SET "+
+			"LAST_ERROR = CASE WHEN t.ERROR_CLASS IS NULL AND t.ATTEMPTS > 0 THEN 'marker' ELSE t.LAST_ERROR END, "+
+			"FIRST_FAILED_AT = CASE WHEN t.ERROR_CLASS IS NULL AND t.ATTEMPTS > 0 THEN COALESCE(t.FIRST_FAILED_AT, t.UPDATED_AT) ELSE t.FIRST_FAILED_AT END, "+
+			"ERROR_CLASS = NULL, UPDATED_AT = now(), ATTEMPTS = t.ATTEMPTS + 1 "+
+			"WHERE t.STATUS = 'TECHNICAL_FAILURE' AND t.ATTEMPTS < 5 "+
+			"RETURNING t.STATUS, t.ATTEMPTS) "+
+			"SELECT STATUS, ATTEMPTS, true FROM m UNION ALL "+
+			"SELECT STATUS, ATTEMPTS, false FROM %[1]s WHERE EVENT_ID = %[2]s AND CONSUMER_NAME = 'bench' AND NOT EXISTS (SELECT 1 FROM m);\n", t, id) +
+		"BEGIN;\n" +
+		fmt.Sprintf("UPDATE %[1]s SET STATUS = 'PROCESSED', REASON_CODE = NULL, ERROR_CLASS = NULL, PROCESSED_AT = now(), UPDATED_AT = now(), "+
+			"CORRELATION_ID = COALESCE(CORRELATION_ID, 'corr'), PAYLOAD_HASH = COALESCE(PAYLOAD_HASH, %[2]s), EVENT_ID_SOURCE = COALESCE(EVENT_ID_SOURCE, NULL), ORDER_KEY = COALESCE(ORDER_KEY, NULL) "+
+			"WHERE EVENT_ID = %[2]s AND CONSUMER_NAME = 'bench' AND STATUS = 'TECHNICAL_FAILURE';\n", t, id) +
+		fmt.Sprintf("INSERT INTO %s.shipping_letters (event_id, invoice_no, customer_no) VALUES (%s, 'I-1', 'C-1');\n", schema, id) +
+		"COMMIT;\n"
+}
+
+// pgbenchStoreThenProcess is one message of store-then-process with
+// inboxkit's statements on PostgreSQL: the entry stored claimed (a body
+// like the e2e section's messages, one header), committed, then
+// the worker's BEGIN, the letter, the PROCESSED update fenced by the
+// lease, COMMIT.
+func pgbenchStoreThenProcess(schema string) string {
+	id := "md5(:r0::text)"
+	t := schema + ".INBOX_EVENT_PROCESSING"
+	body := hex.EncodeToString([]byte(`{"invoiceNo":"I-4711","customerNo":"K-55","amount":"711.11","currency":"EUR"}`))
+	return "\\set r0 random(1, 9223372036854775806)\n" +
+		fmt.Sprintf("INSERT INTO %[1]s (EVENT_ID, CONSUMER_NAME, STATUS, CORRELATION_ID, PAYLOAD_HASH, PAYLOAD, HEADERS, CREATED_AT, UPDATED_AT, ATTEMPTS, EVENT_ID_SOURCE, ORDER_KEY, LEASE_OWNER, LEASE_UNTIL) "+
+			"VALUES (%[2]s, 'bench', 'IN_PROGRESS', 'corr', %[2]s, '\\x%[3]s'::bytea, '{\"content-type\":\"application/json\"}', now(), now(), 1, NULL, NULL, 'bench-worker', now() + interval '30 seconds') "+
+			"ON CONFLICT (EVENT_ID, CONSUMER_NAME) DO NOTHING;\n", t, id, body) +
+		"BEGIN;\n" +
+		fmt.Sprintf("INSERT INTO %s.shipping_letters (event_id, invoice_no, customer_no) VALUES (%s, 'I-1', 'C-1');\n", schema, id) +
+		fmt.Sprintf("WITH done AS (UPDATE %[1]s SET STATUS = 'PROCESSED', PROCESSED_AT = now(), UPDATED_AT = now(), LEASE_OWNER = NULL, LEASE_UNTIL = NULL, NEXT_ATTEMPT_AT = NULL, REASON_CODE = NULL, ERROR_CLASS = NULL "+
+			"WHERE EVENT_ID = %[2]s AND CONSUMER_NAME = 'bench' AND STATUS = 'IN_PROGRESS' AND LEASE_OWNER = 'bench-worker' AND ATTEMPTS = 1 RETURNING 1) "+
+			"SELECT CAST(CASE COUNT(*) WHEN 1 THEN '1' ELSE 'lease lost' END AS INTEGER) FROM done;\n", t, id) +
+		"COMMIT;\n"
 }
 
 // pgbenchOutbox is pgbenchScript's one message a transaction (an inbox
@@ -116,10 +166,11 @@ func pgbenchRate(ctx context.Context, dsn string, sc *schema, script string, per
 	if err != nil {
 		return 0, err
 	}
-	// The script wrote where the section looks.
-	var rows int
-	if err := sc.DB.QueryRowContext(ctx, `SELECT count(*) FROM shipping_letters`).Scan(&rows); err != nil || rows == 0 {
-		return 0, fmt.Errorf("pgbench reported %.0f tps, but schema %s has %d letters (%v)", tps, sc.Name, rows, err)
+	// The script wrote where the section looks, and every letter's inbox
+	// row is PROCESSED (a claim or a lease that matched no row shows here).
+	var rows, processed int
+	if err := sc.DB.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM shipping_letters), (SELECT count(*) FROM INBOX_EVENT_PROCESSING WHERE STATUS = 'PROCESSED')`).Scan(&rows, &processed); err != nil || rows == 0 || processed < rows {
+		return 0, fmt.Errorf("pgbench reported %.0f tps, but schema %s has %d letters and %d processed inbox rows (%v)", tps, sc.Name, rows, processed, err)
 	}
 	return tps * float64(perTx), nil
 }
@@ -182,6 +233,9 @@ func pgbenchSection(ctx context.Context, admin *sql.DB, o options) error {
 		{name: "pgbench savepoints", perOp: n, pg: pgbenchScript(sc.Name, n, true)},
 		{name: "inboxkit savepoints", perOp: n, op: processBatchOf(s, n, false)},
 		{name: "inboxkit effects-in-tx", perOp: n, op: processBatchOf(s, n, true)},
+		{name: "pgbench marked", perOp: 1, pg: pgbenchMarked(sc.Name)},
+		{name: "inboxkit marked", perOp: 1, op: processNew(s)},
+		{name: "pgbench store-then-process", perOp: 1, pg: pgbenchStoreThenProcess(sc.Name)},
 	}
 	rates := map[string][]float64{}
 	key := func(name string, c int) string { return fmt.Sprintf("%s/%d", name, c) }
@@ -214,6 +268,14 @@ func pgbenchSection(ctx context.Context, admin *sql.DB, o options) error {
 		p1, is, pp, ps := m("pgbench 1", c), m("inboxkit single", c), m("pgbench plain", c), m("pgbench savepoints", c)
 		bs, bt := m("inboxkit savepoints", c), m("inboxkit effects-in-tx", c)
 		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t\n", c, p1, is, ratio(is, p1), pp, ps, bs, ratio(bs, pp), bt, ratio(bt, pp), ratio(bt, bs))
+	}
+	tw.Flush()
+	fmt.Fprintf(o.out, "\nThe paths' own cost: pgbench with inboxkit's statements for a marked delivery (the attempt marker committed on its own, then the claim, the letter, COMMIT) and for store-then-process (the entry stored claimed and committed, then the letter and the PROCESSED update, COMMIT), beside one message a transaction; Store.Process of a marked delivery; same rounds\n\n")
+	tw = table(o.out)
+	fmt.Fprintf(tw, "clients\tpgbench 1/tx\tpgbench marked\tmarked/1tx\tinboxkit marked\tinboxkit/pgbench marked\tinboxkit marked/1tx\tpgbench store-then-process\tstore-then-process/1tx\t\n")
+	for _, c := range o.concs {
+		p1, pm, im, pq := m("pgbench 1", c), m("pgbench marked", c), m("inboxkit marked", c), m("pgbench store-then-process", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t\n", c, p1, pm, ratio(pm, p1), im, ratio(im, pm), ratio(im, p1), pq, ratio(pq, p1))
 	}
 	tw.Flush()
 	return nil

@@ -46,10 +46,12 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	}
 	m, err := interleaved(ctx, o, "library", []namedOp{
 		{name: "raw new", op: rawNew(k, sc.DB)},
+		{name: "raw marked", op: rawMarked(k, sc.DB)},
 		{name: "inboxkit new", op: processNewAs(s, k.insertLetter, false, false)},
 		{name: "inboxkit first", op: processNewAs(s, k.insertLetter, true, false)},
 		{name: "inboxkit first, in tx", op: processNewAs(s, k.insertLetter, true, true)},
 		{name: "raw duplicate", op: rawDuplicate(k, sc.DB, ids)},
+		{name: "raw duplicate, status read", op: rawResendRead(k, sc.DB, ids)},
 		{name: "inboxkit duplicate", op: processDuplicate(s, k.insertLetter, ids, true, false)},
 		{name: "inboxkit duplicate, in tx", op: processDuplicate(s, k.insertLetter, ids, true, true)},
 		{name: "inboxkit duplicate, marked", op: processDuplicate(s, k.insertLetter, ids, false, false)},
@@ -63,11 +65,12 @@ func librarySection(ctx context.Context, admin *sql.DB, o options) error {
 	}
 	fmt.Fprintf(o.out, "\nLibrary overhead: inbox.Store.Process vs the same SQL by raw database/sql (%s), %s, %s per cell, median of %d round(s)\n\n", driver, k.label, o.dur, o.rounds)
 	tw := table(o.out)
-	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new, marked\tmarked/raw\tinboxkit new, first delivery\tfirst/raw\tfirst, in tx\tin tx/raw\traw duplicate\tinboxkit duplicate\tinboxkit duplicate/first\tduplicate, in tx\tinboxkit duplicate, marked\t\n")
+	fmt.Fprintf(tw, "goroutines\traw new\tinboxkit new, marked\tmarked/raw\traw marked\traw marked/raw new\tinboxkit marked/raw marked\tinboxkit new, first delivery\tfirst/raw\tfirst, in tx\tin tx/raw\traw duplicate\traw duplicate, status read\tinboxkit duplicate\tinboxkit duplicate/raw\tinboxkit duplicate/raw, status read\tinboxkit duplicate/first\tduplicate, in tx\tinboxkit duplicate, marked\t\n")
 	for _, c := range o.concs {
 		rn, in, fn, rd, id := m("raw new", c), m("inboxkit new", c), m("inboxkit first", c), m("raw duplicate", c), m("inboxkit duplicate", c)
 		ft := m("inboxkit first, in tx", c)
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%.0f\t%.0f\t\n", c, rn, in, ratio(in, rn), fn, ratio(fn, rn), ft, ratio(ft, rn), rd, id, ratio(id, fn), m("inboxkit duplicate, in tx", c), m("inboxkit duplicate, marked", c))
+		rm, rr := m("raw marked", c), m("raw duplicate, status read", c)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%.0f\t%s\t%.0f\t%s\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t%.0f\t%.0f\t\n", c, rn, in, ratio(in, rn), rm, ratio(rm, rn), ratio(in, rm), fn, ratio(fn, rn), ft, ratio(ft, rn), rd, rr, id, ratio(id, rd), ratio(id, rr), ratio(id, fn), m("inboxkit duplicate, in tx", c), m("inboxkit duplicate, marked", c))
 	}
 	tw.Flush()
 	return nil
