@@ -116,10 +116,10 @@
 // business transaction in one round trip; a marker that does not count
 // (a duplicate, an exhausted row) then costs a second one, the rollback of
 // that claim. A first delivery whose INSERT found the event's row (a
-// producer's resend) sends its transaction's rollback and the marker in
-// one round trip there; through other drivers it reads the row in its
-// transaction first, and a processed or rejected event is a duplicate
-// without the marker.
+// producer's resend) reads the row: there with its transaction's rollback,
+// in one round trip; through other drivers in its transaction first. A
+// processed or rejected event is then a duplicate without the marker,
+// its row neither locked nor written; any other row takes the marker.
 //
 // # Dead letters and rejections
 //

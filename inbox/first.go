@@ -33,8 +33,8 @@ import (
 // duplicatesOf), and a processed or rejected row is the duplicate it is;
 // any other row takes the marked path, which tells a duplicate from a
 // retry. Where the driver holds statements (hold.Driver) the row of a
-// delivery alone is not read: the marker goes in one round trip with the
-// transaction's rollback (markAfterRollback), where the read would be a
+// delivery alone is read in one round trip with the transaction's
+// rollback (readAfterRollback), where in the transaction it would be a
 // round trip before it.
 //
 // A first delivery alone whose handler declared its effects all in the
@@ -103,7 +103,7 @@ func (s *Store) runFirstTx(ctx context.Context, jobs []*job, alone, mayPlain boo
 	if alone {
 		inserted, err := s.insertFirst(ctx, tx, jobs[0], now)
 		if err == nil && !inserted && jobs[0].state == jobNew {
-			err = s.markAfterRollback(ctx, tx, jobs[0])
+			err = s.readAfterRollback(ctx, tx, jobs[0])
 		}
 		if err != nil || !inserted {
 			return false, err
@@ -191,7 +191,7 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 
 // errNotInserted: a held INSERT (insertFirst) found the event's row. The
 // business transaction was rolled back, and the job is new again or
-// marked by markAfterRollback: it takes the marked path.
+// done by readAfterRollback (a duplicate): it takes the marked path.
 var errNotInserted = errors.New("inbox: the first delivery's row exists")
 
 // heldRow decides, once j's handler returned, what j's held INSERT says:
@@ -217,7 +217,7 @@ func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
 		return fmt.Errorf("inbox: insert event: %w", err)
 	case j.count.Rows != 1:
 		j.unstart()
-		if err := s.markAfterRollback(ctx, tx, j); err != nil {
+		if err := s.readAfterRollback(ctx, tx, j); err != nil {
 			return err
 		}
 		return errNotInserted
@@ -225,44 +225,41 @@ func (s *Store) heldRow(ctx context.Context, tx *txn, j *job) error {
 	return nil
 }
 
-// markAfterRollback ends tx, the transaction of a first delivery alone
+// readAfterRollback ends tx, the transaction of a first delivery alone
 // whose INSERT found the event's row, with its rollback, and where the
-// driver can (hold.RollbackFirst) sends j's one-statement marker in the
-// same round trip and decides from its row as markOne does: j is then
-// marked, decided or done. It leaves j new, having decided nothing, where
-// the driver cannot (the marker then ran in tx and went with its
-// rollback), where the dialect has no one-statement marker, where an
-// attempt of the event is to be taken back first (applyForgotten), and
-// where the marker returned no row or its row changed: markOne decides.
-// The rollback precedes everything else on the pool (a pool of one).
-func (s *Store) markAfterRollback(ctx context.Context, tx *txn, j *job) error {
-	if s.q.markUpsert.text == "" || s.d.foundByID || s.noAhead.Load() || s.forgotten(j.e) {
+// driver can (hold.RollbackFirst) reads the row in the same round trip:
+// a processed or rejected row is the duplicate it is, and j is done with
+// nothing written (the row is neither locked nor changed). Any other
+// row, no row (purged after the INSERT met it), a driver that cannot
+// (the read then ran in tx, its row unseen) and an attempt of the event
+// to be taken back first (applyForgotten) leave j new, having decided
+// nothing: the marked path tells a retry from a duplicate with its
+// marker. Where insertFirst read the row in tx already (readsMet, or a
+// dialect whose INSERT fails on the row), or the dialect's INSERT does
+// not skip rows, it only rolls back. The rollback precedes everything
+// else on the pool (a pool of one).
+func (s *Store) readAfterRollback(ctx context.Context, tx *txn, j *job) error {
+	if s.d.doNothing == "" || s.readsMet() || s.noAhead.Load() || s.forgotten(j.e) {
 		tx.rollback()
 		return nil
 	}
 	var st string
 	var attempts int
-	var counted bool
-	r := hold.Rolled{Dest: []any{&st, &attempts, &counted}}
-	_, err := s.q.markUpsert.exec(hold.RollbackFirst(ctx, &r), tx, j.e.row(arg{"marker", markerError}, arg{"now", s.t(s.now())}, arg{"max", s.cfg.Retry.MaxAttempts}))
+	r := hold.Rolled{Dest: []any{&st, &attempts}}
+	_, err := s.q.selectStatus.exec(hold.RollbackFirst(ctx, &r), tx, j.e.key())
 	tx.rollback()
 	switch {
+	case err != nil:
+		// Not done with an error: the statement may never have reached
+		// the driver (ctx done, the transaction rolled back by
+		// database/sql), which says nothing of what the driver can.
+		return fmt.Errorf("inbox: read status: %w", err)
 	case !r.Done:
 		s.noAhead.Store(true) // the same driver cannot run ahead either
 		return nil
-	case err != nil:
-		return fmt.Errorf("inbox: start attempt: %w", err)
-	case !r.Found:
-		return nil // inserted by another delivery after the marker's snapshot
-	case counted:
-		marked{started: attempts}.apply(j)
-		return nil
+	case r.Found:
+		s.duplicate(j, presentRow{inboxkit.Status(st), attempts})
 	}
-	m, err := s.found(ctx, s.db, j.e, inboxkit.Status(st), attempts)
-	if err != nil || m.again {
-		return err
-	}
-	m.apply(j)
 	return nil
 }
 

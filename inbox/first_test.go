@@ -165,13 +165,12 @@ func TestFirstBatchLooksUpWithCustomPlans(t *testing.T) {
 }
 
 // A first delivery alone whose INSERT meets the event's row (a producer's
-// resend) through pgx's plain driver reads that row in its transaction: a
+// resend) reads that row: through pgx's plain driver in its transaction,
+// through inboxkit-pgx, which holds statements, with its rollback. A
 // terminal row is the duplicate it is and nothing is written to it (the
 // marker, an upsert, would have locked it: its xmax would change); a row to
 // retry runs at its next attempt; a legacy RECEIVED row (no store-then-process
 // lease) is dead-lettered as an unknown status and left as it is.
-// inboxkit-pgx, which holds statements, sends the marker with the rollback
-// instead; the outcomes are the same.
 func TestFirstDeliveryMeetsItsRow(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t, dbtest.Postgres)
@@ -222,10 +221,43 @@ func TestFirstDeliveryMeetsItsRow(t *testing.T) {
 				if tt.ran && res.Attempts != 2 {
 					t.Errorf("%s: ran at attempt %d, want 2 (the marker counted it)", tt.id, res.Attempts)
 				}
-				if tt.outcome == inboxkit.OutcomeDuplicate && tc.reads && xmax(tt.id) != before {
+				if tt.outcome == inboxkit.OutcomeDuplicate && xmax(tt.id) != before {
 					t.Errorf("%s: a duplicate locked or wrote its row (xmax %s, was %s); want it only read", tt.id, xmax(tt.id), before)
 				}
 			}
 		})
 	}
+}
+
+// A resend whose context ends while its business transaction runs (a
+// consumer shutting down) fails with the context's error, and the store
+// keeps reading resends with the rollback and running marked deliveries
+// ahead through inboxkit-pgx: a statement that never reached the driver
+// says nothing of what the driver can. Before, one such resend turned both
+// off for the store's lifetime (a duplicate then cost the marker).
+func TestFirstDeliveryCanceledKeepsAhead(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t, dbtest.Postgres)
+	s := storeThrough(t, db, db.Driver, "CANCELED_AHEAD")
+	ctx := context.Background()
+	_, err := s.Process(ctx, first("C-1"), func(context.Context, *sql.Tx) error { return nil })
+	dbtest.Must(t, err, "new event")
+	cctx, cancel := context.WithCancel(ctx)
+	_, err = s.ProcessInTx(cctx, first("C-1"), func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `SELECT 1`) // sends the held INSERT, which finds the row
+		cancel()
+		return err
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("resend canceled in its handler: %v, want context.Canceled", err)
+	}
+	if !inbox.Ahead(s) {
+		t.Error("the store stopped running ahead after a canceled resend, want it running ahead")
+	}
+	if r := get(t, s, "C-1"); r.Status != inboxkit.StatusProcessed || r.Attempts != 1 {
+		t.Errorf("row %s at %d attempts after the canceled resend, want PROCESSED at 1", r.Status, r.Attempts)
+	}
+	res, err := s.Process(ctx, first("C-1"), func(context.Context, *sql.Tx) error { return nil })
+	dbtest.Must(t, err, "resend")
+	wantOutcome(t, res, inboxkit.OutcomeDuplicate, inboxkit.StatusProcessed)
 }

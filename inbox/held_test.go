@@ -120,8 +120,8 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 			t.Errorf("rejection: %d attempts, %d letters; want 1 and 0", r.Attempts, lettersOf("H-2"))
 		}
 		// Through ProcessInTx and Process: the resend's INSERT finds
-		// the row, and its marker (sent with the rollback through
-		// inboxkit-pgx) is committed before the handler runs again:
+		// the row (read with the rollback through inboxkit-pgx), and
+		// its marker is committed before the handler runs again:
 		// another connection sees attempt 2.
 		other, err := inbox.New(db.Open(t), inbox.Postgres, s.Config())
 		dbtest.Must(t, err, "second store")
@@ -148,8 +148,12 @@ func TestProcessInTxHeldInsert(t *testing.T) {
 			}
 		}
 
-		if got := inbox.Ahead(s); got != held {
-			t.Errorf("the store runs ahead: %v, want %v", got, held)
+		// inboxkit-pgx read the rows with the rollbacks (hold.RollbackFirst
+		// honoured); through pgx's plain driver they were read in the
+		// transactions, and only a marked delivery finds out that its
+		// connections cannot run ahead.
+		if held && !inbox.Ahead(s) {
+			t.Error("the store stopped running ahead through inboxkit-pgx, want it running ahead")
 		}
 
 		// An INSERT the database refuses, whether the handler returns

@@ -102,8 +102,8 @@ type Store struct {
 	// readsMet reports whether a first delivery alone whose INSERT
 	// skipped the event's row reads it in the transaction (insertFirst):
 	// where the dialect's INSERT skips rows, and not where the driver
-	// holds statements (hold.Driver), which sends the marker with the
-	// rollback in one round trip instead (markAfterRollback). Asked at
+	// holds statements (hold.Driver), which reads it with the rollback
+	// in one round trip instead (readAfterRollback). Asked at
 	// the first such delivery: a zero sql.DB has no driver to ask at New.
 	readsMet func() bool
 	ports    *Ports // nil: the caller publishes (see WithPorts)

@@ -34,9 +34,9 @@ import (
 // connections are internal/hold's Ahead: the inbox sends a delivery's
 // attempt marker, committed on its own, and the BEGIN and claim of the
 // business transaction after it in one pipeline.
-// And a statement marked hold.RollbackFirst (the inbox's marker, where a
-// first delivery's INSERT found the event's row) goes in one pipeline with
-// the ROLLBACK of its transaction. Every statement is otherwise pgx's, sent
+// And a statement marked hold.RollbackFirst (the inbox's read of the
+// row a first delivery's INSERT found) goes in one pipeline with the
+// ROLLBACK of its transaction. Every statement is otherwise pgx's, sent
 // as pgx sends it. The DSN is pgx's.
 //
 // What a caller of BeginTx sees: an error of the BEGIN itself (a

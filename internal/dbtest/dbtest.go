@@ -29,9 +29,10 @@ import (
 	// plain "pgx"). PostgreSQL through inboxkit's driver (BEGIN with the
 	// first statement, an outbox write with the commit, a first delivery's
 	// INSERT with its handler's first statement, an attempt marker with
-	// the claim after it or with the rollback before it), so that every
-	// test runs on what inboxctl runs. MySQL needs inboxkit's driver
-	// package (its errors have no method to read them by).
+	// the claim after it, a resend's read with the rollback before it),
+	// so that every test runs on what inboxctl runs. MySQL needs
+	// inboxkit's driver package (its errors have no method to read them
+	// by).
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 
 	_ "github.com/inboxkit/inboxkit/driver/mysql" // database/sql driver "mysql" and its errors
