@@ -190,8 +190,8 @@ func (s *Store) insertFirst(ctx context.Context, tx *txn, j *job, now time.Time)
 }
 
 // errNotInserted: a held INSERT (insertFirst) found the event's row. The
-// business transaction was rolled back, and the job is new again or
-// done by readAfterRollback (a duplicate): it takes the marked path.
+// business transaction was rolled back, and the job is done by
+// readAfterRollback (a duplicate) or new again: it takes the marked path.
 var errNotInserted = errors.New("inbox: the first delivery's row exists")
 
 // heldRow decides, once j's handler returned, what j's held INSERT says:
@@ -250,9 +250,9 @@ func (s *Store) readAfterRollback(ctx context.Context, tx *txn, j *job) error {
 	tx.rollback()
 	switch {
 	case err != nil:
-		// Not done with an error: the statement may never have reached
-		// the driver (ctx done, the transaction rolled back by
-		// database/sql), which says nothing of what the driver can.
+		// An error says nothing of what the driver can: the statement
+		// may never have reached it (ctx done, the transaction rolled
+		// back by database/sql first).
 		return fmt.Errorf("inbox: read status: %w", err)
 	case !r.Done:
 		s.noAhead.Store(true) // the same driver cannot run ahead either
