@@ -166,7 +166,7 @@ func (s *Store) insertGroup(ctx context.Context, batch []*groupEntry) (map[jobKe
 	rowArgs := func(rows []*groupEntry) func(int) args {
 		return func(i int) args { return rows[i].a }
 	}
-	wrote := make(map[jobKey]bool, len(batch))
+	inserted := make(map[jobKey]bool, len(batch))
 	if s.d.doNothing != "" {
 		st := compileListed(s.d, s.qq.insertLeasedRows, leasedRow, s.d.doNothing+" RETURNING EVENT_ID, CONSUMER_NAME", len(batch))
 		rows, err := s.db.QueryContext(ctx, st.text, st.bindRows(nil, rowArgs(batch))...)
@@ -179,12 +179,12 @@ func (s *Store) insertGroup(ctx context.Context, batch []*groupEntry) (map[jobKe
 			if err := rows.Scan(&k.event, &k.consumer); err != nil {
 				return nil, fmt.Errorf("inbox: receive: %w", err)
 			}
-			wrote[k] = true
+			inserted[k] = true
 		}
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("inbox: receive: %w", err)
 		}
-		return wrote, nil
+		return inserted, nil
 	}
 	found, err := s.presentIDs(ctx, s.db, len(batch), func(i int) string { return batch[i].key.event })
 	if err != nil {
@@ -192,14 +192,14 @@ func (s *Store) insertGroup(ctx context.Context, batch []*groupEntry) (map[jobKe
 	}
 	absent := slices.DeleteFunc(slices.Clone(batch), func(e *groupEntry) bool { _, ok := found[e.key]; return ok })
 	if len(absent) == 0 {
-		return wrote, nil
+		return inserted, nil
 	}
 	ins := compileListed(s.d, s.qq.insertLeasedRows, leasedRow, "", len(absent))
 	if _, err := s.db.ExecContext(ctx, ins.text, ins.bindRows(nil, rowArgs(absent))...); err != nil {
 		return nil, fmt.Errorf("inbox: receive: %w", err)
 	}
 	for _, e := range absent {
-		wrote[e.key] = true
+		inserted[e.key] = true
 	}
-	return wrote, nil
+	return inserted, nil
 }
